@@ -1,0 +1,54 @@
+"""The `mfuscope` command: a thin dispatcher over one module per subcommand.
+
+Subcommand modules are imported lazily so that `mfuscope collector` and `mfuscope analyze` never
+import torch (the collector runs in a slim container without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+# name -> (module under mfuscope.cli, one-line help). Each module defines
+# `add_arguments(parser)` and `run(args) -> int` (the exit code).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": ("analyze", "decompose profiled steps of Kineto traces (MFU, buckets, collectives)"),
+    "calc": ("calc", "back-of-envelope FLOPs, MFU and communication what-if calculator"),
+    "collector": ("collector", "run the collector: ingest agent reports, serve /metrics"),
+    "demo": ("demo", "run a live 2-rank gloo training job feeding a collector"),
+    "report": ("report", "write a self-contained HTML report from agent output or traces"),
+}
+
+
+def _available(module: str) -> bool:
+    return importlib.util.find_spec(f"mfuscope.cli.{module}") is not None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mfuscope", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        if not _available(module):
+            continue
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(f"mfuscope.cli.{module}").add_arguments(sub_parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    module = importlib.import_module(f"mfuscope.cli.{SUBCOMMANDS[args.command][0]}")
+    try:
+        return int(module.run(args))
+    except KeyboardInterrupt:
+        print("mfuscope: interrupted", file=sys.stderr)
+        return 130

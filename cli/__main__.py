@@ -1,0 +1,5 @@
+import sys
+
+from mfuscope.cli import main
+
+sys.exit(main())

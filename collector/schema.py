@@ -1,0 +1,436 @@
+"""The agent-to-collector report: one versioned, typed, torch-free schema both sides import.
+
+Wire format (JSON, optionally gzip-compressed on the wire), one *batch* per POST, from one rank::
+
+    {"schema": "mfuscope.report", "version": "1.0",
+     "job": "llama-8b", "rank": 3, "world_size": 16, "local_rank": 3, "host": "node-1",
+     "device": "NVIDIA H100 80GB HBM3", "peak_flops": 9.89e14, "peak_source": "spec",
+     "sent_unix_ns": 1763700000000000000,
+     "health": {"reports_dropped_total": 0, "send_failures_total": 0,
+                "profiler_failures_total": 0, "windows_analysed_total": 2},
+     "topology": {"groups": [{"axis": "tp", "tier": "intra_node", "size": 8,
+                              "spans_hosts": false, "link_peak_bytes_per_s": 4.5e11}]},
+     "reports": [{"step": 120, "start_unix_ns": ..., "wall_s": 0.81,
+                  "model_flops": 3.1e14, "recompute_flops": 4.0e13,
+                  "breakdown_step": 100,
+                  "components": [{"component": "compute", "axis": "", "tier": "", "seconds": 0.6},
+                                 {"component": "exposed_comm", "axis": "dp",
+                                  "tier": "inter_node", "seconds": 0.21}],
+                  "overlapped_comm_s": 0.3,
+                  "collectives": [{"op": "all_reduce", "axis": "dp", "tier": "inter_node",
+                                   "group_size": 16, "bytes": 104857600, "count": 4,
+                                   "seconds": 0.5, "overlapped_s": 0.3}]}]}
+
+Semantics:
+- ``model_flops`` / ``recompute_flops`` are this rank's FLOPs for the step (recompute is the
+  forward work redone under activation checkpointing: it counts for HFU, never for MFU).
+- ``components`` split the step's ``wall_s`` into the DESIGN §2 buckets; they come from the latest
+  profiled window (``breakdown_step``) scaled to this step's wall time, so they sum to ``wall_s``.
+  Empty means "no profiled window yet". ``axis``/``tier`` are set on ``exposed_comm`` only.
+- ``collectives`` appear only on the report of a profiled step, once per observed
+  ``(op, axis, tier, group_size, bytes)``, so counters built from them never double count.
+- ``health`` counters are cumulative for the rank's agent process (monotonic).
+- ``(job, rank, step)`` is the idempotency key: a re-sent report must not be counted twice.
+
+Versioning: ``version`` is ``MAJOR.MINOR``. A parser accepts its own major with any minor (unknown
+fields of a newer minor are ignored) and rejects any other major.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "COMPONENTS",
+    "MAX_REPORTS_PER_BATCH",
+    "PEAK_SOURCES",
+    "SCHEMA_NAME",
+    "SCHEMA_VERSION",
+    "TIERS",
+    "AgentHealth",
+    "CollectiveSample",
+    "ComponentShare",
+    "GroupInfo",
+    "ReportBatch",
+    "SchemaError",
+    "StepReport",
+    "Topology",
+    "batch_from_json",
+    "batch_to_dict",
+    "batch_to_json",
+    "parse_batch",
+]
+
+SCHEMA_NAME = "mfuscope.report"
+SCHEMA_VERSION = "1.0"
+_MAJOR = 1
+
+# DESIGN §2 buckets; `bubble` is split into its two parts so the sum is exact.
+COMPONENTS: tuple[str, ...] = (
+    "compute",
+    "recompute",
+    "exposed_comm",
+    "other",
+    "bubble_pipeline",
+    "bubble_idle",
+)
+TIERS: tuple[str, ...] = ("intra_node", "inter_node", "unknown")
+PEAK_SOURCES: tuple[str, ...] = ("spec", "measured", "user", "unknown")
+COLLECTIVE_OPS: tuple[str, ...] = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "send",
+    "recv",
+)
+
+# Sanity bounds: anything beyond these is a bug or an attack, not a training step.
+MAX_REPORTS_PER_BATCH = 10_000
+MAX_COLLECTIVES_PER_REPORT = 4_096
+MAX_COMPONENTS_PER_REPORT = 512
+MAX_GROUPS = 256
+MAX_STEP_SECONDS = 86_400.0
+MAX_FLOPS = 1e24  # FLOPs per step per rank; an exaFLOP device running a day is ~1e23
+MAX_BYTES = 1 << 50
+MAX_WORLD_SIZE = 1 << 20
+MAX_NAME_LEN = 256
+# Components must sum to wall_s to this relative tolerance (float rounding from scaling).
+SUM_REL_TOL = 1e-6
+SUM_ABS_TOL = 1e-9
+
+
+class SchemaError(ValueError):
+    """A report or batch that does not follow the schema. `field` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ComponentShare:
+    component: str
+    seconds: float
+    axis: str = ""
+    tier: str = ""
+
+
+@dataclass(frozen=True)
+class CollectiveSample:
+    op: str
+    axis: str
+    tier: str
+    group_size: int
+    bytes: int | None  # None: size unknown (e.g. a kernel without metadata)
+    count: int
+    seconds: float
+    overlapped_s: float
+
+
+@dataclass(frozen=True)
+class StepReport:
+    step: int
+    start_unix_ns: int
+    wall_s: float
+    model_flops: float
+    recompute_flops: float
+    components: tuple[ComponentShare, ...] = ()
+    overlapped_comm_s: float = 0.0
+    breakdown_step: int | None = None
+    collectives: tuple[CollectiveSample, ...] = ()
+
+    @property
+    def hardware_flops(self) -> float:
+        return self.model_flops + self.recompute_flops
+
+
+@dataclass(frozen=True)
+class AgentHealth:
+    reports_dropped_total: int = 0
+    send_failures_total: int = 0
+    profiler_failures_total: int = 0
+    windows_analysed_total: int = 0
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    axis: str
+    tier: str
+    size: int
+    spans_hosts: bool
+    link_peak_bytes_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    groups: tuple[GroupInfo, ...] = ()
+
+    @property
+    def tp_spans_hosts(self) -> bool:
+        return any(g.axis == "tp" and g.spans_hosts for g in self.groups)
+
+
+@dataclass(frozen=True)
+class ReportBatch:
+    job: str
+    rank: int
+    world_size: int
+    host: str
+    device: str
+    peak_flops: float | None
+    peak_source: str
+    sent_unix_ns: int
+    reports: tuple[StepReport, ...]
+    local_rank: int = 0
+    health: AgentHealth = field(default_factory=AgentHealth)
+    topology: Topology | None = None
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+def _get(obj: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in obj:
+        raise SchemaError(f"{path}{key}", "missing")
+    return obj[key]
+
+
+def _str(value: Any, path: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise SchemaError(path, f"expected a string, got {type(value).__name__}")
+    if not allow_empty and not value:
+        raise SchemaError(path, "must not be empty")
+    if len(value) > MAX_NAME_LEN:
+        raise SchemaError(path, f"longer than {MAX_NAME_LEN} characters")
+    return value
+
+
+def _int(value: Any, path: str, *, lo: int = 0, hi: int = 1 << 62) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SchemaError(path, f"expected an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise SchemaError(path, f"{value} outside [{lo}, {hi}]")
+    return value
+
+
+def _float(value: Any, path: str, *, lo: float = 0.0, hi: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SchemaError(path, f"expected a number, got {type(value).__name__}")
+    result = float(value)
+    if math.isnan(result) or math.isinf(result):
+        raise SchemaError(path, "must be finite")
+    if not lo <= result <= hi:
+        raise SchemaError(path, f"{result} outside [{lo}, {hi}]")
+    return result
+
+
+def _enum(value: Any, path: str, allowed: tuple[str, ...]) -> str:
+    text = _str(value, path)
+    if text not in allowed:
+        raise SchemaError(path, f"{text!r} is not one of {', '.join(allowed)}")
+    return text
+
+
+def _list(value: Any, path: str, max_len: int) -> list[Any]:
+    if not isinstance(value, list):
+        raise SchemaError(path, f"expected a list, got {type(value).__name__}")
+    if len(value) > max_len:
+        raise SchemaError(path, f"more than {max_len} entries")
+    return value
+
+
+def _obj(value: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise SchemaError(path, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _parse_component(raw: Any, path: str) -> ComponentShare:
+    obj = _obj(raw, path)
+    component = _enum(_get(obj, "component", f"{path}."), f"{path}.component", COMPONENTS)
+    axis = _str(obj.get("axis", ""), f"{path}.axis", allow_empty=True)
+    tier = _str(obj.get("tier", ""), f"{path}.tier", allow_empty=True)
+    if component == "exposed_comm":
+        if not axis:
+            raise SchemaError(f"{path}.axis", "required on exposed_comm")
+        _enum(tier, f"{path}.tier", TIERS)
+    elif axis or tier:
+        raise SchemaError(f"{path}.axis", f"only exposed_comm carries axis/tier, not {component}")
+    seconds = _float(_get(obj, "seconds", f"{path}."), f"{path}.seconds", hi=MAX_STEP_SECONDS)
+    return ComponentShare(component=component, seconds=seconds, axis=axis, tier=tier)
+
+
+def _parse_collective(raw: Any, path: str) -> CollectiveSample:
+    obj = _obj(raw, path)
+    size = obj.get("bytes")
+    seconds = _float(_get(obj, "seconds", f"{path}."), f"{path}.seconds", hi=MAX_STEP_SECONDS)
+    overlapped = _float(
+        _get(obj, "overlapped_s", f"{path}."), f"{path}.overlapped_s", hi=MAX_STEP_SECONDS
+    )
+    if overlapped > seconds * (1 + SUM_REL_TOL) + SUM_ABS_TOL:
+        raise SchemaError(f"{path}.overlapped_s", f"{overlapped} exceeds seconds {seconds}")
+    return CollectiveSample(
+        op=_enum(_get(obj, "op", f"{path}."), f"{path}.op", COLLECTIVE_OPS),
+        axis=_str(_get(obj, "axis", f"{path}."), f"{path}.axis"),
+        tier=_enum(_get(obj, "tier", f"{path}."), f"{path}.tier", TIERS),
+        group_size=_int(
+            _get(obj, "group_size", f"{path}."), f"{path}.group_size", lo=1, hi=MAX_WORLD_SIZE
+        ),
+        bytes=None if size is None else _int(size, f"{path}.bytes", hi=MAX_BYTES),
+        count=_int(_get(obj, "count", f"{path}."), f"{path}.count", lo=1, hi=1 << 32),
+        seconds=seconds,
+        overlapped_s=min(overlapped, seconds),
+    )
+
+
+def _parse_report(raw: Any, path: str) -> StepReport:
+    obj = _obj(raw, path)
+    wall_s = _float(_get(obj, "wall_s", f"{path}."), f"{path}.wall_s", hi=MAX_STEP_SECONDS)
+    if wall_s <= 0:
+        raise SchemaError(f"{path}.wall_s", "must be > 0")
+    components = tuple(
+        _parse_component(c, f"{path}.components[{i}]")
+        for i, c in enumerate(
+            _list(obj.get("components", []), f"{path}.components", MAX_COMPONENTS_PER_REPORT)
+        )
+    )
+    if components:
+        total = math.fsum(c.seconds for c in components)
+        if not math.isclose(total, wall_s, rel_tol=SUM_REL_TOL, abs_tol=SUM_ABS_TOL):
+            raise SchemaError(
+                f"{path}.components", f"seconds sum to {total!r}, not to wall_s {wall_s!r}"
+            )
+    breakdown_step = obj.get("breakdown_step")
+    return StepReport(
+        step=_int(_get(obj, "step", f"{path}."), f"{path}.step"),
+        start_unix_ns=_int(_get(obj, "start_unix_ns", f"{path}."), f"{path}.start_unix_ns"),
+        wall_s=wall_s,
+        model_flops=_float(
+            _get(obj, "model_flops", f"{path}."), f"{path}.model_flops", hi=MAX_FLOPS
+        ),
+        recompute_flops=_float(
+            obj.get("recompute_flops", 0.0), f"{path}.recompute_flops", hi=MAX_FLOPS
+        ),
+        components=components,
+        overlapped_comm_s=_float(
+            obj.get("overlapped_comm_s", 0.0), f"{path}.overlapped_comm_s", hi=MAX_STEP_SECONDS
+        ),
+        breakdown_step=None
+        if breakdown_step is None
+        else _int(breakdown_step, f"{path}.breakdown_step"),
+        collectives=tuple(
+            _parse_collective(c, f"{path}.collectives[{i}]")
+            for i, c in enumerate(
+                _list(obj.get("collectives", []), f"{path}.collectives", MAX_COLLECTIVES_PER_REPORT)
+            )
+        ),
+    )
+
+
+def _parse_health(raw: Any) -> AgentHealth:
+    obj = _obj(raw, "health")
+    return AgentHealth(
+        **{
+            name: _int(obj.get(name, 0), f"health.{name}")
+            for name in AgentHealth.__dataclass_fields__
+        }
+    )
+
+
+def _parse_topology(raw: Any) -> Topology | None:
+    if raw is None:
+        return None
+    obj = _obj(raw, "topology")
+    groups = []
+    for i, g in enumerate(_list(obj.get("groups", []), "topology.groups", MAX_GROUPS)):
+        path = f"topology.groups[{i}]"
+        gobj = _obj(g, path)
+        peak = gobj.get("link_peak_bytes_per_s")
+        spans = _get(gobj, "spans_hosts", f"{path}.")
+        if not isinstance(spans, bool):
+            raise SchemaError(f"{path}.spans_hosts", "expected true or false")
+        groups.append(
+            GroupInfo(
+                axis=_str(_get(gobj, "axis", f"{path}."), f"{path}.axis"),
+                tier=_enum(_get(gobj, "tier", f"{path}."), f"{path}.tier", TIERS),
+                size=_int(_get(gobj, "size", f"{path}."), f"{path}.size", lo=1, hi=MAX_WORLD_SIZE),
+                spans_hosts=spans,
+                link_peak_bytes_per_s=None
+                if peak is None
+                else _float(peak, f"{path}.link_peak_bytes_per_s", hi=1e15),
+            )
+        )
+    return Topology(groups=tuple(groups))
+
+
+def _check_version(obj: Mapping[str, Any]) -> None:
+    if _get(obj, "schema", "") != SCHEMA_NAME:
+        raise SchemaError("schema", f"expected {SCHEMA_NAME!r}, got {obj['schema']!r}")
+    version = _str(_get(obj, "version", ""), "version")
+    major, _, minor = version.partition(".")
+    if not (major.isdigit() and minor.isdigit()):
+        raise SchemaError("version", f"expected MAJOR.MINOR, got {version!r}")
+    if int(major) != _MAJOR:
+        raise SchemaError(
+            "version", f"unsupported major version {major} (this side speaks {SCHEMA_VERSION})"
+        )
+
+
+def parse_batch(raw: Any) -> ReportBatch:
+    """Validate a decoded JSON value as a batch. Raises `SchemaError` naming the bad field."""
+    obj = _obj(raw, "batch")
+    _check_version(obj)
+    world_size = _int(_get(obj, "world_size", ""), "world_size", lo=1, hi=MAX_WORLD_SIZE)
+    rank = _int(_get(obj, "rank", ""), "rank", hi=MAX_WORLD_SIZE)
+    if rank >= world_size:
+        raise SchemaError("rank", f"{rank} is not below world_size {world_size}")
+    peak = obj.get("peak_flops")
+    peak_source = _enum(_get(obj, "peak_source", ""), "peak_source", PEAK_SOURCES)
+    if peak is None and peak_source != "unknown":
+        raise SchemaError("peak_flops", f"missing although peak_source is {peak_source!r}")
+    reports_raw = _list(_get(obj, "reports", ""), "reports", MAX_REPORTS_PER_BATCH)
+    reports = tuple(_parse_report(r, f"reports[{i}]") for i, r in enumerate(reports_raw))
+    steps = [r.step for r in reports]
+    if len(set(steps)) != len(steps):
+        raise SchemaError("reports", "the same step appears twice in one batch")
+    return ReportBatch(
+        job=_str(_get(obj, "job", ""), "job"),
+        rank=rank,
+        world_size=world_size,
+        local_rank=_int(obj.get("local_rank", 0), "local_rank", hi=MAX_WORLD_SIZE),
+        host=_str(_get(obj, "host", ""), "host"),
+        device=_str(_get(obj, "device", ""), "device"),
+        peak_flops=None if peak is None else _float(peak, "peak_flops", lo=1.0, hi=1e18),
+        peak_source=peak_source,
+        sent_unix_ns=_int(_get(obj, "sent_unix_ns", ""), "sent_unix_ns"),
+        reports=reports,
+        health=_parse_health(obj.get("health", {})),
+        topology=_parse_topology(obj.get("topology")),
+    )
+
+
+def batch_from_json(text: str | bytes) -> ReportBatch:
+    """Decode and validate one batch. Raises `SchemaError` (also for text that is not JSON)."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SchemaError("body", f"not JSON: {exc}") from None
+    return parse_batch(raw)
+
+
+def batch_to_dict(batch: ReportBatch) -> dict[str, Any]:
+    body = asdict(batch)
+    return {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, **body}
+
+
+def batch_to_json(batch: ReportBatch) -> str:
+    """Encode a batch in the wire format (compact JSON)."""
+    return json.dumps(batch_to_dict(batch), separators=(",", ":"), allow_nan=False)
