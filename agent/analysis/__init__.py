@@ -2,4 +2,25 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from mfuscope.agent.analysis.decompose import analyze_trace
+from mfuscope.agent.analysis.result import (
+    AnalysisOptions,
+    CollectiveRecord,
+    ExposedComm,
+    RankAnalysis,
+    StepDecomposition,
+)
+from mfuscope.agent.analysis.to_json import analysis_to_json
+from mfuscope.agent.analysis.trace_io import TraceError, load_trace
+
+__all__: list[str] = [
+    "AnalysisOptions",
+    "CollectiveRecord",
+    "ExposedComm",
+    "RankAnalysis",
+    "StepDecomposition",
+    "TraceError",
+    "analysis_to_json",
+    "analyze_trace",
+    "load_trace",
+]

@@ -1,0 +1,87 @@
+"""Host ranges in which activation recomputation is launched, per thread.
+
+Work launched (GPU) or run (CPU) on a thread inside one of these ranges is recomputation:
+- ``mfuscope::recompute``: the annotation the mfuscope agent wraps recomputation in
+  (a ``torch.utils.checkpoint`` ``context_fn``);
+- reentrant checkpointing: the ``CheckpointFunctionBackward`` operator re-runs the forward and
+  then runs the segment's backward *nested in it* (``torch.autograd.backward`` re-enters the
+  engine), so its range minus the nested ``autograd::engine::evaluate_function:`` ranges;
+- non-reentrant checkpointing, when the trace has Python stack events (``with_stack=True``):
+  ``torch/utils/checkpoint.py(N): recompute_fn``, the function that re-runs the forward.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from typing import Any
+
+from mfuscope.agent.analysis._intervals import Interval, subtract, union
+from mfuscope.agent.analysis._scan import ScannedEvents, named
+
+__all__ = ["RECOMPUTE_ANNOTATION", "RecomputeRanges", "recompute_ranges"]
+
+RECOMPUTE_ANNOTATION = "mfuscope::recompute"
+_REENTRANT_OP = "CheckpointFunctionBackward"
+_ENGINE_PREFIX = "autograd::engine::evaluate_function:"
+_PYTHON_FILE = "torch/utils/checkpoint.py("
+_PYTHON_FUNCTION = "): recompute_fn"
+
+
+class RecomputeRanges:
+    """Per-thread sorted disjoint ranges; `contains(tid, t)` in O(log n)."""
+
+    def __init__(self, by_thread: dict[Any, list[Interval]]) -> None:
+        self.by_thread = by_thread
+        self._starts = {tid: [s for s, _ in ranges] for tid, ranges in by_thread.items()}
+        self._ends = {tid: [e for _, e in ranges] for tid, ranges in by_thread.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self.by_thread)
+
+    def contains(self, tid: Any, t: float) -> bool:
+        starts = self._starts.get(tid)
+        if starts is None:
+            return False
+        i = bisect.bisect_right(starts, t) - 1
+        return i >= 0 and t < self._ends[tid][i]
+
+
+def _interval(event: dict[str, Any]) -> Interval:
+    start = float(event["ts"])
+    return (start, start + float(event.get("dur", 0.0)))
+
+
+def recompute_ranges(scanned: ScannedEvents) -> RecomputeRanges:
+    raw: dict[Any, list[Interval]] = defaultdict(list)
+    for event in scanned.annotations:
+        if event.get("name") == RECOMPUTE_ANNOTATION:
+            raw[event.get("tid")].append(_interval(event))
+    for event in [
+        e
+        for e in scanned.python
+        if isinstance(name := e.get("name"), str) and name.endswith(_PYTHON_FUNCTION)
+    ]:
+        if _PYTHON_FILE in event["name"]:
+            raw[event.get("tid")].append(_interval(event))
+
+    reentrant: dict[Any, list[Interval]] = defaultdict(list)
+    for event in named(scanned.cpu_ops, frozenset({_REENTRANT_OP}))[_REENTRANT_OP]:
+        reentrant[event.get("tid")].append(_interval(event))
+    engine: dict[Any, list[Interval]] = defaultdict(list)
+    if reentrant:  # the engine ranges matter only on threads that checkpoint reentrantly
+        for event in scanned.cpu_ops:
+            if event.get("tid") in reentrant:
+                name = event.get("name")
+                if isinstance(name, str) and name.startswith(_ENGINE_PREFIX):
+                    engine[event.get("tid")].append(_interval(event))
+    for tid, ranges in reentrant.items():
+        nested = sorted(engine.get(tid, []))
+        nested_starts = [s for s, _ in nested]
+        for start, end in ranges:
+            # Engine ranges strictly inside: the segment's own backward, not recomputation.
+            lo = bisect.bisect_right(nested_starts, start)
+            hi = bisect.bisect_left(nested_starts, end)
+            inner = union(iv for iv in nested[lo:hi] if iv[1] <= end)
+            raw[tid].extend(subtract([(start, end)], inner))
+    return RecomputeRanges({tid: union(ranges) for tid, ranges in raw.items()})

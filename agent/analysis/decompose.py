@@ -1,0 +1,81 @@
+"""`analyze_trace`: one rank's Kineto trace (a decoded dict) -> its per-step decomposition.
+
+Pure: no I/O, clocks or logging, and the input is never mutated. GPU traces (any kernel on a
+device) take the device timeline (`_kineto`); CPU-only traces (gloo) the host timeline
+(`_gloo`). Both become the same normalised `Timeline`, decomposed by `_sweep`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mfuscope.agent.analysis._gloo import cpu_timeline
+from mfuscope.agent.analysis._kineto import gpu_timeline
+from mfuscope.agent.analysis._scan import scan_events
+from mfuscope.agent.analysis._sweep import decompose_timeline
+from mfuscope.agent.analysis._trace_model import Timeline, TraceError
+from mfuscope.agent.analysis.result import AnalysisOptions, RankAnalysis
+
+__all__ = ["analyze_trace", "build_timeline"]
+
+
+def _int_field(info: Mapping[str, Any], key: str, default: int) -> int:
+    value = info.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TraceError(None, f"distributedInfo.{key} is not a non-negative integer: {value!r}")
+    return value
+
+
+def build_timeline(trace: Mapping[str, Any], options: AnalysisOptions) -> Timeline:
+    """The normalised timeline of `trace` (exposed for tests and tools; see `_trace_model`)."""
+    if not isinstance(trace, Mapping):
+        raise TraceError(None, "not a Kineto trace: the top level is not a JSON object")
+    events = trace.get("traceEvents")
+    if not isinstance(events, list):
+        raise TraceError(None, "not a Kineto trace: no traceEvents list")
+    info = trace.get("distributedInfo")
+    info = info if isinstance(info, Mapping) else {}
+    rank = _int_field(info, "rank", 0)
+    world_size = max(_int_field(info, "world_size", 1), rank + 1)
+    base_ns = trace.get("baseTimeNanoseconds")
+    # Kineto timestamps are microseconds since baseTimeNanoseconds (Unix epoch based).
+    offset_s = base_ns * 1e-9 if isinstance(base_ns, (int, float)) else 0.0
+    try:
+        scanned = scan_events(events)
+        build = gpu_timeline if (scanned.kernels or scanned.memops) else cpu_timeline
+        return build(
+            trace,
+            scanned,
+            rank=rank,
+            world_size=world_size,
+            clock_offset_s=offset_s,
+            gpus_per_node=options.gpus_per_node,
+            host_of_rank=options.host_of_rank,
+            axis_overrides=options.axis_overrides,
+        )
+    except TraceError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        # A malformed event (missing ts/dur, a string where a number belongs, ...).
+        raise TraceError(None, f"malformed trace event ({type(exc).__name__}: {exc})") from exc
+
+
+_DEFAULT_OPTIONS = AnalysisOptions()  # frozen: safe to share as a default
+
+
+def analyze_trace(
+    trace: Mapping[str, Any], options: AnalysisOptions = _DEFAULT_OPTIONS
+) -> RankAnalysis:
+    """Decompose every profiled step of one rank's trace (DESIGN §2-3).
+
+    Raises `TraceError` (with ``path=None``) for input that is not a usable Kineto trace, e.g.
+    one without any ``ProfilerStep#N``.
+    """
+    timeline = build_timeline(trace, options)
+    steps = decompose_timeline(timeline, options)
+    if not steps:
+        raise TraceError(None, "no profiler step has any activity on the timeline")
+    return RankAnalysis(
+        rank=timeline.rank, world_size=timeline.world_size, device=timeline.device, steps=steps
+    )

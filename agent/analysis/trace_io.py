@@ -1,0 +1,78 @@
+"""The I/O edge of the analysis core: read a Kineto trace file (``.json`` or ``.json.gz``).
+
+This is the one module of `mfuscope.agent.analysis` that touches the file system.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+from mfuscope.agent.analysis._trace_model import TraceError
+
+__all__ = ["TraceError", "find_trace_files", "load_trace"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    if raw[:2] == _GZIP_MAGIC:  # by content, not by name: some tools gzip without renaming
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from None
+    return raw
+
+
+def load_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and decode one Kineto chrome trace; gzip is detected by its magic bytes.
+
+    Raises `TraceError(path, message)` for a missing file, bad gzip, text that is not JSON,
+    or JSON that is not a Kineto trace (an object with a ``traceEvents`` list).
+    """
+    file = Path(path)
+    raw = _read_bytes(file)
+    # Decoding builds millions of small containers; the cyclic GC would walk them all again and
+    # again while they are created (none of them can be garbage yet), so pause it meanwhile.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        trace = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise TraceError(file, f"not JSON text ({exc.reason})") from None
+    except ValueError as exc:
+        raise TraceError(file, f"not JSON ({exc})") from None
+    except RecursionError:
+        raise TraceError(file, "not a Kineto trace: JSON nested too deeply") from None
+    finally:
+        if enabled:
+            gc.enable()
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise TraceError(file, "not a Kineto trace: no top-level traceEvents list")
+    return trace
+
+
+def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
+    """`path` itself if it is a file, else the ``*.json`` / ``*.json.gz`` files in it, sorted."""
+    root = Path(path)
+    if not root.is_dir():
+        return [root]
+    files = sorted(p for p in root.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
+    if not files:
+        raise TraceError(root, "directory holds no .json or .json.gz trace")
+    return files
