@@ -1,0 +1,167 @@
+"""MFU, HFU and the MFU waterfall: the DESIGN §2 formulas, in one place.
+
+For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device of dense peak
+``P`` (FLOP/s):
+
+- ``MFU = model_flops / (P * W)``: the useful arithmetic of the model against what the hardware
+  could have done. Recomputation is not in the numerator.
+- ``HFU = (model_flops + recompute_flops) / (P * W)``: everything the hardware actually computed
+  (activation recomputation included). HFU >= MFU always.
+- The waterfall explains the gap. With the DESIGN §2 buckets (which partition W exactly),
+  ``f_x = bucket_x / W`` and ``kernel_efficiency = model_flops / (P * compute)``:
+
+      1 - MFU = f_exposed_comm + f_bubble + f_recompute + f_other
+                + f_compute * (1 - kernel_efficiency)
+
+  because ``MFU = f_compute * kernel_efficiency`` and the f_x sum to 1. Every slice is a fraction
+  of the window; a negative kernel slice means the FLOP count or the peak is too high (the kernels
+  "beat" the peak) and is kept as is so the error shows instead of being clipped away.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "MfuWaterfall",
+    "StepBuckets",
+    "achieved_flops_per_s",
+    "hfu",
+    "mfu",
+    "mfu_waterfall",
+]
+
+
+def _check(peak_flops: float, wall_s: float, **flops: float) -> None:
+    if not (peak_flops > 0 and math.isfinite(peak_flops)):
+        raise ValueError(f"peak_flops must be a finite number > 0 FLOP/s, got {peak_flops}")
+    if not (wall_s > 0 and math.isfinite(wall_s)):
+        raise ValueError(f"wall_s must be a finite number > 0 s, got {wall_s}")
+    for name, value in flops.items():
+        if not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite number >= 0 FLOPs, got {value}")
+
+
+def achieved_flops_per_s(flops: float, wall_s: float) -> float:
+    """FLOP/s achieved: `flops` (FLOPs) done in `wall_s` (s)."""
+    if not (wall_s > 0 and math.isfinite(wall_s)):
+        raise ValueError(f"wall_s must be a finite number > 0 s, got {wall_s}")
+    if not (flops >= 0 and math.isfinite(flops)):
+        raise ValueError(f"flops must be a finite number >= 0, got {flops}")
+    return flops / wall_s
+
+
+def mfu(model_flops: float, peak_flops: float, wall_s: float) -> float:
+    """Model FLOPs utilization: ``model_flops / (peak_flops * wall_s)``, a ratio (0..1 when sane).
+
+    `model_flops` are the FLOPs of one device over the window (recomputation excluded), `peak_flops`
+    the device's dense peak in FLOP/s for the training dtype, `wall_s` the window in seconds.
+    """
+    _check(peak_flops, wall_s, model_flops=model_flops)
+    return model_flops / (peak_flops * wall_s)
+
+
+def hfu(model_flops: float, recompute_flops: float, peak_flops: float, wall_s: float) -> float:
+    """Hardware FLOPs utilization: ``(model_flops + recompute_flops) / (peak_flops * wall_s)``."""
+    _check(peak_flops, wall_s, model_flops=model_flops, recompute_flops=recompute_flops)
+    return (model_flops + recompute_flops) / (peak_flops * wall_s)
+
+
+@dataclass(frozen=True)
+class StepBuckets:
+    """One window split into the DESIGN §2 buckets, in seconds; they sum to the window."""
+
+    compute_s: float
+    recompute_s: float = 0.0
+    exposed_comm_s: float = 0.0
+    other_s: float = 0.0
+    bubble_pipeline_s: float = 0.0
+    bubble_idle_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, value in self.__dict__.items():
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0 s, got {value}")
+        if not self.window_s > 0:
+            raise ValueError("the buckets sum to 0 s: an empty window has no MFU")
+
+    @property
+    def window_s(self) -> float:
+        return math.fsum(
+            (
+                self.compute_s,
+                self.recompute_s,
+                self.exposed_comm_s,
+                self.other_s,
+                self.bubble_pipeline_s,
+                self.bubble_idle_s,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class MfuWaterfall:
+    """Where the gap between peak and achieved model FLOP/s went, as fractions of the window.
+
+    ``mfu + exposed_comm + bubble_pipeline + bubble_idle + recompute + other + kernel_inefficiency
+    == 1`` (to float rounding). `kernel_efficiency` is None when no compute time was observed (and
+    the model FLOPs are then 0, so the kernel slice is 0 too).
+    """
+
+    mfu: float
+    exposed_comm: float
+    bubble_pipeline: float
+    bubble_idle: float
+    recompute: float
+    other: float
+    kernel_inefficiency: float
+    kernel_efficiency: float | None
+    window_s: float
+
+    @property
+    def bubble(self) -> float:
+        return self.bubble_pipeline + self.bubble_idle
+
+    def slices(self) -> dict[str, float]:
+        """The slices of ``1 - MFU`` by name (for dashboards and tables)."""
+        return {
+            "exposed_comm": self.exposed_comm,
+            "bubble_pipeline": self.bubble_pipeline,
+            "bubble_idle": self.bubble_idle,
+            "recompute": self.recompute,
+            "other": self.other,
+            "kernel_inefficiency": self.kernel_inefficiency,
+        }
+
+
+def mfu_waterfall(model_flops: float, peak_flops: float, buckets: StepBuckets) -> MfuWaterfall:
+    """The DESIGN §2 waterfall of one window (see the module docstring for the identity).
+
+    Raises ValueError when `model_flops` > 0 but no compute time was observed: the FLOPs and the
+    timeline then disagree and no split of the gap would be honest.
+    """
+    window = buckets.window_s
+    _check(peak_flops, window, model_flops=model_flops)
+    if buckets.compute_s == 0:
+        if model_flops > 0:
+            raise ValueError(
+                "model_flops > 0 but the window has no compute time: the FLOP count and the "
+                "timeline disagree"
+            )
+        efficiency: float | None = None
+        kernel_slice = 0.0
+    else:
+        efficiency = model_flops / (peak_flops * buckets.compute_s)
+        kernel_slice = buckets.compute_s / window * (1.0 - efficiency)
+    return MfuWaterfall(
+        mfu=model_flops / (peak_flops * window),
+        exposed_comm=buckets.exposed_comm_s / window,
+        bubble_pipeline=buckets.bubble_pipeline_s / window,
+        bubble_idle=buckets.bubble_idle_s / window,
+        recompute=buckets.recompute_s / window,
+        other=buckets.other_s / window,
+        kernel_inefficiency=kernel_slice,
+        kernel_efficiency=efficiency,
+        window_s=window,
+    )

@@ -1,0 +1,287 @@
+"""Hardware detection on the training node: GPUs and their links via NVML, NICs via sysfs, hostname.
+
+Everything degrades: no NVML library, no GPU, a permission error or a function the driver does not
+support each end in "unknown" for that item plus a line in `HardwareInfo.reasons`, never in an
+exception. The boundaries are injected so tests run without a GPU or an InfiniBand card:
+
+- `nvml`: an object with pynvml's function names (the `pynvml` module from ``nvidia-ml-py`` by
+  default). Without a GPU, ``pynvml.nvmlInit()`` raises ``NVMLError_LibraryNotFound``.
+- `sysfs_root`: the directory that plays ``/`` for ``sys/class/infiniband/*/ports/*/{rate,state,
+  link_layer}``.
+- `hostname_fn`: returns the host name (``socket.gethostname`` by default).
+
+NVML details this relies on:
+
+- ``nvmlDeviceGetNvLinkVersion`` returns an enum, not the generation: 1 = 1.0, 2 = 2.0, 3 = 2.2,
+  4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0 (an A100 reports 5; hwloc issue #658, NVML API docs
+  ``nvmlNvlinkVersion_t``). `NVLINK_ENUM_TO_GENERATION` maps it to the generation.
+- PCIe generation and width come from ``nvmlDeviceGetMaxPcieLinkGeneration/Width`` (the link the
+  slot and GPU negotiate at full speed); the *current* values drop at idle to save power.
+- The pairwise topology follows ``nvidia-smi topo -m``: ``NV<k>`` when P2P over NVLink is possible
+  (k = links up on the lower GPU), else the common PCIe ancestor (PIX, PXB, PHB, NODE, SYS).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mfuscope.agent.analysis.links import DetectedLinks
+
+__all__ = [
+    "NVLINK_ENUM_TO_GENERATION",
+    "GpuInfo",
+    "HardwareInfo",
+    "NicPort",
+    "detect_hardware",
+    "parse_ib_rate_bits_per_s",
+]
+
+NVLINK_ENUM_TO_GENERATION: dict[int, int] = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+_NVLINK_MAX_LINKS = 18  # the most any GPU has (H100, B200); NVML's constant is a loose bound (36)
+_TOPOLOGY_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+_NVLINK_P2P_INDEX = 2  # NVML_P2P_CAPS_INDEX_NVLINK
+_P2P_OK = 0  # NVML_P2P_STATUS_OK
+_FEATURE_ENABLED = 1  # NVML_FEATURE_ENABLED
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One local GPU as NVML reports it; None means unknown (see `HardwareInfo.reasons`)."""
+
+    index: int
+    name: str | None
+    nvlink_generation: int | None = None
+    nvlink_links_up: int = 0
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+
+
+@dataclass(frozen=True)
+class NicPort:
+    """One RDMA NIC port from ``/sys/class/infiniband``; `rate_bits_per_s` is per direction."""
+
+    device: str
+    port: str
+    rate_bits_per_s: float | None
+    link_layer: str | None  # "InfiniBand" or "Ethernet" (RoCE)
+    active: bool
+
+    @property
+    def kind(self) -> str:
+        return "roce" if (self.link_layer or "").lower() == "ethernet" else "infiniband"
+
+
+@dataclass(frozen=True)
+class HardwareInfo:
+    """What this node has; `topology[i][j]` relates local GPUs i and j (``nvidia-smi topo -m``)."""
+
+    hostname: str | None
+    gpus: tuple[GpuInfo, ...] = ()
+    topology: tuple[tuple[str, ...], ...] = ()
+    nics: tuple[NicPort, ...] = ()
+    reasons: tuple[str, ...] = field(default=())
+
+    @property
+    def device_name(self) -> str | None:
+        """The first GPU's name (dtype-agnostic: look the peak up with `hardware.lookup_peak`)."""
+        return self.gpus[0].name if self.gpus else None
+
+    def links_for(self, local_index: int = 0) -> DetectedLinks:
+        """The links GPU `local_index` uses, as plain data for `hardware.link_for_tier`."""
+        gpu = next((g for g in self.gpus if g.index == local_index), None)
+        active = [p for p in self.nics if p.active and p.rate_bits_per_s]
+        kinds = {p.kind for p in active}
+        return DetectedLinks(
+            nvlink_generation=gpu.nvlink_generation if gpu else None,
+            nvlink_links_up=gpu.nvlink_links_up if gpu else 0,
+            pcie_generation=gpu.pcie_generation if gpu else None,
+            pcie_width=gpu.pcie_width if gpu else None,
+            nic_rates_bits_per_s=tuple(float(p.rate_bits_per_s or 0) for p in active),
+            nic_kind=kinds.pop() if len(kinds) == 1 else ("infiniband" if kinds else None),
+        )
+
+
+def parse_ib_rate_bits_per_s(text: str) -> float | None:
+    """Parse a sysfs ``rate`` file (``"400 Gb/sec (4X NDR)"``) into bits/s; None if unreadable."""
+    parts = text.strip().split()
+    if len(parts) < 2 or not parts[1].lower().startswith("gb/s"):
+        return None
+    try:
+        value = float(parts[0])
+    except ValueError:
+        return None
+    return value * 1e9 if value > 0 else None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class _Nvml:
+    """The NVML calls we make, each turning a failure into None plus a recorded reason."""
+
+    def __init__(self, nvml: Any, reasons: list[str]) -> None:
+        self.nvml = nvml
+        self.reasons = reasons
+
+    def call(self, what: str, fn_name: str, *args: Any) -> Any:
+        try:
+            return getattr(self.nvml, fn_name)(*args)
+        except Exception as exc:  # NVMLError, AttributeError on an old binding, ...
+            self.reasons.append(f"{what}: {_describe(exc)}")
+            return None
+
+    def quiet(self, fn_name: str, *args: Any) -> Any:
+        """A call whose failure is expected (e.g. an NVLink index the GPU does not have)."""
+        try:
+            return getattr(self.nvml, fn_name)(*args)
+        except Exception:
+            return None
+
+
+def _nvlink(api: _Nvml, handle: Any, index: int) -> tuple[int | None, int]:
+    up = 0
+    versions: set[int] = set()
+    for link in range(_NVLINK_MAX_LINKS):
+        if api.quiet("nvmlDeviceGetNvLinkState", handle, link) != _FEATURE_ENABLED:
+            continue
+        up += 1
+        version = api.quiet("nvmlDeviceGetNvLinkVersion", handle, link)
+        if isinstance(version, int) and version in NVLINK_ENUM_TO_GENERATION:
+            versions.add(NVLINK_ENUM_TO_GENERATION[version])
+    if up and not versions:
+        api.reasons.append(f"GPU {index}: {up} NVLink links up but their version is unknown")
+    return (max(versions) if versions else None), up
+
+
+def _gpu(api: _Nvml, index: int, handle: Any) -> GpuInfo:
+    name = api.call(f"GPU {index} name", "nvmlDeviceGetName", handle)
+    generation, links_up = _nvlink(api, handle, index)
+    gen = api.call(f"GPU {index} PCIe generation", "nvmlDeviceGetMaxPcieLinkGeneration", handle)
+    width = api.call(f"GPU {index} PCIe width", "nvmlDeviceGetMaxPcieLinkWidth", handle)
+    return GpuInfo(
+        index=index,
+        name=_text(name) if name is not None else None,
+        nvlink_generation=generation,
+        nvlink_links_up=links_up,
+        pcie_generation=gen if isinstance(gen, int) and gen > 0 else None,
+        pcie_width=width if isinstance(width, int) and width > 0 else None,
+    )
+
+
+def _pair(api: _Nvml, gpus: list[GpuInfo], handles: list[Any], i: int, j: int) -> str:
+    if i == j:
+        return "X"
+    status = api.quiet("nvmlDeviceGetP2PStatus", handles[i], handles[j], _NVLINK_P2P_INDEX)
+    if status == _P2P_OK:
+        links = min(gpus[i].nvlink_links_up, gpus[j].nvlink_links_up)
+        return f"NV{links}"
+    level = api.quiet("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
+    return _TOPOLOGY_LEVELS.get(level, "?") if isinstance(level, int) else "?"
+
+
+def _detect_gpus(nvml: Any, reasons: list[str]) -> tuple[list[GpuInfo], list[list[str]]]:
+    if nvml is None:
+        try:
+            import pynvml
+        except ImportError as exc:
+            reasons.append(f"NVML unavailable: nvidia-ml-py is not installed ({_describe(exc)})")
+            return [], []
+        nvml = pynvml
+    api = _Nvml(nvml, reasons)
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:
+        reasons.append(f"NVML unavailable (no NVIDIA driver or GPU?): {_describe(exc)}")
+        return [], []
+    try:
+        count = api.call("GPU count", "nvmlDeviceGetCount")
+        if not isinstance(count, int) or count <= 0:
+            if count == 0:
+                reasons.append("NVML found no GPU")
+            return [], []
+        handles = [
+            api.call(f"GPU {i} handle", "nvmlDeviceGetHandleByIndex", i) for i in range(count)
+        ]
+        gpus = [GpuInfo(i, None) if h is None else _gpu(api, i, h) for i, h in enumerate(handles)]
+        if any(h is None for h in handles):
+            return gpus, []
+        matrix = [[_pair(api, gpus, handles, i, j) for j in range(count)] for i in range(count)]
+        return gpus, matrix
+    finally:
+        api.quiet("nvmlShutdown")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _detect_nics(sysfs_root: Path, reasons: list[str]) -> list[NicPort]:
+    base = sysfs_root / "sys" / "class" / "infiniband"
+    try:
+        devices = sorted(p for p in base.iterdir())
+    except OSError as exc:
+        reasons.append(f"no RDMA NICs found under {base}: {_describe(exc)}")
+        return []
+    ports: list[NicPort] = []
+    for device in devices:
+        try:
+            port_dirs = sorted((device / "ports").iterdir())
+        except OSError as exc:
+            reasons.append(f"{device.name}: cannot list ports: {_describe(exc)}")
+            continue
+        for port in port_dirs:
+            rate_text = _read(port / "rate")
+            rate = parse_ib_rate_bits_per_s(rate_text) if rate_text is not None else None
+            if rate is None:
+                reasons.append(f"{device.name} port {port.name}: unreadable rate {rate_text!r}")
+            state = _read(port / "state")
+            layer = _read(port / "link_layer")
+            ports.append(
+                NicPort(
+                    device=device.name,
+                    port=port.name,
+                    rate_bits_per_s=rate,
+                    link_layer=layer.strip() if layer else None,
+                    # "4: ACTIVE"; a missing state file counts as active (older drivers)
+                    active=state is None or "ACTIVE" in state.upper(),
+                )
+            )
+    return ports
+
+
+def detect_hardware(
+    nvml: Any = None,
+    sysfs_root: str | os.PathLike[str] = "/",
+    hostname_fn: Callable[[], str] = socket.gethostname,
+) -> HardwareInfo:
+    """Detect this node's GPUs (name, NVLink, PCIe, pairwise topology), RDMA NIC ports and
+    hostname. Never raises for missing hardware or libraries: see `HardwareInfo.reasons`."""
+    reasons: list[str] = []
+    try:
+        hostname: str | None = hostname_fn()
+    except Exception as exc:
+        hostname = None
+        reasons.append(f"hostname unavailable: {_describe(exc)}")
+    gpus, matrix = _detect_gpus(nvml, reasons)
+    nics = _detect_nics(Path(sysfs_root), reasons)
+    return HardwareInfo(
+        hostname=hostname,
+        gpus=tuple(gpus),
+        topology=tuple(tuple(row) for row in matrix),
+        nics=tuple(nics),
+        reasons=tuple(reasons),
+    )

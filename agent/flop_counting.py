@@ -1,0 +1,280 @@
+"""Count the FLOPs of one real training step with torch's `FlopCounterMode`, recompute apart.
+
+`count_step_flops(step_fn)` runs `step_fn` once under `torch.utils.flop_counter.FlopCounterMode`
+and returns `StepFlops(model_flops, recompute_flops)`. Two things torch does not do for us:
+
+1. **CPU attention.** `FlopCounterMode` has formulas for the CUDA SDPA kernels but counts 0 for
+   ``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward. We register them through
+   `custom_mapping` with torch's own `sdpa_flop_count` / `sdpa_backward_flop_count` (FlopCounterMode
+   applies `shape_wrapper` to custom entries itself, so the adapters below receive shapes).
+2. **Recomputation.** Under activation checkpointing the forward of a checkpointed region runs
+   again during the backward pass; those FLOPs are hardware work (HFU) but not model work (MFU).
+   `torch.utils.checkpoint.checkpoint(..., use_reentrant=False, context_fn=...)` lets us wrap
+   exactly the recomputation in a context. `RecomputeCounter.context()` is that context: it counts
+   the recomputed FLOPs with a nested `FlopCounterMode`. The outer counter of `count_step_flops`
+   sees those ops too (nested dispatch modes both count), so
+   ``model_flops = outer total - recompute total``. (Only recomputation that ran under the outer
+   counter's dispatch mode is subtracted: the calling thread, or autograd's device threads, which
+   inherit the mode stack; a plain Python thread does not, and its FLOPs were never in the total.)
+
+How to combine them (the agent's public `checkpoint_context()` wraps this and also opens a
+``torch.profiler.record_function("mfuscope::recompute")`` range)::
+
+    counter = RecomputeCounter()
+
+    def context_fn():
+        return contextlib.nullcontext(), counter.context()   # (forward ctx, recompute ctx)
+
+    def block_fn(x):
+        return checkpoint(block, x, use_reentrant=False, context_fn=context_fn)
+
+    step = count_step_flops(lambda: train_step())   # train_step calls block_fn
+    step.model_flops, step.recompute_flops          # recompute excluded from model_flops
+
+Every recompute context that exits while `count_step_flops` is running adds to that step's
+`recompute_flops`, whichever `RecomputeCounter` it belongs to; `counter.total_flops` keeps its own
+running total across steps. The registry of the running step is process-wide (not a ContextVar)
+because on GPU the backward pass, and with it the recomputation, runs on autograd's device
+threads. So `count_step_flops` is not reentrant: one step is counted at a time.
+
+Note: FlopCounterMode counts what kernels compute. The SDPA backward formula includes the
+recomputation of the score matrix that FlashAttention does internally (2*b*H*T^2*Q per call), so a
+counted step exceeds the analytical PaLM/Megatron model FLOPs by that term; it is not activation
+checkpointing and stays in `model_flops`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch.utils.flop_counter import (
+    FlopCounterMode,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+)
+
+__all__ = [
+    "RecomputeCounter",
+    "StepFlopCount",
+    "StepFlops",
+    "count_step_flops",
+    "cpu_attention_flop_mapping",
+    "recompute_context_fn",
+]
+
+
+def _sdpa_cpu_forward(
+    query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, **kwargs: Any
+) -> int:
+    # aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal,
+    # *, attn_mask, scale): only the three shapes matter (causal masks are not discounted).
+    return int(sdpa_flop_count(query_shape, key_shape, value_shape))
+
+
+def _sdpa_cpu_backward(
+    grad_out_shape: Any,
+    query_shape: Any,
+    key_shape: Any,
+    value_shape: Any,
+    *args: Any,
+    **kwargs: Any,
+) -> int:
+    # ..._for_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, ...)
+    return int(sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape))
+
+
+def cpu_attention_flop_mapping() -> dict[Any, Callable[..., int]]:
+    """`custom_mapping` entries for the CPU flash-attention ops FlopCounterMode misses."""
+    aten = torch.ops.aten
+    return {
+        aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_forward,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_cpu_backward,
+    }
+
+
+def _new_flop_counter() -> FlopCounterMode:
+    return FlopCounterMode(display=False, custom_mapping=cpu_attention_flop_mapping())
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one counted step on this rank: `model_flops` (MFU numerator, recomputation
+    excluded) and `recompute_flops` (activation recomputation; HFU adds it)."""
+
+    model_flops: float
+    recompute_flops: float
+
+    @property
+    def hardware_flops(self) -> float:
+        return self.model_flops + self.recompute_flops
+
+
+class _StepRegistry:
+    """The step being counted, shared by all threads (see the module docstring).
+
+    A recomputation is subtracted from the step's total only if the step's own counter saw it,
+    i.e. if that counter's dispatch mode was on the recomputing thread's mode stack. Autograd
+    propagates the mode stack to its device threads, so on GPU it is; a plain Python thread that
+    recomputes does not inherit it, and its FLOPs were never in the total.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counter: FlopCounterMode | None = None
+        self._recompute = 0
+        self._recompute_in_total = 0
+
+    def start(self, counter: FlopCounterMode) -> None:
+        with self._lock:
+            if self._counter is not None:
+                raise RuntimeError("count_step_flops is already counting a step (not reentrant)")
+            self._counter = counter
+            self._recompute = 0
+            self._recompute_in_total = 0
+
+    def stop(self) -> tuple[int, int]:
+        """End the step: (recompute FLOPs, the part of them the step's total also holds)."""
+        with self._lock:
+            self._counter = None
+            return self._recompute, self._recompute_in_total
+
+    def step_counter_is_active_here(self) -> bool:
+        with self._lock:
+            counter = self._counter
+        if counter is None or counter.mode is None:
+            return False
+        return any(mode is counter.mode for mode in _get_current_dispatch_mode_stack())
+
+    def add_recompute(self, flops: int, seen_by_step: bool) -> None:
+        with self._lock:
+            if self._counter is not None:
+                self._recompute += flops
+                if seen_by_step:
+                    self._recompute_in_total += flops
+
+
+_STEP = _StepRegistry()
+
+
+class _RecomputeContext:
+    def __init__(self, owner: RecomputeCounter) -> None:
+        self._owner = owner
+        self._counter: FlopCounterMode | None = None
+        self._seen_by_step = False
+
+    def __enter__(self) -> None:
+        self._seen_by_step = _STEP.step_counter_is_active_here()
+        self._counter = _new_flop_counter()
+        self._counter.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        counter, self._counter = self._counter, None
+        if counter is None:
+            return
+        counter.__exit__(exc_type, exc, tb)
+        flops = int(counter.get_total_flops())
+        self._owner._add(flops)
+        _STEP.add_recompute(flops, self._seen_by_step)
+
+
+class RecomputeCounter:
+    """Counts FLOPs of activation recomputation; use `.context()` as checkpoint's recompute context.
+
+    `total_flops` is the running total over every recomputation seen (FLOPs). Thread-safe: the
+    backward pass may run on another thread than the one that created the counter.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._total = 0
+
+    @property
+    def total_flops(self) -> int:
+        with self._lock:
+            return self._total
+
+    def _add(self, flops: int) -> None:
+        with self._lock:
+            self._total += flops
+
+    def context(self) -> _RecomputeContext:
+        """A fresh context manager for one recomputation (checkpoint calls `context_fn` per use)."""
+        return _RecomputeContext(self)
+
+
+def recompute_context_fn(counter: RecomputeCounter) -> Callable[[], tuple[Any, Any]]:
+    """A ready `context_fn` for ``checkpoint(..., use_reentrant=False, context_fn=...)``."""
+    import contextlib
+
+    def context_fn() -> tuple[Any, Any]:
+        return contextlib.nullcontext(), counter.context()
+
+    return context_fn
+
+
+class StepFlopCount:
+    """Count one step between `__enter__` and `__exit__` (for callers that see a step's begin and
+    end rather than a function); `count_step_flops` is this around one call.
+
+    Usage: ``with StepFlopCount() as count: ...one step...`` then ``count.result``. Recompute
+    contexts that exit inside the block are attributed to it. Not reentrant, like
+    `count_step_flops`.
+    """
+
+    def __init__(self) -> None:
+        self._counter = _new_flop_counter()
+        self._result: StepFlops | None = None
+
+    def __enter__(self) -> StepFlopCount:
+        _STEP.start(self._counter)
+        try:
+            self._counter.__enter__()
+        except BaseException:
+            _STEP.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._counter.__exit__(exc_type, exc, tb)
+        finally:
+            recompute, recompute_in_total = _STEP.stop()
+        total = int(self._counter.get_total_flops())
+        self._result = StepFlops(
+            model_flops=float(total - recompute_in_total), recompute_flops=float(recompute)
+        )
+
+    @property
+    def result(self) -> StepFlops:
+        """The counted step; raises RuntimeError before the block has ended."""
+        if self._result is None:
+            raise RuntimeError("the step has not been counted yet (the block has not ended)")
+        return self._result
+
+
+def count_step_flops(step_fn: Callable[[], object]) -> StepFlops:
+    """Run `step_fn` once under FlopCounterMode and return its FLOPs, recomputation apart.
+
+    `step_fn` should be one full training step (forward, backward, optimizer) of this rank. FLOPs
+    of recomputation run through a `RecomputeCounter.context()` are reported in `recompute_flops`
+    and subtracted from `model_flops`.
+    """
+    with StepFlopCount() as count:
+        step_fn()
+    return count.result
