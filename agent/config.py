@@ -1,0 +1,186 @@
+"""Agent configuration: one frozen dataclass, validated on construction.
+
+Precedence (as OpenTelemetry's SDK does it): an explicit argument, else the `MFUSCOPE_<FIELD>`
+environment variable (field name upper-cased, e.g. `MFUSCOPE_COLLECTOR_URL`), else the default.
+The environment lets operators retune or redirect an instrumented job without code changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ENV_PREFIX", "AgentConfig", "ConfigError"]
+
+ENV_PREFIX = "MFUSCOPE_"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+class ConfigError(ValueError):
+    """A bad configuration value. `field` names the option (and `source` where it came from)."""
+
+    def __init__(self, field: str, message: str, source: str = "argument") -> None:
+        super().__init__(f"mfuscope agent option {field!r} ({source}): {message}")
+        self.field = field
+        self.source = source
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything the agent can be told. Units are in the names; ratios are 0..1.
+
+    Sampling: a profiled window of `profile_steps` steps first at step `profile_first_step`, then
+    whenever `profile_every_steps` steps or `profile_every_s` seconds have passed since the last
+    one, whichever comes first, but never sooner than the measured cost of the last window divided
+    by `profile_max_overhead_ratio` (so the amortised profiling cost stays under that ratio).
+    """
+
+    job: str
+    collector_url: str | None = None
+    jsonl_path: str | None = None  # `{rank}` in the path is replaced by the rank
+    token: str | None = None  # bearer token for the collector
+    # FLOPs per step of this rank; None: counted once with FlopCounterMode on the first step.
+    flops_per_step: float | None = None
+    recompute_flops_per_step: float | None = None
+    count_flops: bool = True
+    max_flop_recounts: int = 8  # distinct input shapes counted before giving up recounting
+    peak_flops: float | None = None  # dense peak FLOP/s of this rank's device
+    dtype: str | None = None  # training dtype for the peak lookup; None: bf16 on GPU, fp32 on CPU
+    calibrate_cpu_peak: bool = True
+    profile: bool = True
+    profile_first_step: int = 10
+    profile_every_steps: int = 1000
+    profile_every_s: float = 300.0
+    profile_steps: int = 3
+    profile_max_overhead_ratio: float = 0.005
+    wrap_checkpoint: bool = False
+    flush_interval_s: float = 5.0
+    max_batch_reports: int = 256
+    max_queue_reports: int = 10_000
+    request_timeout_s: float = 5.0
+    max_send_attempts: int = 5
+    retry_base_s: float = 0.5
+    retry_max_s: float = 30.0
+    close_timeout_s: float = 10.0
+    analysis_timeout_s: float = 120.0
+    log_interval_s: float = 60.0
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job, str) or not self.job or len(self.job) > 256:
+            raise ConfigError("job", "a non-empty name of at most 256 characters is required")
+        for name in ("flops_per_step", "recompute_flops_per_step"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(name, f"must be a finite number >= 0, got {value!r}")
+        if self.peak_flops is not None and not (
+            math.isfinite(self.peak_flops) and self.peak_flops >= 1.0
+        ):
+            raise ConfigError("peak_flops", f"must be a finite FLOP/s >= 1, got {self.peak_flops}")
+        if self.collector_url is not None and not self.collector_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ConfigError(
+                "collector_url", f"must start with http:// or https://, got {self.collector_url!r}"
+            )
+        for name in (
+            "profile_steps",
+            "max_batch_reports",
+            "max_queue_reports",
+            "max_send_attempts",
+            "profile_every_steps",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        for name in ("profile_first_step", "max_flop_recounts"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
+        for name in (
+            "profile_every_s",
+            "flush_interval_s",
+            "request_timeout_s",
+            "retry_base_s",
+            "retry_max_s",
+            "close_timeout_s",
+            "analysis_timeout_s",
+            "log_interval_s",
+        ):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(name, f"must be a finite number of seconds >= 0, got {value}")
+        if not 0 < self.profile_max_overhead_ratio <= 1:
+            raise ConfigError(
+                "profile_max_overhead_ratio",
+                f"must be in (0, 1], got {self.profile_max_overhead_ratio}",
+            )
+        if self.request_timeout_s <= 0:
+            raise ConfigError("request_timeout_s", "must be > 0")
+
+    @classmethod
+    def resolve(
+        cls, arguments: Mapping[str, object], env: Mapping[str, str] | None = None
+    ) -> AgentConfig:
+        """Build a config: `arguments` that are not None win, then `MFUSCOPE_*` in `env`
+        (default `os.environ`), then the defaults.
+
+        Raises `ConfigError` for an unknown option name or a bad value (naming its source).
+        """
+        environ = os.environ if env is None else env
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(arguments) - set(fields))
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown option; known: {', '.join(sorted(fields))}")
+        values: dict[str, Any] = {}
+        for name, spec in fields.items():
+            argument = arguments.get(name)
+            if argument is not None:
+                values[name] = _coerce(name, spec.type, argument, "argument")
+                continue
+            env_name = ENV_PREFIX + name.upper()
+            if env_name in environ:
+                values[name] = _coerce(name, spec.type, environ[env_name], env_name)
+        if "job" not in values:
+            raise ConfigError("job", "required: pass job=... or set MFUSCOPE_JOB")
+        return cls(**values)
+
+
+def _coerce(name: str, type_name: object, raw: object, source: str) -> Any:
+    """Convert `raw` to the field's annotated type (annotations are strings here)."""
+    text = str(type_name)
+    optional = "None" in text
+    try:
+        if isinstance(raw, str):
+            if optional and raw.strip() == "":
+                return None
+            if text.startswith("bool"):
+                lowered = raw.strip().lower()
+                if lowered in _TRUE:
+                    return True
+                if lowered in _FALSE:
+                    return False
+                raise ValueError(f"expected a boolean (1/0, true/false), got {raw!r}")
+            if text.startswith("int"):
+                return int(raw)
+            if text.startswith("float"):
+                return float(raw)
+            return raw
+        if text.startswith("bool") and not isinstance(raw, bool):
+            raise ValueError(f"expected a boolean, got {raw!r}")
+        if text.startswith("int") and (isinstance(raw, bool) or not isinstance(raw, int)):
+            raise ValueError(f"expected an integer, got {raw!r}")
+        if text.startswith("float"):
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+                raise ValueError(f"expected a number, got {raw!r}")
+            return float(raw)
+        if text.startswith("str") and isinstance(raw, os.PathLike):
+            return os.fspath(raw)
+        if text.startswith("str") and not isinstance(raw, str):
+            raise ValueError(f"expected a string, got {raw!r}")
+        return raw
+    except ValueError as exc:
+        raise ConfigError(name, str(exc), source) from None

@@ -1,0 +1,246 @@
+"""From engine results to schema step reports (pure: plain data in, plain data out).
+
+A profiled window gives, per profiled step, the DESIGN §2 buckets on that step's device window
+and the collectives seen in it. The agent turns them into:
+
+- a `Breakdown`: each bucket's *fraction* of the window's total time (summed over its steps),
+  exposed communication split per (axis, tier). Every later step report carries it scaled to
+  that step's own measured wall time, so its components sum exactly to `wall_s` (schema rule);
+- per profiled step, `CollectiveSample`s aggregated per (op, axis, tier, group_size, bytes), put
+  only on that step's report so collector counters never count a collective twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from mfuscope.collector.schema import (
+    COLLECTIVE_OPS,
+    TIERS,
+    CollectiveSample,
+    ComponentShare,
+    StepReport,
+)
+
+__all__ = [
+    "Breakdown",
+    "CollectiveLike",
+    "DecompositionLike",
+    "ExposedCommLike",
+    "Share",
+    "breakdown_from_steps",
+    "collective_samples",
+    "components_for",
+    "make_report",
+]
+
+UNKNOWN = "unknown"
+# Exposed time the engine did not attribute to an axis below this is float noise, not a bucket.
+_ATTRIBUTION_SLACK_S = 1e-9
+
+
+class ExposedCommLike(Protocol):
+    @property
+    def axis(self) -> str: ...
+    @property
+    def tier(self) -> str: ...
+    @property
+    def seconds(self) -> float: ...
+
+
+class CollectiveLike(Protocol):
+    @property
+    def op(self) -> str: ...
+    @property
+    def axis(self) -> str: ...
+    @property
+    def tier(self) -> str: ...
+    @property
+    def group_size(self) -> int: ...
+    @property
+    def bytes(self) -> int | None: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def overlapped_ratio(self) -> float: ...
+
+
+class DecompositionLike(Protocol):
+    """The fields of the engine's `StepDecomposition` the agent reads (seconds)."""
+
+    @property
+    def step(self) -> int: ...
+    @property
+    def wall_s(self) -> float: ...
+    @property
+    def compute_s(self) -> float: ...
+    @property
+    def recompute_s(self) -> float: ...
+    @property
+    def exposed_comm_s(self) -> float: ...
+    @property
+    def other_s(self) -> float: ...
+    @property
+    def bubble_pipeline_s(self) -> float: ...
+    @property
+    def bubble_idle_s(self) -> float: ...
+    @property
+    def overlapped_comm_s(self) -> float: ...
+    @property
+    def exposed_comm(self) -> Sequence[ExposedCommLike]: ...
+    @property
+    def collectives(self) -> Sequence[CollectiveLike]: ...
+
+
+@dataclass(frozen=True)
+class Share:
+    """One bucket's fraction (0..1) of a step; axis/tier only on `exposed_comm`."""
+
+    component: str
+    fraction: float
+    axis: str = ""
+    tier: str = ""
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Bucket fractions of a profiled window; `step` is the window step it is named after."""
+
+    step: int
+    shares: tuple[Share, ...]
+    overlapped_fraction: float
+
+
+def _tier(tier: str) -> str:
+    return tier if tier in TIERS else UNKNOWN
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
+def breakdown_from_steps(
+    steps: Sequence[DecompositionLike], breakdown_step: int
+) -> Breakdown | None:
+    """Average bucket fractions over `steps` (weighted by their wall time).
+
+    Returns None when the steps cover no time. Exposed communication the engine left without an
+    axis is kept as axis ``unknown`` so the fractions still sum to 1.
+    """
+    total = math.fsum(_finite(s.wall_s) for s in steps)
+    if total <= 0:
+        return None
+    plain = {
+        "compute": math.fsum(_finite(s.compute_s) for s in steps),
+        "recompute": math.fsum(_finite(s.recompute_s) for s in steps),
+        "other": math.fsum(_finite(s.other_s) for s in steps),
+        "bubble_pipeline": math.fsum(_finite(s.bubble_pipeline_s) for s in steps),
+        "bubble_idle": math.fsum(_finite(s.bubble_idle_s) for s in steps),
+    }
+    exposed: dict[tuple[str, str], float] = {}
+    for step in steps:
+        attributed = 0.0
+        for part in step.exposed_comm:
+            key = (part.axis or UNKNOWN, _tier(part.tier))
+            exposed[key] = exposed.get(key, 0.0) + _finite(part.seconds)
+            attributed += _finite(part.seconds)
+        rest = _finite(step.exposed_comm_s) - attributed
+        if rest > _ATTRIBUTION_SLACK_S:
+            key = (UNKNOWN, UNKNOWN)
+            exposed[key] = exposed.get(key, 0.0) + rest
+    bucket_total = math.fsum([*plain.values(), *exposed.values()])
+    if bucket_total <= 0:
+        return None
+    # Normalise by the buckets' own sum: the engine guarantees it equals the window to float
+    # rounding, and dividing by it makes the fractions sum to 1 whatever that rounding was.
+    shares = [Share(name, value / bucket_total) for name, value in plain.items() if value > 0]
+    shares += [
+        Share("exposed_comm", value / bucket_total, axis, tier)
+        for (axis, tier), value in sorted(exposed.items())
+        if value > 0
+    ]
+    overlapped = math.fsum(_finite(s.overlapped_comm_s) for s in steps) / bucket_total
+    return Breakdown(step=breakdown_step, shares=tuple(shares), overlapped_fraction=overlapped)
+
+
+def components_for(breakdown: Breakdown, wall_s: float) -> tuple[ComponentShare, ...]:
+    """`breakdown` scaled to a step of `wall_s` seconds; the seconds sum to `wall_s` exactly.
+
+    The rounding residual of the scaling goes to the largest component.
+    """
+    if not breakdown.shares or wall_s <= 0:
+        return ()
+    seconds = [share.fraction * wall_s for share in breakdown.shares]
+    largest = max(range(len(seconds)), key=seconds.__getitem__)
+    seconds[largest] = max(wall_s - math.fsum(seconds[:largest] + seconds[largest + 1 :]), 0.0)
+    return tuple(
+        ComponentShare(component=s.component, seconds=value, axis=s.axis, tier=s.tier)
+        for s, value in zip(breakdown.shares, seconds, strict=True)
+    )
+
+
+def collective_samples(records: Iterable[CollectiveLike]) -> tuple[CollectiveSample, ...]:
+    """Aggregate collective records per (op, axis, tier, group_size, bytes).
+
+    Records whose op is not an nccl-tests collective name or whose group size is not positive
+    are left out (the schema would reject them). `overlapped_s = seconds * overlapped_ratio`.
+    """
+    totals: dict[tuple[str, str, str, int, int | None], list[float]] = {}
+    for record in records:
+        if record.op not in COLLECTIVE_OPS or record.group_size < 1:
+            continue
+        seconds = _finite(record.seconds)
+        ratio = (
+            min(max(record.overlapped_ratio, 0.0), 1.0)
+            if math.isfinite(record.overlapped_ratio)
+            else 0.0
+        )
+        size = record.bytes if record.bytes is not None and record.bytes >= 0 else None
+        key = (record.op, record.axis or UNKNOWN, _tier(record.tier), record.group_size, size)
+        entry = totals.setdefault(key, [0.0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds
+        entry[2] += seconds * ratio
+    return tuple(
+        CollectiveSample(
+            op=op,
+            axis=axis,
+            tier=tier,
+            group_size=group_size,
+            bytes=size,
+            count=int(count),
+            seconds=seconds,
+            overlapped_s=min(overlapped, seconds),
+        )
+        for (op, axis, tier, group_size, size), (count, seconds, overlapped) in sorted(
+            totals.items(), key=lambda item: (item[0][:4], item[0][4] or -1)
+        )
+    )
+
+
+def make_report(
+    *,
+    step: int,
+    start_unix_ns: int,
+    wall_s: float,
+    model_flops: float,
+    recompute_flops: float,
+    breakdown: Breakdown | None,
+    collectives: tuple[CollectiveSample, ...] = (),
+) -> StepReport:
+    """One schema step report; components are `breakdown` scaled to `wall_s` (empty if None)."""
+    components = () if breakdown is None else components_for(breakdown, wall_s)
+    return StepReport(
+        step=step,
+        start_unix_ns=start_unix_ns,
+        wall_s=wall_s,
+        model_flops=model_flops,
+        recompute_flops=recompute_flops,
+        components=components,
+        overlapped_comm_s=0.0 if breakdown is None else breakdown.overlapped_fraction * wall_s,
+        breakdown_step=None if breakdown is None else breakdown.step,
+        collectives=collectives,
+    )

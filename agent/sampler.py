@@ -1,0 +1,270 @@
+"""Sampled torch.profiler windows: when to open one, recording it, analysing it off-thread.
+
+The training thread only starts and stops the profiler (and marks each profiled step with a
+`ProfilerStep#N` range, N = the agent's step number, which is how the engine finds steps). The
+stopped profiler goes to a background thread that exports the Kineto trace to a temporary file,
+runs the engine on it, deletes the file and leaves the result for the agent to pick up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from mfuscope.agent.reports import DecompositionLike
+
+__all__ = [
+    "ProfilerBusy",
+    "ProfilerLike",
+    "WindowAnalyser",
+    "WindowOutcome",
+    "WindowRecorder",
+    "WindowSchedule",
+    "torch_profiler_busy",
+    "torch_profiler_factory",
+]
+
+
+class ProfilerLike(Protocol):
+    """The part of `torch.profiler.profile` a window uses."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def export_chrome_trace(self, path: str) -> Any: ...
+
+
+def torch_profiler_factory(use_cuda: bool) -> Callable[[], ProfilerLike]:
+    """A factory of real profilers: CPU (+ CUDA) activities, shapes on (gloo sizes need them)."""
+
+    def make() -> ProfilerLike:
+        import torch.profiler
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if use_cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        profiler: ProfilerLike = torch.profiler.profile(activities=activities, record_shapes=True)
+        return profiler
+
+    return make
+
+
+class WindowSchedule:
+    """Decides at which step a window opens (pure; the clock value is passed in, seconds).
+
+    First window at `first_step`; then when `every_steps` steps or `every_s` seconds have passed
+    since the last window started, but not before `last_cost_s / max_overhead_ratio` seconds
+    (the budget that keeps the amortised profiling cost under `max_overhead_ratio`).
+    """
+
+    def __init__(
+        self, first_step: int, every_steps: int, every_s: float, max_overhead_ratio: float
+    ) -> None:
+        if every_steps < 1 or every_s < 0 or not 0 < max_overhead_ratio <= 1:
+            raise ValueError("every_steps >= 1, every_s >= 0 and 0 < max_overhead_ratio <= 1")
+        self._first_step = first_step
+        self._every_steps = every_steps
+        self._every_s = every_s
+        self._ratio = max_overhead_ratio
+        self._last_step: int | None = None
+        self._last_time = 0.0
+        self._last_cost_s = 0.0
+
+    def due(self, step: int, now: float) -> bool:
+        if self._last_step is None:
+            return step >= self._first_step
+        since_s = now - self._last_time
+        if since_s < self._last_cost_s / self._ratio:
+            return False
+        return step - self._last_step >= self._every_steps or since_s >= self._every_s
+
+    def started(self, step: int, now: float) -> None:
+        self._last_step = step
+        self._last_time = now
+
+    def record_cost(self, cost_s: float) -> None:
+        """The measured cost of the last window (extra step time + analysis CPU time), s."""
+        self._last_cost_s = max(cost_s, 0.0)
+
+    @property
+    def next_earliest_s(self) -> float:
+        """Seconds after the last window start before the budget allows another one."""
+        return self._last_cost_s / self._ratio
+
+
+class ProfilerBusy(RuntimeError):
+    """The user runs their own profiler: torch allows one at a time, so the window is skipped."""
+
+
+def torch_profiler_busy() -> bool:
+    """Whether a torch profiler is recording in this process (torch's own fast Python flag)."""
+    import torch.autograd.profiler as autograd_profiler
+
+    return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
+
+
+class WindowRecorder:
+    """Drives one profiler over a window of steps on the training thread.
+
+    `busy` says whether another profiler is already recording (then a window is not started).
+    """
+
+    def __init__(
+        self,
+        profiler_factory: Callable[[], ProfilerLike],
+        annotate: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
+        busy: Callable[[], bool] | None = None,
+    ) -> None:
+        self._factory = profiler_factory
+        self._annotate = annotate or _record_function
+        self._busy = busy or (lambda: False)
+        self._profiler: ProfilerLike | None = None
+        self._range: contextlib.AbstractContextManager[Any] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._profiler is not None
+
+    def begin_step(self, step: int, *, first: bool) -> None:
+        """Start the profiler (first window step) and open the step's `ProfilerStep#N` range."""
+        if first:
+            if self._busy():
+                raise ProfilerBusy("another torch.profiler session is active")
+            profiler = self._factory()
+            self._profiler = profiler  # set first: abort() must stop a half-started profiler
+            profiler.start()
+        if self._profiler is None:
+            raise RuntimeError("no profiler window is open")
+        annotation = self._annotate(f"ProfilerStep#{step}")
+        annotation.__enter__()
+        self._range = annotation
+
+    def end_step(self, *, last: bool) -> ProfilerLike | None:
+        """Close the step's range; on the last window step stop and return the profiler."""
+        annotation, self._range = self._range, None
+        if annotation is not None:
+            annotation.__exit__(None, None, None)
+        if not last:
+            return None
+        profiler, self._profiler = self._profiler, None
+        if profiler is not None:
+            profiler.stop()
+        return profiler
+
+    def abort(self) -> None:
+        """Best-effort teardown after a failure; never raises."""
+        annotation, self._range = self._range, None
+        profiler, self._profiler = self._profiler, None
+        with contextlib.suppress(Exception):
+            if annotation is not None:
+                annotation.__exit__(None, None, None)
+        with contextlib.suppress(Exception):
+            if profiler is not None:
+                profiler.stop()
+
+
+def _record_function(name: str) -> contextlib.AbstractContextManager[Any]:
+    import torch.profiler
+
+    context: contextlib.AbstractContextManager[Any] = torch.profiler.record_function(name)
+    return context
+
+
+@dataclass(frozen=True)
+class WindowOutcome:
+    """What one window produced: the decompositions of its steps, or the error that stopped it.
+
+    `cpu_s` is the CPU time the background thread spent on it (export + analysis).
+    """
+
+    steps: tuple[int, ...]
+    decompositions: tuple[DecompositionLike, ...] = ()
+    error: str | None = None
+    cpu_s: float = 0.0
+
+
+Analyse = Callable[[str], Sequence[DecompositionLike]]
+
+
+class WindowAnalyser:
+    """One daemon thread: export the stopped profiler's trace, analyse it, delete the file."""
+
+    def __init__(
+        self,
+        analyse: Analyse,
+        *,
+        temp_dir: str | None = None,
+        thread_time: Callable[[], float] = time.thread_time,
+    ) -> None:
+        self._analyse = analyse
+        self._temp_dir = temp_dir
+        self._thread_time = thread_time
+        self._jobs: queue.Queue[tuple[ProfilerLike, tuple[int, ...]] | None] = queue.Queue()
+        self._results: queue.Queue[WindowOutcome] = queue.Queue()
+        self._busy = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mfuscope-analyser", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    def submit(self, profiler: ProfilerLike, steps: tuple[int, ...]) -> None:
+        self._busy.set()
+        self._jobs.put((profiler, steps))
+
+    def poll(self) -> WindowOutcome | None:
+        try:
+            return self._results.get_nowait()
+        except queue.Empty:
+            return None
+
+    def wait(self, timeout_s: float) -> WindowOutcome | None:
+        try:
+            return self._results.get(timeout=max(timeout_s, 0.0))
+        except queue.Empty:
+            return None
+
+    def close(self, timeout_s: float) -> None:
+        self._jobs.put(None)
+        self._thread.join(max(timeout_s, 0.0))
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            profiler, steps = job
+            started = self._thread_time()
+            try:
+                decompositions = self._export_and_analyse(profiler)
+                outcome = WindowOutcome(steps=steps, decompositions=tuple(decompositions))
+            except Exception as exc:
+                outcome = WindowOutcome(steps=steps, error=f"{type(exc).__name__}: {exc}")
+            del profiler, job  # the profiler holds every event of the window; free it now
+            outcome = WindowOutcome(
+                steps=outcome.steps,
+                decompositions=outcome.decompositions,
+                error=outcome.error,
+                cpu_s=max(self._thread_time() - started, 0.0),
+            )
+            self._busy.clear()
+            self._results.put(outcome)
+
+    def _export_and_analyse(self, profiler: ProfilerLike) -> Sequence[DecompositionLike]:
+        fd, path = tempfile.mkstemp(prefix="mfuscope-window-", suffix=".json", dir=self._temp_dir)
+        os.close(fd)
+        try:
+            profiler.export_chrome_trace(path)
+            return self._analyse(path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(path)

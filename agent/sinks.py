@@ -1,0 +1,143 @@
+"""Where encoded report batches go: the collector over HTTP, or a local JSONL file.
+
+A sink sends one encoded batch (the schema's wire JSON) and raises `SendError` on failure, saying
+whether a retry can help. Sinks are used from the transport's background thread only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import os
+import threading
+import urllib.parse
+from typing import Protocol
+
+__all__ = ["REPORTS_PATH", "HttpSink", "JsonlSink", "SendError", "Sink"]
+
+REPORTS_PATH = "/v1/reports"
+# Compress bodies above this size: a batch of a few hundred step reports is tens of kB of JSON.
+GZIP_MIN_BYTES = 4096
+# Statuses worth a retry: throttling and server-side trouble. 400/401/413 will not get better.
+_RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+class SendError(Exception):
+    """A batch that did not arrive. `retryable` says whether sending it again can help."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+class Sink(Protocol):
+    """Delivers one encoded batch within `timeout_s` seconds or raises `SendError`."""
+
+    def send(self, body: bytes, timeout_s: float) -> None: ...
+
+    def close(self) -> None: ...
+
+    def describe(self) -> str: ...
+
+
+class HttpSink:
+    """POST `{url}/v1/reports` (the collector HTTP contract), gzip above `GZIP_MIN_BYTES`.
+
+    One connection per batch: batches are seconds apart, and a fresh connection never inherits
+    a half-dead socket from a collector restart. Proxies from the environment are not used (the
+    collector is a sidecar or on the job's network).
+    """
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"collector URL must be http(s)://host[:port][/path], got {url!r}")
+        self._https = parsed.scheme == "https"
+        self._host = parsed.hostname
+        self._port = parsed.port
+        base = parsed.path.rstrip("/")
+        self._path = base if base.endswith(REPORTS_PATH) else base + REPORTS_PATH
+        self._token = token
+        self._url = url
+
+    def describe(self) -> str:
+        return f"collector {self._url}"
+
+    def send(self, body: bytes, timeout_s: float) -> None:
+        headers = {"Content-Type": "application/json"}
+        if len(body) >= GZIP_MIN_BYTES:
+            body = gzip.compress(body, compresslevel=5)
+            headers["Content-Encoding"] = "gzip"
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        connection_type = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        connection = connection_type(self._host, self._port, timeout=max(timeout_s, 1e-3))
+        try:
+            connection.request("POST", self._path, body=body, headers=headers)
+            response = connection.getresponse()
+            payload = response.read(64 * 1024)
+        except (OSError, http.client.HTTPException) as exc:
+            # Refused, reset, timed out (a hanging collector), or a garbled reply.
+            raise SendError(f"{type(exc).__name__}: {exc}", retryable=True) from None
+        finally:
+            connection.close()
+        if response.status == 200:
+            return
+        raise SendError(
+            f"HTTP {response.status}: {_error_text(payload)}",
+            retryable=response.status in _RETRYABLE_STATUS,
+            status=response.status,
+        )
+
+    def close(self) -> None:
+        return None
+
+
+def _error_text(payload: bytes) -> str:
+    try:
+        decoded = json.loads(payload)
+    except ValueError:
+        return payload[:200].decode("utf-8", "replace")
+    if isinstance(decoded, dict) and "error" in decoded:
+        field = decoded.get("field")
+        return f"{decoded['error']}" + (f" (field {field})" if field else "")
+    return str(decoded)[:200]
+
+
+class JsonlSink:
+    """Appends one batch per line to a file (the agent's local output).
+
+    Each line is written with a single `write` on an `O_APPEND` descriptor, so several ranks can
+    share one file on a local filesystem without interleaving lines.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+
+    def describe(self) -> str:
+        return f"file {self._path}"
+
+    def send(self, body: bytes, timeout_s: float) -> None:
+        line = body.rstrip(b"\n") + b"\n"
+        with self._lock:
+            try:
+                if self._fd is None:
+                    directory = os.path.dirname(self._path)
+                    if directory:
+                        os.makedirs(directory, exist_ok=True)
+                    self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                written = os.write(self._fd, line)
+            except OSError as exc:
+                raise SendError(f"{self._path}: {exc}", retryable=True) from None
+            if written != len(line):
+                raise SendError(f"{self._path}: short write", retryable=False)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -1,0 +1,223 @@
+"""Who this rank is and whom it talks to, discovered once at start.
+
+`discover_topology` (torch side) gathers every rank's host name with one `all_gather_object` and
+lists the process groups this rank belongs to; `build_topology` (pure) names each group's axis
+and tier:
+
+- axis: the DeviceMesh dim name when the group is one of the mesh's dims; else the group
+  description (`mesh_<name>` -> `<name>`, `default_pg` -> `world`, as the engine names groups in
+  traces); else `pg<name>`.
+- tier: `intra_node` when all the group's ranks share one host, else `inter_node`
+  (`unknown` when a rank's host is unknown). A `tp` group on several hosts is flagged: tensor
+  parallelism has spilled past the NVLink boundary (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mfuscope.collector.schema import GroupInfo, Topology
+
+__all__ = [
+    "GroupSpec",
+    "GroupView",
+    "RankTopology",
+    "axis_of_group",
+    "build_topology",
+    "discover_topology",
+]
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A process group as torch.distributed knows it: name, description, global ranks."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A group with the names mfuscope reports it under."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+    axis: str
+    tier: str
+    hosts: tuple[str, ...]
+
+    @property
+    def spans_hosts(self) -> bool:
+        return len(self.hosts) > 1
+
+
+@dataclass(frozen=True)
+class RankTopology:
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    host_of_rank: Mapping[int, str] = field(default_factory=dict)
+    groups: tuple[GroupView, ...] = ()
+
+    @property
+    def axis_of_group_name(self) -> dict[str, str]:
+        """Process-group name -> axis, for the engine's axis overrides."""
+        return {g.name: g.axis for g in self.groups}
+
+    @property
+    def tp_spans_hosts(self) -> bool:
+        return any(g.axis == "tp" and g.spans_hosts for g in self.groups)
+
+    def to_schema(self, link_peak_bytes_per_s: Mapping[str, float] | None = None) -> Topology:
+        """The wire `Topology`: one entry per distinct (axis, tier, size, spans_hosts).
+
+        `link_peak_bytes_per_s` maps a tier to its unidirectional spec rate, when known.
+        """
+        peaks = link_peak_bytes_per_s or {}
+        seen: dict[tuple[str, str, int, bool], GroupInfo] = {}
+        for g in self.groups:
+            key = (g.axis, g.tier, len(g.ranks), g.spans_hosts)
+            seen.setdefault(
+                key,
+                GroupInfo(
+                    axis=g.axis,
+                    tier=g.tier,
+                    size=len(g.ranks),
+                    spans_hosts=g.spans_hosts,
+                    link_peak_bytes_per_s=peaks.get(g.tier),
+                ),
+            )
+        return Topology(groups=tuple(seen.values()))
+
+
+def axis_of_group(spec: GroupSpec, mesh_axes: Mapping[str, str]) -> str:
+    """The axis name of a group (see the module docstring for the rules)."""
+    if spec.name in mesh_axes:
+        return mesh_axes[spec.name]
+    desc = spec.desc.strip()
+    if desc.startswith("mesh_") and len(desc) > len("mesh_"):
+        return desc[len("mesh_") :]
+    if desc == "default_pg":
+        return "world"
+    if desc and desc != "undefined":
+        return desc
+    return f"pg{spec.name}"
+
+
+def build_topology(
+    *,
+    rank: int,
+    local_rank: int,
+    hosts: Sequence[str | None],
+    groups: Sequence[GroupSpec],
+    mesh_axes: Mapping[str, str] | None = None,
+) -> RankTopology:
+    """Name axes and tiers of `groups` given the host of every rank (`hosts[r]`, None = unknown).
+
+    Raises ValueError when `rank` is not a valid index into `hosts`.
+    """
+    if not 0 <= rank < len(hosts):
+        raise ValueError(f"rank {rank} outside a world of {len(hosts)}")
+    axes = mesh_axes or {}
+    host_of_rank = {r: h for r, h in enumerate(hosts) if h}
+    views = []
+    for spec in groups:
+        group_hosts = [hosts[r] if 0 <= r < len(hosts) else None for r in spec.ranks]
+        known = sorted({h for h in group_hosts if h})
+        if any(h is None for h in group_hosts):
+            tier = "unknown"
+        else:
+            tier = "intra_node" if len(known) <= 1 else "inter_node"
+        views.append(
+            GroupView(
+                name=spec.name,
+                desc=spec.desc,
+                ranks=tuple(spec.ranks),
+                axis=axis_of_group(spec, axes),
+                tier=tier,
+                hosts=tuple(known),
+            )
+        )
+    return RankTopology(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=len(hosts),
+        host=hosts[rank] or "unknown",
+        host_of_rank=host_of_rank,
+        groups=tuple(views),
+    )
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _process_groups(dist: Any, rank: int) -> list[GroupSpec]:
+    """Groups this rank belongs to, from torch.distributed's registry (private but stable
+    since 2.0: the profiler reads the same `_world` for its `distributedInfo.pg_config`)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    specs = []
+    for pg, rank_map in list(c10d._world.pg_group_ranks.items()):
+        if not isinstance(pg, dist.ProcessGroup) or rank not in rank_map:
+            continue
+        ranks = tuple(sorted(rank_map, key=lambda r: rank_map[r]))
+        specs.append(
+            GroupSpec(
+                name=str(getattr(pg, "group_name", "")),
+                desc=str(getattr(pg, "group_desc", "")),
+                ranks=ranks,
+            )
+        )
+    return specs
+
+
+def _mesh_axes(mesh: Any) -> dict[str, str]:
+    axes: dict[str, str] = {}
+    for dim_name in getattr(mesh, "mesh_dim_names", None) or ():
+        group = mesh.get_group(dim_name)
+        axes[str(group.group_name)] = str(dim_name)
+    return axes
+
+
+def discover_topology(mesh: Any = None) -> RankTopology:
+    """Rank, local rank, host of every rank, and groups; collective on the default group.
+
+    Every rank must call it (the Agent does, at construction). Without torch.distributed
+    initialised it describes a single process from the `RANK`/`LOCAL_RANK` environment.
+    """
+    import torch.distributed as dist
+
+    host = socket.gethostname()
+    if not (dist.is_available() and dist.is_initialized()):
+        rank = _env_int("RANK", 0)
+        world = max(_env_int("WORLD_SIZE", 1), rank + 1)
+        hosts: list[str | None] = [None] * world
+        hosts[rank] = host
+        return build_topology(
+            rank=rank, local_rank=_env_int("LOCAL_RANK", 0), hosts=hosts, groups=()
+        )
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, host)
+    hosts = [h if isinstance(h, str) and h else None for h in gathered]
+    same_host_before = sum(1 for r in range(rank) if hosts[r] == host)
+    local_rank = _env_int("LOCAL_RANK", same_host_before)
+    return build_topology(
+        rank=rank,
+        local_rank=local_rank,
+        hosts=hosts,
+        groups=_process_groups(dist, rank),
+        mesh_axes=_mesh_axes(mesh) if mesh is not None else None,
+    )

@@ -1,0 +1,149 @@
+"""FlopsTracker: given FLOPs, count once, recount on new input shapes, bounded recounts."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from mfuscope.agent._health import RateLimitedLog
+from mfuscope.agent.flops_tracker import FlopsTracker, input_signature
+
+
+class FakeSession:
+    """Counts as many FLOPs as the fake model's current batch size (x 1e9), 10% recompute."""
+
+    opened = 0
+
+    def __init__(self, model: FakeModel) -> None:
+        self.model = model
+        self.entered = False
+        self.value: tuple[float, float] | None = None
+
+    def __enter__(self) -> FakeSession:
+        FakeSession.opened += 1
+        self.entered = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.value = (self.model.batch * 1e9, self.model.batch * 1e8)
+
+    def recompute_context(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def result(self) -> tuple[float, float]:
+        assert self.value is not None
+        return self.value
+
+
+class Shape:
+    def __init__(self, *dims: int) -> None:
+        self.shape = dims
+
+
+class FakeModel:
+    """Calls its forward pre-hook like nn.Module does."""
+
+    def __init__(self) -> None:
+        self.batch = 8
+        self.hook: Callable[..., None] | None = None
+
+    def register_forward_pre_hook(self, hook: Callable[..., None], with_kwargs: bool) -> Any:
+        assert with_kwargs
+        self.hook = hook
+        return self
+
+    def remove(self) -> None:
+        self.hook = None
+
+    def forward(self) -> None:
+        if self.hook is not None:
+            self.hook(self, (Shape(self.batch, 128), "not a tensor"), {"mask": Shape(self.batch)})
+
+
+def _tracker(model: FakeModel, **kwargs: Any) -> FlopsTracker:
+    return FlopsTracker(
+        given=kwargs.pop("given", None),
+        new_session=lambda: FakeSession(model),
+        log=RateLimitedLog(60.0),
+        model=model,
+        **kwargs,
+    )
+
+
+def _run(tracker: FlopsTracker, model: FakeModel, batch: int) -> tuple[float, float, str]:
+    model.batch = batch
+    tracker.begin_step()
+    model.forward()
+    value = tracker.end_step()
+    return value.model_flops, value.recompute_flops, value.source
+
+
+def test_given_flops_are_never_counted() -> None:
+    model = FakeModel()
+    tracker = _tracker(model, given=(5.0, 1.0))
+    before = FakeSession.opened
+    assert not tracker.counting
+    assert _run(tracker, model, 8) == (5.0, 1.0, "given")
+    assert FakeSession.opened == before
+    assert model.hook is None  # no shape watching needed
+
+
+def test_counts_once_then_recounts_new_shapes_one_step_late() -> None:
+    model = FakeModel()
+    tracker = _tracker(model)
+    assert tracker.counting
+    assert _run(tracker, model, 8) == (8e9, 8e8, "counted")
+    assert _run(tracker, model, 8) == (8e9, 8e8, "counted")
+    assert not tracker.counting
+    # shapes change: this step carries the stale count, the next one is counted
+    assert _run(tracker, model, 4) == (8e9, 8e8, "stale")
+    assert tracker.counting
+    assert _run(tracker, model, 4) == (4e9, 4e8, "counted")
+    # both shape sets are now known: switching back costs no count
+    assert _run(tracker, model, 8) == (8e9, 8e8, "counted")
+    assert not tracker.counting
+    tracker.close()
+    assert model.hook is None
+
+
+def test_recounts_stop_at_the_limit() -> None:
+    model = FakeModel()
+    tracker = _tracker(model, max_recounts=2)
+    _run(tracker, model, 1)
+    _run(tracker, model, 2)  # stale, schedules a count
+    _run(tracker, model, 2)  # counted: now 2 signatures known
+    assert _run(tracker, model, 3) == (2e9, 2e8, "stale")
+    assert not tracker.counting
+
+
+def test_a_raising_step_is_not_kept_and_counting_is_retried() -> None:
+    model = FakeModel()
+    tracker = _tracker(model)
+    tracker.begin_step()
+    value = tracker.end_step(failed=True)
+    assert value.source == "unknown" and tracker.counting
+    assert _run(tracker, model, 8)[2] == "counted"
+
+
+def test_a_failing_counter_is_given_up_after_three_tries() -> None:
+    model = FakeModel()
+    tracker = _tracker(model)
+    for _ in range(3):
+        assert tracker.counting
+        tracker.begin_step()
+        tracker.abort()
+    assert not tracker.counting
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "expected"),
+    [
+        ((Shape(2, 3),), {}, ((2, 3),)),
+        ((1, "x", None), {}, ()),
+        ((Shape(4),), {"y": Shape(5, 6)}, ((4,), (5, 6))),
+    ],
+)
+def test_input_signature(args: tuple[Any, ...], kwargs: dict[str, Any], expected: Any) -> None:
+    assert input_signature(args, kwargs) == expected
