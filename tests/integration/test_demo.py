@@ -1,0 +1,164 @@
+"""`mfuscope demo` for real: a collector, a 2-rank gloo torchrun job with the agent, the report.
+
+Each run carries a unique marker in its environment, which every process it starts inherits; after
+the demo exits no process with that marker may remain. `TMPDIR` points into the test's directory,
+so the demo's temporary files can be checked to be gone too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from mfuscope.cli._report import PLOT_NAMES
+
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 240
+
+
+def _demo_env(tmp_path: Path) -> tuple[dict[str, str], str]:
+    marker = f"mfuscope-test-{uuid.uuid4().hex}"
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "MFUSCOPE_TEST_MARKER": marker, "TMPDIR": str(tmpdir)}
+    env["OMP_NUM_THREADS"] = "1"
+    return env, marker
+
+
+def _marked_processes(marker: str) -> list[int]:
+    needle = f"MFUSCOPE_TEST_MARKER={marker}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _assert_nothing_left(marker: str, tmp_path: Path) -> None:
+    deadline = time.monotonic() + 5.0  # the kernel may need a moment to reap
+    while (left := _marked_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == [], f"processes left behind: {left}"
+    assert list((tmp_path / "tmp").iterdir()) == [], "temporary files left behind"
+
+
+def _demo(*args: str) -> list[str]:
+    # Port 0: parallel test workers must not fight over the default port.
+    return [sys.executable, "-m", "mfuscope.cli", "demo", "--no-live", "--listen", "127.0.0.1:0",
+            *args]  # fmt: skip
+
+
+def _run_demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path, str]:
+    env, marker = _demo_env(tmp_path)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        _demo("--out", str(out), *args),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    _assert_nothing_left(marker, tmp_path)
+    return result, out, marker
+
+
+def _check_outputs(out: Path, steps: int, log: str) -> dict[str, object]:
+    for name in ("summary.json", "metrics.txt", "report/report.html"):
+        assert (out / name).exists(), f"{name} missing; demo output:\n{log[-4000:]}"
+    summary = json.loads((out / "summary.json").read_text())
+    (job,) = summary["jobs"]
+    # The collector heard from every rank, every step.
+    assert (job["ranks"], job["world_size"]) == (2, 2)
+    assert job["reports"]["accepted"] == 2 * steps
+    metrics = (out / "metrics.txt").read_text()
+    for rank in (0, 1):
+        assert re.search(rf'mfuscope_steps_total\{{job="demo",rank="{rank}"\}} {steps}\.0', metrics)
+        assert (out / "agent" / f"rank{rank}.jsonl").stat().st_size > 0
+    html = (out / "report" / "report.html").read_text()
+    for plot in PLOT_NAMES:
+        assert re.search(rf'<figure id="plot-{plot}">\s*<svg', html), plot
+        assert (out / "report" / f"{plot}.png").exists(), plot
+    return dict(job)
+
+
+def test_demo_data_parallel(tmp_path: Path) -> None:
+    steps = 14
+    result, out, _ = _run_demo(tmp_path, "--steps", str(steps))
+    assert re.search(r"MFU \d+\.\d%  HFU \d+\.\d%  whole run", result.stdout), result.stdout
+    assert re.search(r"MFU \d+\.\d%  HFU \d+\.\d%  at the collector", result.stdout)
+    assert f"report        {out / 'report' / 'report.html'}" in result.stdout
+    assert "importing torch" in result.stdout  # progress while torch starts
+    job = _check_outputs(out, steps, result.stdout + result.stderr)
+    components = job["components"]
+    assert isinstance(components, dict)
+    assert components.get("recompute", 0) > 0  # activation checkpointing shows
+    assert components.get("exposed_comm", 0) > 0  # DDP's all-reduces over dp
+    # A second run reuses its own output directory (and refuses anybody else's).
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    refused = subprocess.run(_demo("--out", str(foreign)), capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+    assert refused.returncode == 2 and "was not made by mfuscope demo" in refused.stderr
+    assert [p.name for p in foreign.iterdir()] == ["keep.txt"]
+
+
+def test_demo_pipeline_shows_the_bubble(tmp_path: Path) -> None:
+    steps = 10
+    result, out, _ = _run_demo(tmp_path, "--steps", str(steps), "--pipeline")
+    assert "2-stage pipeline (pp)" in result.stdout
+    job = _check_outputs(out, steps, result.stdout + result.stderr)
+    components = job["components"]
+    assert isinstance(components, dict) and components.get("bubble_pipeline", 0) > 0
+    assert "pipeline bubble" in result.stdout
+
+
+def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    env, marker = _demo_env(tmp_path)
+    out = tmp_path / "out"
+    demo = subprocess.Popen(
+        _demo("--out", str(out), "--steps", "100000"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # like a shell job: our SIGINT reaches the demo alone
+    )
+    training = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            lines.append(line)
+            if "training ·" in line or "agent ready" in line:
+                training.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert training.wait(TIMEOUT_S), "".join(lines)
+        assert len(_marked_processes(marker)) >= 4  # demo, collector, torchrun, 2 workers
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 130, err
+    assert "interrupted: stopped training job, collector" in err
+    _assert_nothing_left(marker, tmp_path)
+    assert (out / "agent").is_dir()  # partial output is kept and named

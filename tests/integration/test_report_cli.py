@@ -1,0 +1,144 @@
+"""`mfuscope report` end to end: agent JSONL or real Kineto traces in, one offline HTML page out."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from mfuscope.cli import main
+from mfuscope.cli._report import PLOT_NAMES
+from mfuscope.collector.schema import (
+    AgentHealth,
+    CollectiveSample,
+    ComponentShare,
+    GroupInfo,
+    ReportBatch,
+    StepReport,
+    Topology,
+    batch_to_json,
+)
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# The only URLs an offline page may hold: XML namespace names inside the inline SVG (never fetched).
+NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+
+
+def _step(step: int, rank: int) -> StepReport:
+    wall = 0.1 * (1.2 if rank == 1 else 1.0)
+    compute = 0.06 * (1.2 if rank == 1 else 1.0)
+    parts = [
+        ComponentShare("compute", compute),
+        ComponentShare("recompute", 0.01),
+        ComponentShare("exposed_comm", 0.02, axis="dp", tier="intra_node"),
+        ComponentShare("bubble_idle", wall - compute - 0.03),
+    ]
+    collectives = tuple(
+        CollectiveSample(
+            "all_reduce", "dp", "intra_node", 2, size, 2, 2 * (2e-5 + size / 1e10), 0.0
+        )
+        for size in (4, 1 << 16, 1 << 20, 1 << 24)
+    )
+    return StepReport(
+        step=step,
+        start_unix_ns=1_700_000_000_000_000_000 + step * 100_000_000,
+        wall_s=wall,
+        model_flops=2e9,
+        recompute_flops=2e8,
+        components=tuple(parts) if step >= 2 else (),
+        collectives=collectives if step in (2, 3, 4) else (),
+    )
+
+
+def _write_agent_output(directory: Path, steps: int = 12) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    topology = Topology((GroupInfo("dp", "intra_node", 2, False, 3.15e10),))
+    for rank in range(2):
+        lines = []
+        for first in range(0, steps, 4):
+            batch = ReportBatch(
+                job="synthetic",
+                rank=rank,
+                world_size=2,
+                host="node-0",
+                device="cpu",
+                peak_flops=1e11,
+                peak_source="measured",
+                sent_unix_ns=first,
+                reports=tuple(_step(s, rank) for s in range(first, min(first + 4, steps))),
+                health=AgentHealth(windows_analysed_total=1),
+                topology=topology,
+            )
+            lines.append(batch_to_json(batch))
+        (directory / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def _assert_offline_page(html: str, plots: tuple[str, ...]) -> None:
+    for plot in plots:
+        figure = re.search(rf'<figure id="plot-{plot}">(.*?)</figure>', html, re.DOTALL)
+        assert figure is not None, plot
+        assert figure.group(1).lstrip().startswith("<svg"), plot
+    lowered = html.lower()
+    for forbidden in ("<script", "<link", "<iframe", "@import", " src=", "url(http"):
+        assert forbidden not in lowered, forbidden
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", html)) <= NAMESPACES
+
+
+def test_report_from_agent_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    agent_dir = tmp_path / "agent"
+    _write_agent_output(agent_dir)
+    # A killed job leaves a truncated last line: skipped with a warning, the rest is reported.
+    with (agent_dir / "rank1.jsonl").open("a") as stream:
+        stream.write('{"schema": "mfuscope.report", "vers')
+    assert main(["report", str(agent_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert "rank1.jsonl:4: skipped" in err
+    assert "2 ranks, 12 steps" in out
+    report_dir = agent_dir / "mfuscope-report"  # the default output directory
+    html = (report_dir / "report.html").read_text()
+    _assert_offline_page(html, PLOT_NAMES)
+    for plot in PLOT_NAMES:
+        assert (report_dir / f"{plot}.png").read_bytes().startswith(PNG_MAGIC), plot
+        assert f'href="{plot}.png"' in html
+    # The known inputs show through. MFU = 24 x 2e9 FLOP / (1e11 FLOP/s x 12 x (0.1 + 0.12) s);
+    # busy time 0.07 s vs 0.082 s: rank 1 at 0.082 / median(0.07, 0.082) = 1.079.
+    assert "<b>18.2%</b>" in html
+    assert "<td>1.079</td>" in html
+    assert "Fit over 4 sizes" in html
+    assert not list(report_dir.glob(".*.tmp"))
+
+
+def test_report_rejects_bad_input_with_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere"
+    assert main(["report", str(missing)]) == 2
+    assert f"{missing}: no such file or directory" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 2
+    assert "no agent output (*.jsonl) or traces" in capsys.readouterr().err
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "rank0.jsonl").write_text("not json\n")
+    assert main(["report", str(garbage)]) == 2
+    assert "no valid agent batch" in capsys.readouterr().err
+    assert not (empty / "mfuscope-report").exists() and not (garbage / "mfuscope-report").exists()
+
+
+def test_report_from_a_real_gpu_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz"
+    args = ["report", str(trace), "--out", str(tmp_path / "r"), "--no-png"]
+    # Without FLOPs the MFU plots say why they are missing; the rest is drawn from the trace.
+    assert main(args) == 0
+    assert "waterfall: not drawn (model FLOPs are unknown" in capsys.readouterr().out
+    html = (tmp_path / "r" / "report.html").read_text()
+    _assert_offline_page(html, ("decomposition", "bandwidth", "stragglers"))
+    assert '<figure id="plot-waterfall"><p class="missing">' in html
+    assert "A100" in html and "all_reduce" in html
+    assert not list((tmp_path / "r").glob("*.png"))
+    # With FLOPs and a peak every plot is drawn.
+    flops = ["--model-flops-per-step", "3e12", "--peak-flops", "312e12"]
+    assert main(args + flops) == 0
+    _assert_offline_page((tmp_path / "r" / "report.html").read_text(), PLOT_NAMES)
