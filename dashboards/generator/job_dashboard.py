@@ -1,0 +1,357 @@
+"""Job: MFU/HFU, step decomposition, MFU waterfall, step time, stragglers, telemetry health."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from _common import (
+    AMBER,
+    BLUE,
+    GREEN,
+    JOB,
+    RED,
+    Query,
+    Row,
+    bargauge_panel,
+    build_dashboard,
+    stat_panel,
+    table_panel,
+    timeseries_panel,
+)
+from fleet_dashboard import EXPOSED_BANDS, MFU_BANDS, MFU_MEANING, REGRESSION_BANDS
+
+__all__ = ["UID", "build"]
+
+UID = "mfuscope-job"
+
+# Must match MFUScopeStragglerRank (1.2), MFUScopeAgentsSilent (90 s), MFUScopeJobStalled (120 s).
+STRAGGLER_BANDS = [(None, GREEN), (1.10, AMBER), (1.20, RED)]
+REPORT_AGE_BANDS = [(None, GREEN), (30, AMBER), (90, RED), (120, "dark-red")]
+
+_COMPONENTS = f"mfuscope_step_component_seconds_total{{{JOB}}}"
+_ALL_COMPONENTS_RATE = f"sum(rate({_COMPONENTS}[$__rate_interval]))"
+_FRACTION = "job_component:mfuscope_step_fraction:ratio_rate5m"
+
+DECOMPOSITION_MEANING = (
+    "Every instant of a step belongs to one bucket, in this order: compute (a compute kernel "
+    "runs), recompute (only activation-recomputation kernels run), exposed_comm (no compute, a "
+    "collective runs: waiting on the network, by axis/tier), other (only memcpy/memset), "
+    "bubble_pipeline (pipeline p2p waiting beyond its ideal transfer time), bubble_idle (nothing "
+    "runs: host-bound, data loader, waiting on a peer). From the profiled windows, scaled to "
+    "every step. "
+)
+
+
+def _utilisation_row() -> Row:
+    return Row(
+        "Utilisation",
+        [
+            stat_panel(
+                "MFU (5 min)",
+                MFU_MEANING + "Red below 25 %, amber below 40 %.",
+                "percentunit",
+                Query(f"job:mfuscope_mfu:ratio_rate5m{{{JOB}}}"),
+                thresholds=MFU_BANDS,
+                width=3,
+            ),
+            stat_panel(
+                "HFU (5 min)",
+                "HFU = (model + recomputation FLOPs) per second / peak FLOP/s. HFU - MFU is the "
+                "share spent recomputing activations.",
+                "percentunit",
+                Query(f"job:mfuscope_hfu:ratio_rate5m{{{JOB}}}"),
+                thresholds=MFU_BANDS,
+                width=3,
+            ),
+            stat_panel(
+                "MFU lost vs own 6 h baseline",
+                "1 - (MFU over 15 min) / (median MFU over the 6 h ending 30 min ago). 0 = as "
+                "good as usual; 0.2 = a fifth of the job's usual efficiency is gone. Amber from "
+                "10 %, red from 25 % (MFUScopeMFURegression). Empty for the first ~30 min.",
+                "percentunit",
+                Query(f"job:mfuscope_mfu_regression:ratio{{{JOB}}}"),
+                thresholds=REGRESSION_BANDS,
+                width=3,
+            ),
+            stat_panel(
+                "Model FLOP/s (5 min)",
+                "Model FLOPs per second of all ranks together (the MFU numerator).",
+                "flops",
+                Query(f"job:mfuscope_model_flops:rate5m{{{JOB}}}"),
+                width=3,
+            ),
+            stat_panel(
+                "Ranks reporting",
+                "Ranks of this job that report to a collector now. Fewer than the job's world "
+                "size: some ranks never reported or went silent (forgotten after 5 min).",
+                "none",
+                Query(f"sum(mfuscope_ranks{{{JOB}}})"),
+                decimals=0,
+                width=3,
+            ),
+            stat_panel(
+                "Ranks with unknown peak",
+                "Ranks whose device has no known dense peak FLOP/s: they are left out of the MFU "
+                "denominator, so MFU is incomplete. Fix: pass the peak to the agent.",
+                "none",
+                Query(f"sum(mfuscope_peak_flops_unknown_ranks{{{JOB}}})"),
+                thresholds=[(None, GREEN), (1, AMBER)],
+                decimals=0,
+                width=3,
+            ),
+            stat_panel(
+                "TP group spans hosts",
+                "YES when a tensor-parallel (tp) group has ranks on more than one host: its "
+                "per-layer collectives then cross the inter-node network instead of NVLink "
+                "(MFUScopeTPSpansHosts). A placement/config error.",
+                "none",
+                Query(f"max(mfuscope_tp_spans_hosts{{{JOB}}})"),
+                thresholds=[(None, GREEN), (1, RED)],
+                mappings={"0": ("no", GREEN), "1": ("YES", RED)},
+                width=3,
+            ),
+            stat_panel(
+                "Last report age now",
+                "Seconds since the collector last heard from the most silent rank. Reports "
+                "arrive every few seconds; red from 90 s (MFUScopeAgentsSilent), dark red from "
+                "120 s (MFUScopeJobStalled when every rank is silent).",
+                "s",
+                Query(f"max(mfuscope_last_report_age_seconds{{{JOB}}})"),
+                thresholds=REPORT_AGE_BANDS,
+                width=3,
+            ),
+            timeseries_panel(
+                "MFU and HFU",
+                MFU_MEANING + "HFU adds recomputation FLOPs. Dashed: the job's own baseline "
+                "(median MFU over the 6 h ending 30 min ago) that the regression alert compares "
+                "against.",
+                "percentunit",
+                [
+                    Query(
+                        f"sum(rate(mfuscope_model_flops_total{{{JOB}}}[$__rate_interval]))"
+                        f" / (sum(mfuscope_peak_flops{{{JOB}}}) > 0)",
+                        "MFU",
+                    ),
+                    Query(
+                        f"sum(rate(mfuscope_hardware_flops_total{{{JOB}}}[$__rate_interval]))"
+                        f" / (sum(mfuscope_peak_flops{{{JOB}}}) > 0)",
+                        "HFU",
+                    ),
+                    Query(f"job:mfuscope_mfu:ratio_median6h{{{JOB}}}", "baseline MFU (6 h median)"),
+                ],
+                min_value=0,
+                dashed_series_regex="^baseline.*",
+                width=24,
+            ),
+        ],
+    )
+
+
+def _decomposition_row() -> Row:
+    slices = [
+        Query(f"job:mfuscope_mfu:ratio_rate5m{{{JOB}}}", "MFU (useful model work)"),
+        Query(
+            f"job:mfuscope_kernel_inefficiency_fraction:ratio_rate5m{{{JOB}}}",
+            "compute below peak (kernel efficiency)",
+        ),
+        Query(f"job:mfuscope_exposed_comm_fraction:ratio_rate5m{{{JOB}}}", "exposed communication"),
+        Query(f"job:mfuscope_bubble_fraction:ratio_rate5m{{{JOB}}}", "bubble (pipeline + idle)"),
+        Query(
+            f'sum without (component) ({_FRACTION}{{{JOB}, component="recompute"}})',
+            "recomputation",
+        ),
+        Query(
+            f'sum without (component) ({_FRACTION}{{{JOB}, component="other"}})',
+            "other (memcpy/memset only)",
+        ),
+    ]
+    waterfall_meaning = (
+        "1 - MFU = exposed comm + bubble + recompute + other + compute × (1 - kernel "
+        "efficiency), with kernel efficiency = MFU / compute share: each bar is one slice of the "
+        "gap between achieved and peak FLOPs, all as shares of step time, summing to 1 with MFU. "
+        "'Compute below peak' is time in compute kernels that still do not run at peak (small "
+        "or memory-bound kernels, low occupancy)."
+    )
+    return Row(
+        "Where the step goes",
+        [
+            timeseries_panel(
+                "Step decomposition",
+                DECOMPOSITION_MEANING + "Stacked shares of step time; they add up to 100 %.",
+                "percentunit",
+                [
+                    Query(
+                        f"sum by (component) (rate(mfuscope_step_component_seconds_total{{{JOB}, "
+                        'component!="exposed_comm"}[$__rate_interval])) / on () group_left () '
+                        f"{_ALL_COMPONENTS_RATE}",
+                        "{{component}}",
+                    ),
+                    Query(
+                        f"sum by (axis, tier) (rate(mfuscope_step_component_seconds_total{{{JOB}, "
+                        'component="exposed_comm", axis=~"$axis", tier=~"$tier"}'
+                        f"[$__rate_interval])) / on () group_left () {_ALL_COMPONENTS_RATE}",
+                        "exposed_comm {{axis}}/{{tier}}",
+                    ),
+                ],
+                stacked=True,
+                min_value=0,
+                max_value=1,
+                width=14,
+            ),
+            bargauge_panel(
+                "MFU waterfall: where 1 - MFU goes (5 min)",
+                waterfall_meaning,
+                "percentunit",
+                [Query(q.expr, q.legend, instant=True) for q in slices],
+                thresholds=[(None, BLUE)],
+                min_value=0,
+                max_value=1,
+                width=10,
+            ),
+            timeseries_panel(
+                "MFU waterfall over time",
+                waterfall_meaning + " Stacked over time: the slice that grew when MFU dropped is "
+                "where to look.",
+                "percentunit",
+                slices,
+                stacked=True,
+                min_value=0,
+                max_value=1,
+            ),
+            timeseries_panel(
+                "Exposed communication by axis and tier",
+                "Share of step time in which no compute kernel runs while a collective of this "
+                "axis/tier does. Red from 20 % for the job as a whole (MFUScopeExposedCommHigh). "
+                "Communication hidden under compute is not counted here (see Overlapped).",
+                "percentunit",
+                [
+                    Query(
+                        "job_axis_tier:mfuscope_exposed_comm_fraction:ratio_rate5m"
+                        f'{{{JOB}, axis=~"$axis", tier=~"$tier"}}',
+                        "{{axis}}/{{tier}}",
+                    ),
+                    Query(
+                        f"job:mfuscope_overlapped_comm_fraction:ratio_rate5m{{{JOB}}}",
+                        "overlapped (hidden under compute)",
+                    ),
+                ],
+                thresholds=EXPOSED_BANDS,
+                min_value=0,
+            ),
+        ],
+    )
+
+
+def _step_time_row() -> Row:
+    buckets = f"mfuscope_step_duration_seconds_bucket{{{JOB}}}"
+    return Row(
+        "Step time and stragglers",
+        [
+            timeseries_panel(
+                "Step time p50 / p99 / mean",
+                "Per-rank step wall time. p99 well above p50 means some steps (or some ranks) are "
+                "slow: periodic checkpointing or evaluation, a straggler, or data-loader stalls. "
+                "Quantiles are interpolated within histogram buckets.",
+                "s",
+                [
+                    Query(
+                        f"histogram_quantile(0.5, sum by (le) (rate({buckets}[$__rate_interval])))",
+                        "p50",
+                    ),
+                    Query(
+                        "histogram_quantile(0.99, "
+                        f"sum by (le) (rate({buckets}[$__rate_interval])))",
+                        "p99",
+                    ),
+                    Query(
+                        f"sum(rate(mfuscope_step_seconds_total{{{JOB}}}[$__rate_interval]))"
+                        f" / (sum(rate(mfuscope_steps_total{{{JOB}}}[$__rate_interval])) > 0)",
+                        "mean",
+                    ),
+                ],
+                min_value=0,
+            ),
+            timeseries_panel(
+                "Straggler ratio of the slowest ranks",
+                "Recent step time of the slowest ranks divided by the job's median rank. 1.0 = "
+                "as fast as the median. In synchronous training every rank waits for the slowest, "
+                "so one rank at 1.3 costs the whole job. Red from 1.2 (MFUScopeStragglerRank).",
+                "suffix:×",
+                [Query(f"mfuscope_straggler_ratio{{{JOB}}}", "rank {{rank}}")],
+                thresholds=STRAGGLER_BANDS,
+                min_value=1,
+            ),
+            table_panel(
+                "Slowest ranks now",
+                "The ranks the collector reports as slowest, worst first, with their step time "
+                "relative to the job median. Look up the host of a rank in the job's own logs or "
+                "the collector's /v1/summary.",
+                "suffix:×",
+                [Query(f"sort_desc(mfuscope_straggler_ratio{{{JOB}}})", instant=True, table=True)],
+                renames={"rank": "Rank", "Value": "Step time / median"},
+                sort_by="Step time / median",
+                thresholds=STRAGGLER_BANDS,
+                colored_column="Step time / median",
+                width=12,
+            ),
+        ],
+    )
+
+
+def _health_row() -> Row:
+    return Row(
+        "Telemetry health",
+        [
+            timeseries_panel(
+                "Agent problems per second",
+                "Dropped: step reports the agents discarded (buffer full while the collector "
+                "was unreachable); MFU reads low meanwhile (MFUScopeReportsDropped). Send "
+                "failures: attempts that failed and were retried. Profiler failures: profiled "
+                "windows that failed (the decomposition goes stale). All should be 0.",
+                "short",
+                [
+                    Query(
+                        f"sum(rate(mfuscope_reports_dropped_total{{{JOB}}}[$__rate_interval]))",
+                        "reports dropped",
+                    ),
+                    Query(
+                        f"sum(rate(mfuscope_agent_send_failures_total{{{JOB}}}[$__rate_interval]))",
+                        "send failures",
+                    ),
+                    Query(
+                        f"sum(rate(mfuscope_profiler_failures_total{{{JOB}}}[$__rate_interval]))",
+                        "profiler failures",
+                    ),
+                    Query(
+                        f"sum(rate(mfuscope_reports_duplicate_total{{{JOB}}}[$__rate_interval]))",
+                        "duplicates (re-sent, ignored)",
+                    ),
+                ],
+                thresholds=[(None, GREEN), (0.001, RED)],
+                min_value=0,
+            ),
+            timeseries_panel(
+                "Last report age over time",
+                "Age of the most silent rank's latest report. Reports arrive every few seconds. "
+                "Above 90 s while other ranks report: their agents cannot reach the collector "
+                "(MFUScopeAgentsSilent); above 120 s for every rank: the job ended or hangs "
+                "(MFUScopeJobStalled). The collector forgets ranks silent for 5 min.",
+                "s",
+                [Query(f"max(mfuscope_last_report_age_seconds{{{JOB}}})", "last report age")],
+                thresholds=REPORT_AGE_BANDS,
+                min_value=0,
+            ),
+        ],
+    )
+
+
+def build() -> Any:
+    """The Job dashboard builder (one job at a time)."""
+    return build_dashboard(
+        UID,
+        "mfuscope / Job",
+        "One training job: MFU and HFU, where each step's time goes, the MFU waterfall, step time "
+        "and stragglers, and the health of its telemetry.",
+        [_utilisation_row(), _decomposition_row(), _step_time_row(), _health_row()],
+        single_job=True,
+    )
