@@ -1,0 +1,129 @@
+"""Accumulators of the aggregation state: cumulative counters of one job (or rank), the
+step-time histogram, and per-``(op, axis, tier)`` collective totals. Plain mutable data, no I/O."""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+from mfuscope.agent.analysis.bandwidth import bus_factor
+from mfuscope.collector.schema import CollectiveSample, StepReport
+from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
+
+__all__ = ["CollectiveAcc", "CollectiveTerms", "HistogramAcc", "SeriesAcc"]
+
+# (calls, bytes, bus_bytes, seconds, overlapped_seconds, sized_seconds): one rank's contribution.
+CollectiveTerms = tuple[int, float, float, float, float, float]
+
+
+class CollectiveAcc:
+    __slots__ = ("bus_bytes", "bytes", "calls", "overlapped", "seconds", "sized_seconds")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.bytes = 0.0
+        self.bus_bytes = 0.0
+        self.seconds = 0.0
+        self.overlapped = 0.0
+        self.sized_seconds = 0.0
+
+    def add(self, c: CollectiveSample) -> None:
+        self.calls += c.count
+        self.seconds += c.seconds
+        self.overlapped += c.overlapped_s
+        if c.bytes is not None:
+            # `bytes` is the per-call size S; `seconds` covers all `count` calls (schema).
+            size = float(c.bytes) * c.count
+            self.bytes += size
+            self.bus_bytes += size * bus_factor(c.op, c.group_size)
+            self.sized_seconds += c.seconds
+
+    @classmethod
+    def from_sums(cls, values: tuple[float, ...]) -> CollectiveAcc:
+        """An accumulator holding summed `CollectiveTerms` (calls arrive as a float)."""
+        acc = cls()
+        calls, acc.bytes, acc.bus_bytes, acc.seconds, acc.overlapped, acc.sized_seconds = values
+        acc.calls = round(calls)
+        return acc
+
+    def add_terms(self, t: CollectiveTerms) -> None:
+        self.calls += t[0]
+        self.bytes += t[1]
+        self.bus_bytes += t[2]
+        self.seconds += t[3]
+        self.overlapped += t[4]
+        self.sized_seconds += t[5]
+
+    def terms(self) -> CollectiveTerms:
+        return (
+            self.calls,
+            self.bytes,
+            self.bus_bytes,
+            self.seconds,
+            self.overlapped,
+            self.sized_seconds,
+        )
+
+
+class HistogramAcc:
+    __slots__ = ("counts", "max", "min", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(STEP_DURATION_BOUNDS_S) + 1)
+        self.sum = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+
+    def observe(self, value: float) -> None:
+        # bisect_left: the first bound >= value, so a bucket's upper bound is inclusive (`le`).
+        self.counts[bisect.bisect_left(STEP_DURATION_BOUNDS_S, value)] += 1
+        self.sum += value
+        self.min = min(self.min, value)
+        self.max = max(self.max, value)
+
+
+class SeriesAcc:
+    """The counters of one job, or of one rank when per-rank labels are on."""
+
+    __slots__ = (
+        "collectives",
+        "components",
+        "duplicates",
+        "hardware_flops",
+        "histogram",
+        "model_flops",
+        "overlapped",
+        "start_unix_ns",
+        "step_seconds",
+        "steps",
+    )
+
+    def __init__(self, start_unix_ns: int) -> None:
+        self.start_unix_ns = start_unix_ns
+        self.steps = 0
+        self.step_seconds = 0.0
+        self.model_flops = 0.0
+        self.hardware_flops = 0.0
+        self.overlapped = 0.0
+        self.duplicates = 0
+        self.components: dict[tuple[str, str, str], float] = {}
+        self.collectives: dict[tuple[str, str, str], CollectiveAcc] = {}
+        self.histogram = HistogramAcc()
+
+    def add(self, r: StepReport) -> None:
+        self.steps += 1
+        self.step_seconds += r.wall_s
+        self.model_flops += r.model_flops
+        self.hardware_flops += r.hardware_flops
+        self.overlapped += r.overlapped_comm_s
+        self.histogram.observe(r.wall_s)
+        components = self.components
+        for c in r.components:
+            key = (c.component, c.axis, c.tier)
+            components[key] = components.get(key, 0.0) + c.seconds
+        for sample in r.collectives:
+            ckey = (sample.op, sample.axis, sample.tier)
+            acc = self.collectives.get(ckey)
+            if acc is None:
+                acc = self.collectives[ckey] = CollectiveAcc()
+            acc.add(sample)

@@ -1,0 +1,175 @@
+"""What the collector keeps about one live rank.
+
+Per rank: identity, its last `window_steps` steps, and its *contribution* to its job's
+`CountedSums` (FLOP rates and peak, latest breakdown seconds, latest profiled collectives, health
+counters, topology facts), recomputed by `refresh` once per batch so a scrape reads job-level sums
+instead of redoing every rank's arithmetic.
+
+Only plain tuples of numbers and strings are kept, never the parsed report objects: at thousands
+of ranks, every retained container object lengthens the garbage collector's full passes, which
+stall ingest (a stall is a latency spike for every agent sending at that moment).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import deque
+
+from mfuscope.collector._accumulators import CollectiveAcc
+from mfuscope.collector._sums import Contribution, Key
+from mfuscope.collector._window import StepWindow
+from mfuscope.collector.schema import ReportBatch, StepReport
+from mfuscope.collector.stragglers import WAITING_COMPONENTS
+
+__all__ = ["HEALTH_FIELDS", "RankState"]
+
+# Agent health counters, in the order of `RankState.health`.
+HEALTH_FIELDS = (
+    "reports_dropped_total",
+    "send_failures_total",
+    "profiler_failures_total",
+    "windows_analysed_total",
+)
+_Items = tuple[tuple[Key, tuple[float, ...]], ...]
+
+
+def _name(text: str) -> str:
+    # Label values repeat across thousands of ranks; JSON decoding makes a fresh copy of each.
+    return sys.intern(text)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+class RankState:
+    """One live rank (mutable; owned by the aggregation state)."""
+
+    __slots__ = (
+        "breakdown_items",
+        "breakdown_step",
+        "collective_items",
+        "collectives_step",
+        "contribution",
+        "health",
+        "job",
+        "last_seen_s",
+        "median_self_s",
+        "median_wall_s",
+        "peak_flops",
+        "rank",
+        "recent",
+        "steps",
+        "topology_items",
+        "world_size",
+    )
+
+    def __init__(self, job: str, rank: int, *, window_steps: int, idempotency_steps: int) -> None:
+        self.job = job
+        self.rank = rank
+        self.world_size = 1
+        self.peak_flops: float | None = None
+        self.health: tuple[int, ...] = (0,) * len(HEALTH_FIELDS)
+        self.steps = StepWindow(idempotency_steps)
+        self.last_seen_s = 0.0
+        # (wall_s, self_s or None, model_flops, hardware_flops) of the latest steps.
+        self.recent: deque[tuple[float, float | None, float, float]] = deque(maxlen=window_steps)
+        self.breakdown_items: _Items = ()
+        self.breakdown_step = -1
+        self.collective_items: _Items = ()
+        self.collectives_step = -1
+        self.topology_items: _Items = ()
+        # Derived by `refresh`: median step times over the window (s) and the contribution.
+        self.median_wall_s: float | None = None
+        self.median_self_s: float | None = None
+        self.contribution: Contribution = ()
+
+    def update_metadata(self, batch: ReportBatch, now_s: float) -> None:
+        """Take the batch's rank-level facts (the latest batch wins)."""
+        self.world_size = batch.world_size
+        self.peak_flops = batch.peak_flops
+        h = batch.health
+        self.health = (
+            h.reports_dropped_total,
+            h.send_failures_total,
+            h.profiler_failures_total,
+            h.windows_analysed_total,
+        )
+        if batch.topology is not None:
+            items: list[tuple[Key, tuple[float, ...]]] = []
+            if batch.topology.tp_spans_hosts:
+                items.append((("tp_spans_hosts",), (1.0,)))
+            for g in batch.topology.groups:
+                if g.link_peak_bytes_per_s is not None:
+                    key = ("tier_peak", _name(g.axis), _name(g.tier), g.link_peak_bytes_per_s)
+                    items.append((key, (1.0,)))
+            self.topology_items = tuple(items)
+        self.last_seen_s = now_s
+
+    def add(self, r: StepReport) -> None:
+        """Take one new (not duplicate) step report into the window."""
+        self_s: float | None = None
+        if r.components:
+            waiting = math.fsum(
+                c.seconds for c in r.components if c.component in WAITING_COMPONENTS
+            )
+            self_s = max(r.wall_s - waiting, 0.0)
+            if r.step >= self.breakdown_step:
+                self.breakdown_step = r.step
+                self.breakdown_items = tuple(
+                    (("component", _name(c.component), _name(c.axis), _name(c.tier)), (c.seconds,))
+                    for c in r.components
+                )
+        if r.collectives and r.step >= self.collectives_step:
+            self.collectives_step = r.step
+            per_op: dict[tuple[str, str, str], CollectiveAcc] = {}
+            per_tier: dict[tuple[str, str], CollectiveAcc] = {}
+            for sample in r.collectives:
+                axis, tier = _name(sample.axis), _name(sample.tier)
+                per_op.setdefault((_name(sample.op), axis, tier), CollectiveAcc()).add(sample)
+                per_tier.setdefault((axis, tier), CollectiveAcc()).add(sample)
+            self.collective_items = tuple(
+                [(("op", *k), acc.terms()) for k, acc in per_op.items()]
+                + [(("tier", *k), acc.terms()) for k, acc in per_tier.items()]
+            )
+        self.recent.append((r.wall_s, self_s, r.model_flops, r.hardware_flops))
+
+    def refresh(self) -> None:
+        """Recompute the medians and the contribution; call once per batch, after `add`s."""
+        recent = self.recent
+        items: list[tuple[Key, tuple[float, ...]]] = []
+        if self.peak_flops is None:
+            items.append((("peak_unknown",), (1.0,)))
+        else:
+            items.append((("peak",), (self.peak_flops,)))
+        if recent:
+            self.median_wall_s = _median([e[0] for e in recent])
+            selfs = [e[1] for e in recent if e[1] is not None]
+            self.median_self_s = _median(selfs) if len(selfs) == len(recent) else None
+            if self.peak_flops is not None:
+                wall = math.fsum(e[0] for e in recent)
+                model_rate = math.fsum(e[2] for e in recent) / wall
+                hardware_rate = math.fsum(e[3] for e in recent) / wall
+                items.append((("rates",), (model_rate, hardware_rate, self.peak_flops)))
+        items.append((("health",), tuple(float(v) for v in self.health)))
+        items.append((("world_size", self.world_size), (1.0,)))
+        self.contribution = _merge_duplicate_keys(
+            (*items, *self.topology_items, *self.breakdown_items, *self.collective_items)
+        )
+
+
+def _merge_duplicate_keys(items: Contribution) -> Contribution:
+    """One item per key (a breakdown may list a component twice, a topology a tier twice)."""
+    keys = [k for k, _ in items]
+    if len(set(keys)) == len(keys):
+        return items
+    merged: dict[Key, tuple[float, ...]] = {}
+    for key, values in items:
+        old = merged.get(key)
+        merged[key] = (
+            values if old is None else tuple(a + b for a, b in zip(old, values, strict=True))
+        )
+    return tuple(merged.items())

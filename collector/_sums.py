@@ -1,0 +1,71 @@
+"""Job-level sums of the live ranks' latest figures, kept incrementally.
+
+Each rank contributes a few ``(key, values)`` items (its MFU rates and peak, its latest breakdown,
+its latest collectives, health counters, topology facts). When a rank's contribution changes, its
+old items are subtracted and the new ones added; when a rank expires its items are subtracted.
+A key also counts its contributors and disappears with the last one, so no float residue is left
+behind. A scrape then reads O(keys) numbers per job instead of re-adding every rank's figures.
+
+Float subtraction drifts by at most a few ulps per update; the owner rebuilds the sums exactly
+from the live ranks every `REBUILD_EVERY` updates so the drift stays bounded over any run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["REBUILD_EVERY", "Contribution", "CountedSums", "Key"]
+
+# A key is a kind (e.g. "op") followed by its labels (e.g. "all_reduce", "dp", "inter_node").
+Key = tuple[str | float, ...]
+Contribution = tuple[tuple[Key, tuple[float, ...]], ...]
+REBUILD_EVERY = 100_000
+
+
+class CountedSums:
+    """`sums[key]`: element-wise sum of the values contributed under `key`; `counts[key]`: how
+    many contributions (ranks) that is."""
+
+    __slots__ = ("counts", "sums", "updates")
+
+    def __init__(self) -> None:
+        self.sums: dict[Key, tuple[float, ...]] = {}
+        self.counts: dict[Key, int] = {}
+        self.updates = 0
+
+    def replace(self, old: Contribution, new: Contribution) -> None:
+        """Swap one rank's contribution `old` for `new` (either may be empty). Only keys whose
+        values changed are touched: most of a rank's items stay the same from batch to batch."""
+        if old == new:
+            return
+        self.updates += 1
+        sums, counts = self.sums, self.counts
+        previous = dict(old)
+        for key, values in new:
+            before = previous.pop(key, None)
+            if before == values:
+                continue
+            total = sums.get(key)
+            if total is None:
+                sums[key] = values
+                counts[key] = 1
+            elif before is None:
+                sums[key] = tuple(a + b for a, b in zip(total, values, strict=True))
+                counts[key] += 1
+            else:
+                sums[key] = tuple(a + b - c for a, b, c in zip(total, values, before, strict=True))
+        for key, values in previous.items():  # keys this rank no longer contributes to
+            remaining = counts[key] - 1
+            if remaining:
+                counts[key] = remaining
+                sums[key] = tuple(a - b for a, b in zip(sums[key], values, strict=True))
+            else:
+                del counts[key], sums[key]
+
+    def rebuild(self, contributions: Iterable[Contribution]) -> None:
+        """Recompute every sum exactly from the current contributions."""
+        self.sums.clear()
+        self.counts.clear()
+        for contribution in contributions:
+            self.replace((), contribution)
+        self.updates = 0

@@ -1,0 +1,199 @@
+"""Build a `CollectorSnapshot` from the aggregation state, never walking reports.
+
+Job-level figures come from each job's `CountedSums` (O(keys)); only ages, world size and the
+straggler medians need one cheap pass over the live ranks. Read-only over the state; the caller
+holds the state's lock and runs `expire` first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from mfuscope.collector._accumulators import CollectiveAcc, SeriesAcc
+from mfuscope.collector._rank import RankState
+from mfuscope.collector._state import AggregationState, JobState, StateConfig
+from mfuscope.collector._sums import Key
+from mfuscope.collector.schema import AgentHealth
+from mfuscope.collector.snapshot import (
+    CollectiveTotals,
+    CollectiveWindow,
+    CollectorSnapshot,
+    ComponentTotals,
+    HistogramTotals,
+    JobSnapshot,
+    LatestWindow,
+    RankView,
+    SeriesTotals,
+    Straggler,
+    TierPeak,
+)
+from mfuscope.collector.stragglers import find_stragglers
+
+__all__ = ["build_snapshot"]
+
+_Sums = Mapping[Key, tuple[float, ...]]
+
+
+def build_snapshot(state: AggregationState, now_s: float) -> CollectorSnapshot:
+    """The snapshot of `state` at monotonic time `now_s` (for ages)."""
+    return CollectorSnapshot(
+        jobs=tuple(_job(state.jobs[name], state.config, now_s) for name in sorted(state.jobs)),
+        rejected=tuple(sorted(state.rejected.items())),
+        per_rank_labels=state.config.per_rank_labels,
+        expire_after_s=state.config.expire_after_s,
+    )
+
+
+def _collective_totals(key: tuple[str, str, str], acc: CollectiveAcc) -> CollectiveTotals:
+    op, axis, tier = key
+    return CollectiveTotals(
+        op=op,
+        axis=axis,
+        tier=tier,
+        calls=acc.calls,
+        bytes=acc.bytes,
+        bus_bytes=acc.bus_bytes,
+        seconds=acc.seconds,
+        overlapped_seconds=acc.overlapped,
+        sized_seconds=acc.sized_seconds,
+    )
+
+
+def _series(rank: int | None, acc: SeriesAcc) -> SeriesTotals:
+    h = acc.histogram
+    observed = h.min <= h.max  # False until the first observation
+    return SeriesTotals(
+        rank=rank,
+        start_unix_ns=acc.start_unix_ns,
+        steps=acc.steps,
+        step_seconds=acc.step_seconds,
+        model_flops=acc.model_flops,
+        hardware_flops=acc.hardware_flops,
+        overlapped_comm_seconds=acc.overlapped,
+        duplicates=acc.duplicates,
+        components=tuple(
+            ComponentTotals(component=k[0], axis=k[1], tier=k[2], seconds=v)
+            for k, v in sorted(acc.components.items())
+        ),
+        collectives=tuple(_collective_totals(k, v) for k, v in sorted(acc.collectives.items())),
+        step_duration=HistogramTotals(
+            bucket_counts=tuple(h.counts),
+            sum=h.sum,
+            min=h.min if observed else 0.0,
+            max=h.max if observed else 0.0,
+        ),
+    )
+
+
+def _by_kind(sums: _Sums, kind: str) -> list[tuple[tuple[str, ...], tuple[float, ...]]]:
+    """The items of one kind, keyed by the rest of their key as text (see `RankState.refresh`)."""
+    return sorted(
+        (tuple(str(part) for part in key[1:]), values)
+        for key, values in sums.items()
+        if key[0] == kind
+    )
+
+
+def _latest(sums: _Sums, peaks: dict[tuple[str, str], float], config: StateConfig) -> LatestWindow:
+    def busbw(acc: CollectiveAcc) -> float | None:
+        return acc.bus_bytes / acc.sized_seconds if acc.sized_seconds > 0 else None
+
+    def efficiency(bw: float | None, axis: str, tier: str) -> float | None:
+        peak = peaks.get((axis, tier))
+        return bw / peak if bw is not None and peak else None
+
+    collectives = []
+    for (op, axis, tier), values in _by_kind(sums, "op"):
+        acc = CollectiveAcc.from_sums(values)
+        bw = busbw(acc)
+        collectives.append(
+            CollectiveWindow(
+                op=op,
+                axis=axis,
+                tier=tier,
+                calls=acc.calls,
+                bytes=acc.bytes,
+                seconds=acc.seconds,
+                busbw_bytes_per_s=bw,
+                efficiency=efficiency(bw, axis, tier),
+            )
+        )
+    tier_busbw = []
+    for (axis, tier), values in _by_kind(sums, "tier"):
+        bw = busbw(CollectiveAcc.from_sums(values))
+        if bw is not None:
+            tier_busbw.append((axis, tier, bw, efficiency(bw, axis, tier)))
+
+    components = _by_kind(sums, "component")
+    total = sum(values[0] for _, values in components)
+    fractions = (
+        tuple((c, a, t, values[0] / total) for (c, a, t), values in components) if total > 0 else ()
+    )
+    # Sum over ranks of each rank's FLOP/s over its window, over the sum of those ranks' peaks.
+    model_rate, hardware_rate, peak = sums.get(("rates",), (0.0, 0.0, 0.0))
+    return LatestWindow(
+        window_steps=config.window_steps,
+        mfu=model_rate / peak if peak > 0 else None,
+        hfu=hardware_rate / peak if peak > 0 else None,
+        component_fractions=fractions,
+        collectives=tuple(collectives),
+        tier_busbw=tuple(tier_busbw),
+    )
+
+
+def _stragglers(
+    ranks: list[RankState], top: int
+) -> tuple[tuple[Straggler, ...], Literal["self", "wall"]]:
+    """Each rank's median step time over its window: self time when every rank has it."""
+    active = [r for r in ranks if r.median_wall_s is not None]
+    if all(r.median_self_s is not None for r in active):
+        self_times = {r.rank: r.median_self_s for r in active if r.median_self_s is not None}
+        return find_stragglers(self_times, top=top), "self"
+    wall_times = {r.rank: r.median_wall_s for r in active if r.median_wall_s is not None}
+    return find_stragglers(wall_times, top=top), "wall"
+
+
+def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
+    sums = job.sums.sums
+    ranks = list(job.ranks.values())
+    peaks: dict[tuple[str, str], float] = {}
+    world_size = 1
+    for key in sums:
+        if key[0] == "tier_peak":
+            axis, tier, value = str(key[1]), str(key[2]), float(key[3])
+            peaks[(axis, tier)] = max(peaks.get((axis, tier), 0.0), value)
+        elif key[0] == "world_size":
+            world_size = max(world_size, int(key[1]))
+    health = sums.get(("health",), (0.0, 0.0, 0.0, 0.0))
+    stragglers, basis = _stragglers(ranks, config.straggler_top)
+    views: tuple[RankView, ...] = ()
+    if config.per_rank_labels:
+        views = tuple(
+            RankView(
+                rank=r.rank,
+                peak_flops=r.peak_flops,
+                last_report_age_s=max(now_s - r.last_seen_s, 0.0),
+                health=AgentHealth(*r.health),
+            )
+            for r in sorted(ranks, key=lambda r: r.rank)
+        )
+    return JobSnapshot(
+        job=job.name,
+        live_ranks=len(ranks),
+        world_size=world_size,
+        peak_flops=sums.get(("peak",), (0.0,))[0],
+        peak_unknown_ranks=job.sums.counts.get(("peak_unknown",), 0),
+        last_report_age_s=max(now_s - min(r.last_seen_s for r in ranks), 0.0),
+        tp_spans_hosts=("tp_spans_hosts",) in sums,
+        health=AgentHealth(*(round(v) for v in health)),
+        tier_peaks=tuple(TierPeak(a, t, v) for (a, t), v in sorted(peaks.items())),
+        totals=tuple(
+            _series(key, job.series[key])
+            for key in sorted(job.series, key=lambda k: -1 if k is None else k)
+        ),
+        ranks=views,
+        latest=_latest(sums, peaks, config),
+        stragglers=stragglers,
+        straggler_basis=basis,
+    )

@@ -1,0 +1,196 @@
+"""A consistent, immutable view of the collector's aggregated state at one instant.
+
+The state builds a snapshot under its lock; the Prometheus/OTLP series (`series.py`) and the
+``/v1/summary`` digest (`summary.py`) are pure functions of it, computed outside the lock.
+Base units throughout (s, bytes, bytes/s, FLOP, FLOP/s); ratios are 0..1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mfuscope.collector.schema import AgentHealth
+
+__all__ = [
+    "STEP_DURATION_BOUNDS_S",
+    "CollectiveTotals",
+    "CollectiveWindow",
+    "CollectorSnapshot",
+    "ComponentTotals",
+    "HistogramTotals",
+    "JobSnapshot",
+    "LatestWindow",
+    "RankView",
+    "SeriesTotals",
+    "Straggler",
+    "TierPeak",
+]
+
+# Upper bounds (s) of the step-duration histogram, shared by Prometheus and OTLP. Steps of LLM
+# training run from tens of milliseconds (small models, many GPUs) to minutes (huge global batch).
+STEP_DURATION_BOUNDS_S: tuple[float, ...] = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
+
+
+@dataclass(frozen=True)
+class ComponentTotals:
+    """Cumulative step time in one DESIGN §2 bucket, s."""
+
+    component: str
+    axis: str
+    tier: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CollectiveTotals:
+    """Cumulative totals of one ``(op, axis, tier)``. `bytes` sums the nccl-tests size S over the
+    calls whose size is known; `bus_bytes` is S times the bus factor; `sized_seconds` is the
+    duration of exactly those calls, so ``bus_bytes / sized_seconds`` is busbw."""
+
+    op: str
+    axis: str
+    tier: str
+    calls: int
+    bytes: float
+    bus_bytes: float
+    seconds: float
+    overlapped_seconds: float
+    sized_seconds: float
+
+
+@dataclass(frozen=True)
+class HistogramTotals:
+    """Per-bucket counts over `STEP_DURATION_BOUNDS_S` (+Inf last), sum/min/max of the values."""
+
+    bucket_counts: tuple[int, ...]
+    sum: float
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class SeriesTotals:
+    """The counters of one job, or of one rank of it when per-rank labels are on (`rank` set).
+    `start_unix_ns` is when these counters started from zero."""
+
+    rank: int | None
+    start_unix_ns: int
+    steps: int
+    step_seconds: float
+    model_flops: float
+    hardware_flops: float
+    overlapped_comm_seconds: float
+    duplicates: int
+    components: tuple[ComponentTotals, ...]
+    collectives: tuple[CollectiveTotals, ...]
+    step_duration: HistogramTotals
+
+
+@dataclass(frozen=True)
+class RankView:
+    """One live rank (listed only when per-rank labels are on)."""
+
+    rank: int
+    peak_flops: float | None
+    last_report_age_s: float
+    health: AgentHealth
+
+
+@dataclass(frozen=True)
+class TierPeak:
+    """The spec unidirectional link rate of the groups on `axis` at `tier`, bytes/s."""
+
+    axis: str
+    tier: str
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class CollectiveWindow:
+    """One ``(op, axis, tier)`` over the ranks' latest profiled steps. `busbw_bytes_per_s` is None
+    when no call had a known size; `efficiency` (busbw / tier peak) when the peak is known too."""
+
+    op: str
+    axis: str
+    tier: str
+    calls: int
+    bytes: float
+    seconds: float
+    busbw_bytes_per_s: float | None
+    efficiency: float | None
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank whose recent step time is `ratio` times the median over the job's ranks."""
+
+    rank: int
+    step_s: float
+    ratio: float
+
+
+@dataclass(frozen=True)
+class LatestWindow:
+    """What the job looks like now.
+
+    - `mfu`/`hfu`: sum over ranks of (FLOPs / wall time over the rank's last `window_steps`
+      steps), divided by the sum of those ranks' peaks; None when no rank has a known peak.
+    - `component_fractions`: ``(component, axis, tier, fraction of step time)`` from each rank's
+      latest step report that carries a breakdown, weighted by its wall time.
+    - `collectives`: per ``(op, axis, tier)`` over each rank's latest profiled step.
+    - `tier_busbw`: ``(axis, tier, busbw, efficiency or None)`` over the same collectives.
+    """
+
+    window_steps: int
+    mfu: float | None
+    hfu: float | None
+    component_fractions: tuple[tuple[str, str, str, float], ...]
+    collectives: tuple[CollectiveWindow, ...]
+    tier_busbw: tuple[tuple[str, str, float, float | None], ...]
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """One job as seen by this collector (its live ranks only)."""
+
+    job: str
+    live_ranks: int
+    world_size: int
+    peak_flops: float
+    peak_unknown_ranks: int
+    last_report_age_s: float
+    tp_spans_hosts: bool
+    health: AgentHealth
+    tier_peaks: tuple[TierPeak, ...]
+    totals: tuple[SeriesTotals, ...]
+    ranks: tuple[RankView, ...]
+    latest: LatestWindow
+    stragglers: tuple[Straggler, ...]
+    straggler_basis: Literal["self", "wall"]
+
+
+@dataclass(frozen=True)
+class CollectorSnapshot:
+    """Everything the exporters and the summary need. `rejected` counts refused batches by reason
+    since the collector started; `per_rank_labels` says whether totals are split by rank."""
+
+    jobs: tuple[JobSnapshot, ...]
+    rejected: tuple[tuple[str, int], ...]
+    per_rank_labels: bool
+    expire_after_s: float
