@@ -224,7 +224,10 @@ def _int(value: Any, path: str, *, lo: int = 0, hi: int = 1 << 62) -> int:
 def _float(value: Any, path: str, *, lo: float = 0.0, hi: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SchemaError(path, f"expected a number, got {type(value).__name__}")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an integer with hundreds of digits
+        raise SchemaError(path, "too large to be a number") from None
     if math.isnan(result) or math.isinf(result):
         raise SchemaError(path, "must be finite")
     if not lo <= result <= hi:

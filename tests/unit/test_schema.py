@@ -110,3 +110,9 @@ def test_not_json_is_a_schema_error() -> None:
     with pytest.raises(s.SchemaError) as info:
         s.batch_from_json(b"\x1f\x8b garbage")
     assert info.value.field == "body"
+
+
+def test_integer_too_large_for_a_float_is_a_schema_error() -> None:
+    with pytest.raises(s.SchemaError) as info:
+        s.parse_batch(_batch(peak_flops=10**400))
+    assert info.value.field == "peak_flops"
