@@ -211,9 +211,9 @@ def _engine_analyse(
 
 
 def _count_session() -> CountSession:
-    from mfuscope.agent._flop_session import StepCountSession
+    from mfuscope.agent.flop_counting import StepFlopCount  # imports torch
 
-    return StepCountSession()
+    return StepFlopCount()
 
 
 def build_runtime(

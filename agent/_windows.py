@@ -18,6 +18,7 @@ from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.reports import Breakdown, breakdown_from_steps, collective_samples
 from mfuscope.agent.sampler import (
     ProfilerBusy,
+    ProfilerLike,
     WindowAnalyser,
     WindowOutcome,
     WindowRecorder,
@@ -106,10 +107,7 @@ class WindowCoordinator:
         self._guarded(end, step)
         if last and self._open:
             self._open = []
-            if profiler is not None:
-                self._awaiting = steps
-                self._awaiting_since = self._clock()
-                self._analyser.submit(profiler, steps)
+            self._hand_off(steps, profiler)
 
     @property
     def recording(self) -> bool:
@@ -165,12 +163,16 @@ class WindowCoordinator:
                 self._recorder.abort()
                 self._profiler_failure(f"{type(exc).__name__}: {exc}")
                 return
-            if profiler is not None:
-                self._awaiting = steps
-                self._awaiting_since = self._clock()
-                self._analyser.submit(profiler, steps)
+            self._hand_off(steps, profiler)
 
     # --- internals -----------------------------------------------------------------------------
+
+    def _hand_off(self, steps: tuple[int, ...], profiler: ProfilerLike | None) -> None:
+        """Give a recorded window to the analyser (None: the recorder had nothing to give)."""
+        if profiler is not None:
+            self._awaiting = steps
+            self._awaiting_since = self._clock()
+            self._analyser.submit(profiler, steps)
 
     def _guarded(self, action: Callable[[], None], step: int) -> None:
         try:

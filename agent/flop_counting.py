@@ -228,13 +228,20 @@ class StepFlopCount:
     end rather than a function); `count_step_flops` is this around one call.
 
     Usage: ``with StepFlopCount() as count: ...one step...`` then ``count.result``. Recompute
-    contexts that exit inside the block are attributed to it. Not reentrant, like
-    `count_step_flops`.
+    contexts that exit inside the block (`recompute_context()` or any `RecomputeCounter`'s) are
+    attributed to it. Not reentrant, like `count_step_flops`. The agent's `FlopsTracker` uses
+    it as its `CountSession`.
     """
 
     def __init__(self) -> None:
         self._counter = _new_flop_counter()
+        self._recompute = RecomputeCounter()
         self._result: StepFlops | None = None
+
+    def recompute_context(self) -> _RecomputeContext:
+        """A fresh context for one recomputation (the agent installs this factory into its
+        `checkpoint_context` for the step); any `RecomputeCounter` context would do as well."""
+        return self._recompute.context()
 
     def __enter__(self) -> StepFlopCount:
         _STEP.start(self._counter)

@@ -38,21 +38,30 @@ class StepFlopsValue:
     source: str
 
 
+class CountedFlops(Protocol):
+    @property
+    def model_flops(self) -> float: ...
+    @property
+    def recompute_flops(self) -> float: ...
+
+
 class CountSession(Protocol):
-    """One counting step: entered at step begin, left at step end.
+    """One counting step: entered at step begin, left at step end
+    (`mfuscope.agent.flop_counting.StepFlopCount` in production).
 
     `recompute_context()` gives a context manager that counts recomputation separately (it is
-    installed into `checkpoint_context` while the session runs); `result()` gives
-    ``(model_flops, recompute_flops)`` after exit, model FLOPs excluding recomputation.
+    installed into `checkpoint_context` while the session runs); `result` gives the step's
+    `model_flops` (recomputation excluded) and `recompute_flops` after exit.
     """
 
     def __enter__(self) -> Any: ...
 
-    def __exit__(self, *exc: object) -> Any: ...
+    def __exit__(self, *exc: Any) -> Any: ...
 
     def recompute_context(self) -> contextlib.AbstractContextManager[Any]: ...
 
-    def result(self) -> tuple[float, float]: ...
+    @property
+    def result(self) -> CountedFlops: ...
 
 
 def input_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[int, ...], ...]:
@@ -77,12 +86,12 @@ class FlopsTracker:
         model: Any = None,
         max_recounts: int = 8,
     ) -> None:
-        self._given = given
+        self._given = None if given is None else StepFlopsValue(*given, "given")
         self._new_session = new_session
         self._log = log
         self._max_recounts = max_recounts
-        self._counts: dict[Signature, tuple[float, float]] = {}
-        self._latest: tuple[float, float] | None = None
+        self._counts: dict[Signature, StepFlopsValue] = {}  # source "counted"
+        self._latest: StepFlopsValue | None = None
         self._count_next = given is None and new_session is not None
         self._session: CountSession | None = None
         self._count_failures = 0
@@ -105,7 +114,8 @@ class FlopsTracker:
 
     def begin_step(self, *, allow_count: bool = True) -> None:
         """Start a step; a pending count waits for a step where `allow_count` holds."""
-        self._forwards = []
+        if self._forwards:
+            self._forwards = []
         if not self._count_next or self._new_session is None or not allow_count:
             return
         self._count_next = False
@@ -116,22 +126,22 @@ class FlopsTracker:
 
     def end_step(self, *, failed: bool = False) -> StepFlopsValue:
         """FLOPs of the step that just ended. `failed`: the step raised (counts are not kept)."""
+        if self._given is not None:
+            return self._given  # never counts, never watches shapes: nothing else to do
         signature: Signature = tuple(self._forwards)
         session, self._session = self._session, None
         if session is not None:
             set_recompute_counter(None)
             session.__exit__(None, None, None)
             if not failed:
-                model, recompute = session.result()
-                self._counts[signature] = (model, recompute)
-                self._latest = (model, recompute)
-                return StepFlopsValue(model, recompute, "counted")
-        if self._given is not None:
-            return StepFlopsValue(*self._given, "given")
+                counted = session.result
+                value = StepFlopsValue(counted.model_flops, counted.recompute_flops, "counted")
+                self._counts[signature] = self._latest = value
+                return value
         known = self._counts.get(signature)
         if known is not None:
             self._latest = known
-            return StepFlopsValue(*known, "counted")
+            return known
         if self._latest is None:
             # Not counted yet (the counting step raised): try again on the next step.
             self._count_next = self._new_session is not None
@@ -145,7 +155,7 @@ class FlopsTracker:
                 "latest FLOP count (pass flops_per_step for exact MFU on variable shapes)",
                 len(self._counts),
             )
-        return StepFlopsValue(*self._latest, "stale")
+        return StepFlopsValue(self._latest.model_flops, self._latest.recompute_flops, "stale")
 
     def abort(self) -> None:
         """Leave a counting session after the counter itself failed; never raises.

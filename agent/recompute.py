@@ -51,83 +51,36 @@ def set_recompute_counter(
         _recompute_counter = factory
 
 
-class _RecomputeContext:
-    """Entered around one recomputation by `torch.utils.checkpoint`."""
+def _recompute_managers() -> list[contextlib.AbstractContextManager[Any]]:
+    """What to enter around one recomputation now: the profiler range if a profiler records,
+    the step's FLOP counter if one is installed."""
+    import torch.autograd.profiler as autograd_profiler
 
-    def __init__(self) -> None:
+    managers: list[contextlib.AbstractContextManager[Any]] = []
+    # `_is_profiler_enabled` is torch's own fast Python-side check (torch >= 1.13).
+    if getattr(autograd_profiler, "_is_profiler_enabled", True):
+        managers.append(autograd_profiler.record_function(RECOMPUTE_RANGE))
+    counter = _recompute_counter
+    if counter is not None:
+        managers.append(counter())
+    return managers
+
+
+class _RecomputeContext:
+    """Entered around one recomputation by `torch.utils.checkpoint`: enters our managers (chosen
+    at entry), then the caller's own recompute context if any; exits them in reverse order."""
+
+    def __init__(self, user: contextlib.AbstractContextManager[Any] | None = None) -> None:
+        self._user = user
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> _RecomputeContext:
-        import torch.autograd.profiler as autograd_profiler
-
         stack = contextlib.ExitStack()
         try:
-            # `_is_profiler_enabled` is torch's own fast Python-side check (torch >= 1.13).
-            if getattr(autograd_profiler, "_is_profiler_enabled", True):
-                stack.enter_context(autograd_profiler.record_function(RECOMPUTE_RANGE))
-            counter = _recompute_counter
-            if counter is not None:
-                stack.enter_context(counter())
-        except BaseException:
-            stack.close()
-            raise
-        self._stack = stack
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool:
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            return bool(stack.__exit__(exc_type, exc, traceback))
-        return False
-
-
-def checkpoint_context() -> tuple[
-    contextlib.AbstractContextManager[Any], contextlib.AbstractContextManager[Any]
-]:
-    """`context_fn` for `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`.
-
-    Returns ``(forward_context, recompute_context)``; see the module docstring.
-    """
-    return contextlib.nullcontext(), _RecomputeContext()
-
-
-def _composed(
-    user_fn: Callable[
-        [], tuple[contextlib.AbstractContextManager[Any], contextlib.AbstractContextManager[Any]]
-    ],
-) -> Callable[
-    [], tuple[contextlib.AbstractContextManager[Any], contextlib.AbstractContextManager[Any]]
-]:
-    def context_fn() -> tuple[
-        contextlib.AbstractContextManager[Any], contextlib.AbstractContextManager[Any]
-    ]:
-        user_forward, user_recompute = user_fn()
-        return user_forward, _Both(_RecomputeContext(), user_recompute)
-
-    return context_fn
-
-
-class _Both:
-    """Enter `outer` then `inner`; exit in reverse order."""
-
-    def __init__(
-        self,
-        outer: contextlib.AbstractContextManager[Any],
-        inner: contextlib.AbstractContextManager[Any],
-    ) -> None:
-        self._managers = (outer, inner)
-        self._stack: contextlib.ExitStack | None = None
-
-    def __enter__(self) -> _Both:
-        stack = contextlib.ExitStack()
-        try:
-            for manager in self._managers:
+            for manager in _recompute_managers():
                 stack.enter_context(manager)
+            if self._user is not None:
+                stack.enter_context(self._user)
         except BaseException:
             stack.close()
             raise
@@ -142,6 +95,25 @@ class _Both:
     ) -> bool:
         stack, self._stack = self._stack, None
         return bool(stack.__exit__(exc_type, exc, traceback)) if stack is not None else False
+
+
+_ContextPair = tuple[contextlib.AbstractContextManager[Any], contextlib.AbstractContextManager[Any]]
+
+
+def checkpoint_context() -> _ContextPair:
+    """`context_fn` for `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`.
+
+    Returns ``(forward_context, recompute_context)``; see the module docstring.
+    """
+    return contextlib.nullcontext(), _RecomputeContext()
+
+
+def _composed(user_fn: Callable[[], _ContextPair]) -> Callable[[], _ContextPair]:
+    def context_fn() -> _ContextPair:
+        user_forward, user_recompute = user_fn()
+        return user_forward, _RecomputeContext(user_recompute)
+
+    return context_fn
 
 
 def wrap_checkpoint() -> Callable[[], None]:

@@ -10,7 +10,8 @@ drift (other load on the machine, warm-up) hits all modes alike:
 - `always-on`: the agent with profiling off (step timing, FLOPs, reports to a JSONL file);
 - `default`: the agent with its default sampling (profiled windows analysed off-thread).
 
-The model is `tests/integration/agent_job.py`'s TinyGPT (DDP, every other block checkpointed).
+The model is `tests/integration/agent_job.py`'s: the packaged demo GPT (`mfuscope.agent.examples`;
+DDP, every other block checkpointed).
 Step times are rank 0's `perf_counter` around the whole step (the `with agent.step()` block
 included). Printed: median step time per mode and its ratio to the baseline (targets (a) <= 1.01,
 (b) <= 1.02), the mean ratio over the run (which includes the default agent's profiled window
@@ -123,7 +124,7 @@ def _print(
     base = times["baseline"]
     base_median, base_mean = statistics.median(base), statistics.fmean(base)
     print(
-        f"agent overhead: 2-rank gloo DDP TinyGPT, {args.rounds} rounds x {args.block} steps "
+        f"agent overhead: 2-rank gloo DDP demo GPT, {args.rounds} rounds x {args.block} steps "
         f"per mode, {elapsed:.0f} s"
     )
     print(

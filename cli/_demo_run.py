@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import queue
@@ -14,9 +13,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from mfuscope.cli._demo_procs import Child, Supervisor
+from mfuscope.cli._demo_progress import apply_event, read_progress
 from mfuscope.cli._demo_services import (
     Collector,
     ServiceError,
@@ -28,27 +28,12 @@ from mfuscope.cli._live_view import DemoState, render, status_line
 from rich.console import Console
 from rich.live import Live
 
-__all__ = ["PROGRESS_PREFIX", "DemoRun"]
+__all__ = ["DemoRun"]
 
-PROGRESS_PREFIX = "mfuscope-demo "  # the job's progress lines (agent/examples/train_demo.py)
 STATUS_EVERY_S = 5.0
 POLL_EVERY_S = 1.0
 FINAL_ATTEMPTS = 3
 FINAL_TIMEOUT_S = 10.0
-
-
-def _read_progress(stream: IO[bytes], log: IO[bytes], events: queue.Queue[dict[str, Any]]) -> None:
-    """Copy the job's output to its log and pass its progress lines on (reader thread)."""
-    for raw in iter(stream.readline, b""):
-        try:
-            log.write(raw)
-            log.flush()
-        except (OSError, ValueError):  # the log was closed: the demo is finishing
-            return
-        line = raw.decode("utf-8", "replace").rstrip("\n")
-        if line.startswith(PROGRESS_PREFIX):
-            with contextlib.suppress(ValueError):
-                events.put(json.loads(line[len(PROGRESS_PREFIX) :]))
 
 
 class DemoRun:
@@ -205,7 +190,7 @@ class DemoRun:
         assert job.popen.stdout is not None
         with (self.out / "train.log").open("ab") as log:
             reader = threading.Thread(
-                target=_read_progress, args=(job.popen.stdout, log, events), daemon=True
+                target=read_progress, args=(job.popen.stdout, log, events), daemon=True
             )
             reader.start()
             if self.live_mode:
@@ -244,40 +229,7 @@ class DemoRun:
                 event = events.get_nowait()
             except queue.Empty:
                 return
-            kind = event.get("event")
-            if kind == "importing_torch":
-                self.state.phase = "importing torch"
-                self.note(f"importing torch in {self.args.ranks} processes (a few seconds)…")
-            elif kind == "torch_ready":
-                self.note(f"torch imported in {event.get('seconds', 0):.1f} s")
-            elif kind == "process_group_ready":
-                self.state.phase = "building the model"
-                self.note(
-                    f"process group ready: {event.get('backend')}, "
-                    f"{event.get('world_size')} ranks, mesh {event.get('mesh')}"
-                )
-            elif kind == "model_ready":
-                self.state.phase = "starting the agent"
-                self.state.loss_floor = event.get("entropy_floor_nats")
-                self.note(
-                    f"model ready: {event.get('layers')} layers, {event.get('parameters', 0):,} "
-                    f"parameters on rank 0, its layers {event.get('checkpointed_layers')} "
-                    "checkpointed; starting the agent (topology, peak calibration)…"
-                )
-            elif kind == "agent_ready":
-                self.state.phase = "first steps (counting FLOPs once)"
-                self.note(f"agent ready in {event.get('seconds', 0.0):.1f} s; training…")
-            elif kind == "step":
-                self.state.phase = "training"
-                self.state.step = int(event.get("step", 0))
-                self.state.loss = event.get("loss")
-            elif kind == "training_done":
-                self.state.phase = "flushing the agents' last reports"
-                self.state.steps_done = int(event.get("steps", 0))
-                self.note(f"training done ({event.get('steps')} steps); the agents flush…")
-            elif kind == "agent_closed":
-                self.state.phase = "torchrun exiting"
-                self.note(f"agent on rank 0 closed in {event.get('seconds', 0.0):.1f} s")
+            apply_event(self.state, event, self.note, self.args.ranks)
 
     def _poll_summary(self, timeout_s: float = 1.0) -> dict[str, Any] | None:
         if self.collector is None:

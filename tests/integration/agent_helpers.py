@@ -1,22 +1,30 @@
-"""Test helpers for the agent tests: an in-process collector stub on port 0 (std lib only).
+"""Test helpers for the agent tests (std lib only): an in-process collector stub on port 0, a
+wedged collector, a closed port, and `run_job` (the 2-rank torchrun job of `agent_job.py`).
 
-Loaded by path from the agent test files (pytest runs with --import-mode=importlib):
+Imported from the agent test files (pytest runs with --import-mode=importlib)::
 
-    helpers = load_helpers()  # see `load` below
+    sys.path.insert(0, str(<tests/integration>))
+    import agent_helpers as helpers
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from mfuscope.collector.schema import ReportBatch, SchemaError, parse_batch
 
-__all__ = ["HangingCollector", "StubCollector", "closed_port_url"]
+__all__ = ["HangingCollector", "StubCollector", "closed_port_url", "run_job"]
+
+HERE = Path(__file__).resolve().parent
 
 
 class StubCollector:
@@ -142,3 +150,19 @@ def closed_port_url() -> str:
     port = probe.getsockname()[1]
     probe.close()
     return f"http://127.0.0.1:{port}"
+
+
+def run_job(
+    tmp_path: Path, *args: str, timeout_s: float = 240.0
+) -> subprocess.CompletedProcess[str]:
+    """Run `agent_job.py` on 2 gloo ranks with `args`; its TMPDIR (profiler traces) is
+    `tmp_path/tmp`, and no MFUSCOPE_* variable of ours leaks into it."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
+    env = {k: v for k, v in env.items() if not k.startswith("MFUSCOPE_")}
+    torchrun = Path(sys.executable).parent / "torchrun"
+    command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(HERE / "agent_job.py")]
+    return subprocess.run(
+        [*command, *args], env=env, capture_output=True, text=True, timeout=timeout_s
+    )

@@ -1,13 +1,16 @@
-"""A small GPT-style transformer trained with DDP over gloo, instrumented with the mfuscope agent.
+"""The demo's GPT model trained with DDP over gloo, instrumented with the mfuscope agent.
 
 Run under torchrun (the agent tests and `benchmarks/agent_overhead.py` do):
 
     OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/integration/agent_job.py \
         --steps 20 --jsonl /tmp/out.jsonl --collector-url http://127.0.0.1:PORT
 
-Every other block is activation-checkpointed with `checkpoint_context()`, so the profiled
-windows hold recomputation. Each rank writes its own step times (measured here, outside the
-agent) to `--times PATH` (`{rank}` replaced) as JSON, for the fault tests.
+The model and data are the packaged demo's (`mfuscope.agent.examples.tiny_gpt`): every other
+block is activation-checkpointed with `checkpoint_context()`, so the profiled windows hold
+recomputation. Unlike `mfuscope demo` there is no DeviceMesh (the group's axis is `world`) and
+the agent takes test options (`--option`, `--fail-profiler`). Each rank writes its own step
+times (measured here, outside the agent) to `--times PATH` (`{rank}` replaced) as JSON, for the
+fault tests.
 """
 
 from __future__ import annotations
@@ -20,72 +23,31 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from mfuscope.agent import Agent, checkpoint_context
 from mfuscope.agent._agent import Seams
+from mfuscope.agent.examples.tiny_gpt import GPTConfig, GPTStage, MarkovTokens
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.checkpoint import checkpoint
 
-VOCAB = 512
-WIDTH = 64
-HEADS = 4
-LAYERS = 4
-SEQ = 64
+CONFIG = GPTConfig(
+    vocab_size=512, seq_len=64, d_model=64, n_heads=4, n_layers=4, checkpoint_every=2
+)
 BATCH = 8
-
-
-class Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(WIDTH)
-        self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
-        self.proj = nn.Linear(WIDTH, WIDTH)
-        self.norm2 = nn.LayerNorm(WIDTH)
-        self.mlp = nn.Sequential(
-            nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, HEADS, WIDTH // HEADS).unbind(2)
-        attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-        )
-        x = x + self.proj(attn.transpose(1, 2).reshape(b, t, WIDTH))
-        return x + self.mlp(self.norm2(x))
-
-
-class TinyGPT(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(VOCAB, WIDTH)
-        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
-        self.head = nn.Linear(WIDTH, VOCAB)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens)
-        for i, block in enumerate(self.blocks):
-            if i % 2 == 0:
-                x = checkpoint(block, x, use_reentrant=False, context_fn=checkpoint_context)
-            else:
-                x = block(x)
-        return self.head(x)
+DATA = MarkovTokens(CONFIG)
 
 
 def build(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(seed)
     # Small buckets: several all-reduces per step, most of them overlapping the backward pass.
-    model = DistributedDataParallel(TinyGPT(), bucket_cap_mb=0.25)
+    model = DistributedDataParallel(
+        GPTStage(CONFIG, context_fn=checkpoint_context), bucket_cap_mb=0.25
+    )
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
-    generator = torch.Generator().manual_seed(step * 101 + dist.get_rank())
-    tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=generator)
-    logits = model(tokens[:, :-1])
-    loss = F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
-    loss.backward()
+    inputs, targets = DATA.batch(step, dist.get_rank(), BATCH)
+    model(inputs, targets).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 

@@ -3,45 +3,18 @@ a JSONL file and into a collector stub on port 0, with sampled profiler windows 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from mfuscope.collector.schema import ReportBatch, StepReport, batch_from_json
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import agent_helpers as helpers
+
 STEPS = 16
-
-
-def _load_helpers() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("agent_helpers_e2e", HERE / "agent_helpers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-helpers = _load_helpers()
-
-
-def run_job(
-    tmp_path: Path, *args: str, timeout_s: float = 240.0
-) -> subprocess.CompletedProcess[str]:
-    temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
-    env = {k: v for k, v in env.items() if not k.startswith("MFUSCOPE_")}
-    torchrun = Path(sys.executable).parent / "torchrun"
-    command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(HERE / "agent_job.py")]
-    return subprocess.run(
-        [*command, *args], env=env, capture_output=True, text=True, timeout=timeout_s
-    )
 
 
 def _by_rank(batches: list[ReportBatch]) -> dict[int, dict[int, StepReport]]:
@@ -57,7 +30,7 @@ def test_two_rank_job_reports_live_mfu_and_decomposition(tmp_path: Path) -> None
     stub = helpers.StubCollector()
     jsonl = tmp_path / "reports.jsonl"
     try:
-        result = run_job(
+        result = helpers.run_job(
             tmp_path,
             "--steps", str(STEPS),
             "--jsonl", str(jsonl),

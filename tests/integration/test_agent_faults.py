@@ -7,14 +7,13 @@ is logged once per interval rather than once per attempt.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import statistics
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,19 +21,8 @@ import torch
 from mfuscope.agent import Agent
 from mfuscope.agent._agent import Seams
 
-HERE = Path(__file__).resolve().parent
-
-
-def _load(name: str, file: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, HERE / file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-helpers = _load("agent_helpers_faults", "agent_helpers.py")
-e2e = _load("agent_e2e_for_faults", "test_agent_e2e.py")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import agent_helpers as helpers
 
 REQUEST_TIMEOUT_S = 1.0
 STEPS = 150
@@ -158,7 +146,7 @@ def test_failing_profiler_is_counted_and_logged_once(
 def test_two_rank_job_with_hanging_collector_and_failing_profiler(tmp_path: Path) -> None:
     hanging = helpers.HangingCollector()
     try:
-        result = e2e.run_job(
+        result = helpers.run_job(
             tmp_path,
             "--steps", "12",
             "--collector-url", hanging.url,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,9 @@ from mfuscope.collector.schema import ReportBatch, batch_from_json
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_fakes import Decomposition, Exposed, FakeProfiler, Record
 
 WIDTH = 32
 
@@ -161,53 +164,23 @@ def test_internal_errors_are_counted_and_logged_once(
     assert len([r for r in caplog.records if "timer bug" in r.getMessage()]) == 1
 
 
-@dataclass(frozen=True)
-class Exposed:
-    axis: str
-    tier: str
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Record:
-    op: str
-    axis: str
-    tier: str
-    group_size: int
-    bytes: int | None
-    seconds: float
-    overlapped_ratio: float
-
-
-@dataclass(frozen=True)
-class Decomposition:
-    step: int
-    wall_s: float = 1.0
-    compute_s: float = 0.5
-    recompute_s: float = 0.1
-    exposed_comm_s: float = 0.2
-    other_s: float = 0.0
-    bubble_pipeline_s: float = 0.0
-    bubble_idle_s: float = 0.2
-    overlapped_comm_s: float = 0.3
-    exposed_comm: tuple[Exposed, ...] = (Exposed("dp", "intra_node", 0.2),)
-    collectives: tuple[Record, ...] = (Record("all_reduce", "dp", "intra_node", 2, 4096, 0.5, 0.6),)
-
-
-class FakeProfiler:
-    def start(self) -> None:
-        return None
-
-    def stop(self) -> None:
-        return None
-
-    def export_chrome_trace(self, path: str) -> None:
-        Path(path).write_text("{}")
+# A profiled step of 1 s: 50% compute, 10% recompute, 20% exposed dp communication, 20% idle.
+_window_step = functools.partial(
+    Decomposition,
+    wall_s=1.0,
+    compute_s=0.5,
+    recompute_s=0.1,
+    exposed_comm_s=0.2,
+    bubble_idle_s=0.2,
+    overlapped_comm_s=0.3,
+    exposed_comm=(Exposed("dp", "intra_node", 0.2),),
+    collectives=(Record("all_reduce", "dp", "intra_node", 2, 4096, 0.5, 0.6),),
+)
 
 
 def test_window_breakdown_attaches_to_later_steps(tmp_path: Path) -> None:
-    def analyse(path: str) -> Sequence[Decomposition]:
-        return [Decomposition(2), Decomposition(3, compute_s=0.7, bubble_idle_s=0.0)]
+    def analyse(path: str) -> Sequence[Any]:
+        return [_window_step(2), _window_step(3, compute_s=0.7, bubble_idle_s=0.0)]
 
     agent = _agent(
         tmp_path,

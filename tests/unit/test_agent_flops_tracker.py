@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from mfuscope.agent._health import RateLimitedLog
-from mfuscope.agent.flops_tracker import FlopsTracker, input_signature
+from mfuscope.agent.flops_tracker import FlopsTracker, StepFlopsValue, input_signature
 
 
 class FakeSession:
@@ -19,7 +19,7 @@ class FakeSession:
     def __init__(self, model: FakeModel) -> None:
         self.model = model
         self.entered = False
-        self.value: tuple[float, float] | None = None
+        self.value: StepFlopsValue | None = None
 
     def __enter__(self) -> FakeSession:
         FakeSession.opened += 1
@@ -27,12 +27,13 @@ class FakeSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.value = (self.model.batch * 1e9, self.model.batch * 1e8)
+        self.value = StepFlopsValue(self.model.batch * 1e9, self.model.batch * 1e8, "counted")
 
     def recompute_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
-    def result(self) -> tuple[float, float]:
+    @property
+    def result(self) -> StepFlopsValue:
         assert self.value is not None
         return self.value
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.utils.checkpoint as checkpoint_module
-from mfuscope.agent._flop_session import StepCountSession
+from mfuscope.agent.flop_counting import StepFlopCount
 from mfuscope.agent.recompute import (
     RECOMPUTE_RANGE,
     checkpoint_context,
@@ -52,14 +52,14 @@ def test_counted_step_separates_recompute_flops() -> None:
     block = _block()
     with FlopCounterMode(display=False) as plain:
         _step(block, checkpointed=False)
-    session = StepCountSession()
+    session = StepFlopCount()
     set_recompute_counter(session.recompute_context)
     try:
         with session:
             _step(block, checkpointed=True)
     finally:
         set_recompute_counter(None)
-    model, recompute = session.result()
+    model, recompute = session.result.model_flops, session.result.recompute_flops
     # Recomputation stops early once every saved tensor is rebuilt: the first linear is redone
     # (2 * batch * in * out FLOPs), the last one is not needed again.
     assert recompute == 2 * BATCH * WIDTH * WIDTH

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -21,38 +22,8 @@ from mfuscope.collector.schema import (
     batch_to_json,
 )
 
-
-@dataclass(frozen=True)
-class Exposed:
-    axis: str
-    tier: str
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Record:
-    op: str
-    axis: str
-    tier: str
-    group_size: int
-    bytes: int | None
-    seconds: float
-    overlapped_ratio: float
-
-
-@dataclass(frozen=True)
-class Decomposition:
-    step: int
-    wall_s: float
-    compute_s: float
-    recompute_s: float = 0.0
-    exposed_comm_s: float = 0.0
-    other_s: float = 0.0
-    bubble_pipeline_s: float = 0.0
-    bubble_idle_s: float = 0.0
-    overlapped_comm_s: float = 0.0
-    exposed_comm: tuple[Exposed, ...] = ()
-    collectives: tuple[Record, ...] = ()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_fakes import Decomposition, Exposed, Record
 
 
 def _step(step: int = 1, **kwargs: float) -> Decomposition:

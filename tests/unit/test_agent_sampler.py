@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,9 @@ import pytest
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._windows import WindowCoordinator
 from mfuscope.agent.sampler import WindowAnalyser, WindowRecorder, WindowSchedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_fakes import EMPTY_TRACE, Decomposition, FakeProfiler
 
 
 @pytest.mark.parametrize(
@@ -35,26 +39,6 @@ def test_schedule(
     schedule.started(2, 0.0)
     schedule.record_cost(cost_s)
     assert [schedule.due(s, t) for s, t in zip(steps, times, strict=True)] == expected
-
-
-class FakeProfiler:
-    def __init__(self, log: list[str], fail: str = "") -> None:
-        self.log = log
-        self.fail = fail
-
-    def start(self) -> None:
-        self.log.append("start")
-        if self.fail == "start":
-            raise RuntimeError("injected start failure")
-
-    def stop(self) -> None:
-        self.log.append("stop")
-
-    def export_chrome_trace(self, path: str) -> None:
-        self.log.append("export")
-        if self.fail == "export":
-            raise RuntimeError("injected export failure")
-        Path(path).write_text('{"traceEvents": []}')
 
 
 def _annotate(log: list[str]) -> Any:
@@ -85,28 +69,24 @@ def test_recorder_brackets_steps_and_returns_the_stopped_profiler() -> None:
     assert not recorder.active
 
 
-@dataclass(frozen=True)
-class Decomposition:
-    step: int
-    wall_s: float = 1.0
-    compute_s: float = 0.5
-    recompute_s: float = 0.1
-    exposed_comm_s: float = 0.0
-    other_s: float = 0.0
-    bubble_pipeline_s: float = 0.0
-    bubble_idle_s: float = 0.4
-    overlapped_comm_s: float = 0.2
-    exposed_comm: tuple[Any, ...] = ()
-    collectives: tuple[Any, ...] = ()
+# A profiled step of 1 s: 50% compute, 10% recompute, 40% idle; 0.2 s of hidden communication.
+_step = functools.partial(
+    Decomposition,
+    wall_s=1.0,
+    compute_s=0.5,
+    recompute_s=0.1,
+    bubble_idle_s=0.4,
+    overlapped_comm_s=0.2,
+)
 
 
 def test_analyser_exports_analyses_and_deletes_the_trace(tmp_path: Path) -> None:
     seen: list[str] = []
 
-    def analyse(path: str) -> Sequence[Decomposition]:
+    def analyse(path: str) -> Sequence[Any]:
         seen.append(path)
-        assert Path(path).read_text() == '{"traceEvents": []}'
-        return [Decomposition(3)]
+        assert Path(path).read_text() == EMPTY_TRACE
+        return [_step(3)]
 
     analyser = WindowAnalyser(analyse, temp_dir=str(tmp_path))
     analyser.submit(FakeProfiler([]), (3,))
@@ -120,7 +100,7 @@ def test_analyser_exports_analyses_and_deletes_the_trace(tmp_path: Path) -> None
 
 
 def test_analyser_reports_errors_and_still_deletes(tmp_path: Path) -> None:
-    def analyse(path: str) -> Sequence[Decomposition]:
+    def analyse(path: str) -> Sequence[Any]:
         raise ValueError("not a trace")
 
     analyser = WindowAnalyser(analyse, temp_dir=str(tmp_path))
@@ -183,8 +163,8 @@ def _wait_resolved(coordinator: WindowCoordinator) -> tuple[int, ...]:
 
 
 def test_coordinator_holds_window_steps_until_their_analysis(tmp_path: Path) -> None:
-    def analyse(path: str) -> Sequence[Decomposition]:
-        return [Decomposition(2, compute_s=0.6, bubble_idle_s=0.3), Decomposition(3)]
+    def analyse(path: str) -> Sequence[Any]:
+        return [_step(2, compute_s=0.6, bubble_idle_s=0.3), _step(3)]
 
     clock = Clock()
     coordinator, health, log = _coordinator(tmp_path, analyse, clock=clock)
@@ -220,9 +200,9 @@ def test_coordinator_gives_up_on_a_slow_analysis(tmp_path: Path) -> None:
     clock = Clock()
     release = __import__("threading").Event()
 
-    def analyse(path: str) -> Sequence[Decomposition]:
+    def analyse(path: str) -> Sequence[Any]:
         release.wait(10.0)
-        return [Decomposition(2), Decomposition(3)]
+        return [_step(2), _step(3)]
 
     coordinator, health, _ = _coordinator(tmp_path, analyse, clock=clock, timeout_s=5.0)
     _run_steps(coordinator, range(0, 4))

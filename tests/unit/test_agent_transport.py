@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.sinks import HttpSink, JsonlSink, SendError
 from mfuscope.agent.transport import RetryPolicy, Transport, backoff_delay_s
-from mfuscope.collector.schema import ReportBatch, StepReport, batch_to_json
+from mfuscope.collector.schema import StepReport
+from mfuscope.collector.testing import batch_dict
 
-
-def _load_helpers() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "integration" / "agent_helpers.py"
-    spec = importlib.util.spec_from_file_location("agent_helpers_for_transport", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-helpers = _load_helpers()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+import agent_helpers as helpers
 
 
 def _report(step: int) -> StepReport:
@@ -239,18 +230,7 @@ def test_rate_limited_log_counts_suppressed_messages() -> None:
 
 
 def _batch(steps: Sequence[int]) -> bytes:
-    batch = ReportBatch(
-        job="j",
-        rank=0,
-        world_size=1,
-        host="h",
-        device="cpu",
-        peak_flops=None,
-        peak_source="unknown",
-        sent_unix_ns=1,
-        reports=tuple(_report(s) for s in steps),
-    )
-    return batch_to_json(batch).encode()
+    return json.dumps(batch_dict(steps=list(steps))).encode()
 
 
 def test_http_sink_posts_gzip_and_bearer_token() -> None:
