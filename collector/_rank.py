@@ -1,9 +1,10 @@
 """What the collector keeps about one live rank.
 
 Per rank: identity, its last `window_steps` steps, and its *contribution* to its job's
-`CountedSums` (FLOP rates and peak, latest breakdown seconds, latest profiled collectives, health
-counters, topology facts), recomputed by `refresh` once per batch so a scrape reads job-level sums
-instead of redoing every rank's arithmetic.
+`CountedSums` (FLOP rates and peak, latest breakdown seconds, latest profiled collectives,
+topology facts), recomputed by `refresh` once per batch so a scrape reads job-level sums instead
+of redoing every rank's arithmetic. Agent-health counters live in the job's `HealthLedger`: they
+must outlive the rank.
 
 Only plain tuples of numbers and strings are kept, never the parsed report objects: at thousands
 of ranks, every retained container object lengthens the garbage collector's full passes, which
@@ -22,15 +23,8 @@ from mfuscope.collector._window import StepWindow
 from mfuscope.collector.schema import ReportBatch, StepReport
 from mfuscope.collector.stragglers import WAITING_COMPONENTS
 
-__all__ = ["HEALTH_FIELDS", "RankState"]
+__all__ = ["RankState"]
 
-# Agent health counters, in the order of `RankState.health`.
-HEALTH_FIELDS = (
-    "reports_dropped_total",
-    "send_failures_total",
-    "profiler_failures_total",
-    "windows_analysed_total",
-)
 _Items = tuple[tuple[Key, tuple[float, ...]], ...]
 
 
@@ -54,7 +48,6 @@ class RankState:
         "collective_items",
         "collectives_step",
         "contribution",
-        "health",
         "job",
         "last_seen_s",
         "median_self_s",
@@ -72,7 +65,6 @@ class RankState:
         self.rank = rank
         self.world_size = 1
         self.peak_flops: float | None = None
-        self.health: tuple[int, ...] = (0,) * len(HEALTH_FIELDS)
         self.steps = StepWindow(idempotency_steps)
         self.last_seen_s = 0.0
         # (wall_s, self_s or None, model_flops, hardware_flops) of the latest steps.
@@ -91,13 +83,6 @@ class RankState:
         """Take the batch's rank-level facts (the latest batch wins)."""
         self.world_size = batch.world_size
         self.peak_flops = batch.peak_flops
-        h = batch.health
-        self.health = (
-            h.reports_dropped_total,
-            h.send_failures_total,
-            h.profiler_failures_total,
-            h.windows_analysed_total,
-        )
         if batch.topology is not None:
             items: list[tuple[Key, tuple[float, ...]]] = []
             if batch.topology.tp_spans_hosts:
@@ -154,7 +139,6 @@ class RankState:
                 model_rate = math.fsum(e[2] for e in recent) / wall
                 hardware_rate = math.fsum(e[3] for e in recent) / wall
                 items.append((("rates",), (model_rate, hardware_rate, self.peak_flops)))
-        items.append((("health",), tuple(float(v) for v in self.health)))
         items.append((("world_size", self.world_size), (1.0,)))
         self.contribution = _merge_duplicate_keys(
             (*items, *self.topology_items, *self.breakdown_items, *self.collective_items)

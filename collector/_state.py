@@ -6,8 +6,14 @@ start times). Not thread-safe: the caller holds one lock around `apply`, `expire
 
 Memory is bounded by live ranks, not by reports: per rank a 512-byte idempotency window, the last
 `window_steps` step times, and its latest breakdown and profiled collectives; per job (or rank,
-with per-rank labels) one set of counters. Ranks silent for longer than `expire_after_s` are
-dropped, and a job with no live rank is dropped whole, so its series disappear.
+with per-rank labels) one set of counters, and per rank seen while the job lives a few integers of
+agent health. Ranks silent for longer than `expire_after_s` are dropped, and a job with no live
+rank is dropped whole, so its series disappear.
+
+Every exported counter is non-decreasing while its series exists: the per-job counters accumulate
+every accepted report until the job expires (a rank's expiry takes nothing out of them), and the
+agents' cumulative health counters go through a `HealthLedger`, which keeps expired ranks'
+counts and adds a restarted agent's new counts on top.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from mfuscope.collector._accumulators import SeriesAcc
+from mfuscope.collector._health import HealthLedger, health_counts
 from mfuscope.collector._rank import RankState
 from mfuscope.collector._sums import REBUILD_EVERY, CountedSums
 from mfuscope.collector._window import DEFAULT_WIDTH
@@ -57,11 +64,15 @@ class IngestResult:
 
 
 class JobState:
-    __slots__ = ("name", "ranks", "series", "sums")
+    __slots__ = ("health", "name", "ranks", "series", "start_unix_ns", "sums")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, start_unix_ns: int) -> None:
         self.name = name
+        # When this job's counters started from zero (its first batch since it was last expired).
+        self.start_unix_ns = start_unix_ns
         self.ranks: dict[int, RankState] = {}
+        # Agent-health counters of every rank seen while the job lives (see `_health`).
+        self.health = HealthLedger()
         # The live ranks' latest figures summed per job (see `_sums`).
         self.sums = CountedSums()
         # Key: the rank with per-rank labels, else None (one set of counters for the job).
@@ -84,7 +95,7 @@ class AggregationState:
         self.expire(now_s)
         job = self.jobs.get(batch.job)
         if job is None:
-            job = self.jobs[batch.job] = JobState(batch.job)
+            job = self.jobs[batch.job] = JobState(batch.job, now_unix_ns)
         rank = job.ranks.get(batch.rank)
         if rank is None:
             rank = job.ranks[batch.rank] = RankState(
@@ -99,6 +110,7 @@ class AggregationState:
             series = job.series[who] = SeriesAcc(now_unix_ns)
 
         rank.update_metadata(batch, now_s)
+        job.health.update(batch.rank, health_counts(batch.health), now_unix_ns)
         key = (batch.job, batch.rank)
         self._by_last_seen[key] = rank
         self._by_last_seen.move_to_end(key)
@@ -127,7 +139,8 @@ class AggregationState:
 
     def expire(self, now_s: float) -> int:
         """Drop ranks silent for longer than `expire_after_s` (with per-rank labels, their series),
-        and jobs left without ranks. Returns how many ranks were dropped."""
+        and jobs left without ranks. Returns how many ranks were dropped. A rank's counts stay in
+        its job's counters (and health ledger) until the job itself is dropped."""
         deadline = now_s - self.config.expire_after_s
         dropped = 0
         while self._by_last_seen:

@@ -1,7 +1,7 @@
 """Job-level sums of the live ranks' latest figures, kept incrementally.
 
 Each rank contributes a few ``(key, values)`` items (its MFU rates and peak, its latest breakdown,
-its latest collectives, health counters, topology facts). When a rank's contribution changes, its
+its latest collectives, topology facts). When a rank's contribution changes, its
 old items are subtracted and the new ones added; when a rank expires its items are subtracted.
 A key also counts its contributors and disappears with the last one, so no float residue is left
 behind. A scrape then reads O(keys) numbers per job instead of re-adding every rank's figures.

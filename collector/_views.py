@@ -165,7 +165,6 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
             peaks[(axis, tier)] = max(peaks.get((axis, tier), 0.0), value)
         elif key[0] == "world_size":
             world_size = max(world_size, int(key[1]))
-    health = sums.get(("health",), (0.0, 0.0, 0.0, 0.0))
     stragglers, basis = _stragglers(ranks, config.straggler_top)
     views: tuple[RankView, ...] = ()
     if config.per_rank_labels:
@@ -174,7 +173,8 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
                 rank=r.rank,
                 peak_flops=r.peak_flops,
                 last_report_age_s=max(now_s - r.last_seen_s, 0.0),
-                health=AgentHealth(*r.health),
+                health=AgentHealth(*job.health.counts(r.rank)),
+                health_start_unix_ns=job.health.start_unix_ns(r.rank),
             )
             for r in sorted(ranks, key=lambda r: r.rank)
         )
@@ -186,7 +186,7 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         peak_unknown_ranks=job.sums.counts.get(("peak_unknown",), 0),
         last_report_age_s=max(now_s - min(r.last_seen_s for r in ranks), 0.0),
         tp_spans_hosts=("tp_spans_hosts",) in sums,
-        health=AgentHealth(*(round(v) for v in health)),
+        health=AgentHealth(*job.health.total),
         tier_peaks=tuple(TierPeak(a, t, v) for (a, t), v in sorted(peaks.items())),
         totals=tuple(
             _series(key, job.series[key])
@@ -196,4 +196,5 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         latest=_latest(sums, peaks, config),
         stragglers=stragglers,
         straggler_basis=basis,
+        start_unix_ns=job.start_unix_ns,
     )

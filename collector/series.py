@@ -43,7 +43,13 @@ _COLLECTIVE_COUNTERS: tuple[tuple[str, str, str, _CollectiveField], ...] = (
     ("calls", "{call}", "collective calls observed in profiled windows", lambda c: c.calls),
     ("bytes", "By", "collective size S (nccl-tests definition), bytes", lambda c: c.bytes),
     ("bus_bytes", "By", "collective size S x nccl-tests bus factor, bytes", lambda c: c.bus_bytes),
-    ("seconds", "s", "collective duration, seconds", lambda c: c.seconds),
+    ("seconds", "s", "collective duration (all calls), seconds", lambda c: c.seconds),
+    (
+        "sized_seconds",
+        "s",
+        "duration of the collective calls whose size is known (the busbw denominator), seconds",
+        lambda c: c.sized_seconds,
+    ),
     (
         "overlapped_seconds",
         "s",
@@ -211,17 +217,24 @@ def _health(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
     for name, field, unit, help_text in _HEALTH:
         if b.per_rank:
             samples = [
-                Sample((j.job, str(r.rank)), float(getattr(r.health, field)))
+                Sample(
+                    (j.job, str(r.rank)),
+                    float(getattr(r.health, field)),
+                    r.health_start_unix_ns,
+                )
                 for j in jobs
                 for r in j.ranks
             ]
         else:
-            samples = [Sample((j.job,), float(getattr(j.health, field))) for j in jobs]
+            samples = [
+                Sample((j.job,), float(getattr(j.health, field)), j.start_unix_ns) for j in jobs
+            ]
         b.add(
             name,
             "counter",
             unit,
-            f"{help_text} (sum over live ranks of their cumulative counts)",
+            f"{help_text} (the agents' cumulative counts, kept across rank expiry and agent "
+            "restarts)",
             b.who_labels,
             samples,
         )

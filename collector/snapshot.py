@@ -104,12 +104,15 @@ class SeriesTotals:
 
 @dataclass(frozen=True)
 class RankView:
-    """One live rank (listed only when per-rank labels are on)."""
+    """One live rank (listed only when per-rank labels are on). `health`: its agent-health
+    counters, adjusted for agent restarts (see `JobSnapshot`), counted since
+    `health_start_unix_ns`."""
 
     rank: int
     peak_flops: float | None
     last_report_age_s: float
     health: AgentHealth
+    health_start_unix_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,12 @@ class LatestWindow:
 
 @dataclass(frozen=True)
 class JobSnapshot:
-    """One job as seen by this collector (its live ranks only)."""
+    """One job as seen by this collector (its live ranks; counters since `start_unix_ns`).
+
+    `health` sums the agents' cumulative health counters over every rank seen since the job's
+    counters started, expired ranks included, with an agent restart's new counts added on top of
+    the old ones: like every counter here it never decreases while the job lives.
+    """
 
     job: str
     live_ranks: int
@@ -183,6 +191,7 @@ class JobSnapshot:
     latest: LatestWindow
     stragglers: tuple[Straggler, ...]
     straggler_basis: Literal["self", "wall"]
+    start_unix_ns: int = 0
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ BUSBW_MEANING = (
     "2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for "
     "broadcast, reduce, send/recv; comparable across ops and group sizes and with the link "
     "rate. Time is the collective's duration on the device, including waiting for the slowest "
-    "peer. From profiled windows only. "
+    "peer, over the calls whose size is known (calls of unknown size add no bytes, so they are "
+    "left out of the time too). From profiled windows only. "
 )
 
 
@@ -48,7 +49,7 @@ def _bandwidth_row() -> Row:
                 [
                     Query(
                         f"{_rate('mfuscope_collective_bus_bytes_total', by)}"
-                        f" / ({_rate('mfuscope_collective_seconds_total', by)} > 0)",
+                        f" / ({_rate('mfuscope_collective_sized_seconds_total', by)} > 0)",
                         "{{job}} {{op}} {{tier}}",
                     ),
                     Query(
@@ -191,7 +192,9 @@ def _exposure_row() -> Row:
             timeseries_panel(
                 "Mean message size",
                 "Mean size S per collective call. Small messages are latency-bound (their busbw "
-                "stays far below the link rate on any fabric); large ones should approach it.",
+                "stays far below the link rate on any fabric); large ones should approach it. "
+                "Calls of unknown size count as calls without bytes, so this reads low when "
+                "there are any.",
                 "bytes",
                 [
                     Query(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from mfuscope.collector import BadRequest, Collector, StateConfig
@@ -98,9 +100,12 @@ mfuscope_collective_bytes_total{axis="dp",job="train",op="all_reduce",tier="inte
 # HELP mfuscope_collective_bus_bytes_total collective size S x nccl-tests bus factor, bytes
 # TYPE mfuscope_collective_bus_bytes_total counter
 mfuscope_collective_bus_bytes_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 2000.0
-# HELP mfuscope_collective_seconds_total collective duration, seconds
+# HELP mfuscope_collective_seconds_total collective duration (all calls), seconds
 # TYPE mfuscope_collective_seconds_total counter
 mfuscope_collective_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.25
+# HELP mfuscope_collective_sized_seconds_total duration of the collective calls whose size is known (the busbw denominator), seconds
+# TYPE mfuscope_collective_sized_seconds_total counter
+mfuscope_collective_sized_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.25
 # HELP mfuscope_collective_overlapped_seconds_total collective time hidden under compute, seconds
 # TYPE mfuscope_collective_overlapped_seconds_total counter
 mfuscope_collective_overlapped_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.125
@@ -123,16 +128,16 @@ mfuscope_step_duration_seconds_bucket{job="train",le="300.0"} 3.0
 mfuscope_step_duration_seconds_bucket{job="train",le="+Inf"} 3.0
 mfuscope_step_duration_seconds_count{job="train"} 3.0
 mfuscope_step_duration_seconds_sum{job="train"} 3.5
-# HELP mfuscope_reports_dropped_total reports the agents dropped (sum over live ranks of their cumulative counts)
+# HELP mfuscope_reports_dropped_total reports the agents dropped (the agents' cumulative counts, kept across rank expiry and agent restarts)
 # TYPE mfuscope_reports_dropped_total counter
 mfuscope_reports_dropped_total{job="train"} 2.0
-# HELP mfuscope_agent_send_failures_total send attempts of the agents that failed (sum over live ranks of their cumulative counts)
+# HELP mfuscope_agent_send_failures_total send attempts of the agents that failed (the agents' cumulative counts, kept across rank expiry and agent restarts)
 # TYPE mfuscope_agent_send_failures_total counter
 mfuscope_agent_send_failures_total{job="train"} 0.0
-# HELP mfuscope_profiler_failures_total profiled windows the agents failed to analyse (sum over live ranks of their cumulative counts)
+# HELP mfuscope_profiler_failures_total profiled windows the agents failed to analyse (the agents' cumulative counts, kept across rank expiry and agent restarts)
 # TYPE mfuscope_profiler_failures_total counter
 mfuscope_profiler_failures_total{job="train"} 0.0
-# HELP mfuscope_agent_windows_analysed_total profiled windows the agents analysed (sum over live ranks of their cumulative counts)
+# HELP mfuscope_agent_windows_analysed_total profiled windows the agents analysed (the agents' cumulative counts, kept across rank expiry and agent restarts)
 # TYPE mfuscope_agent_windows_analysed_total counter
 mfuscope_agent_windows_analysed_total{job="train"} 1.0
 # HELP mfuscope_peak_flops dense peak FLOP/s of the live ranks' devices (summed per job)
@@ -265,3 +270,29 @@ def test_otlp_names_drop_the_counter_suffix() -> None:
     counter = MetricFamily("a_total", "counter", "h", "1", ())
     gauge = MetricFamily("b_ratio", "gauge", "h", "1", ())
     assert (counter.otlp_name, gauge.otlp_name) == ("a", "b_ratio")
+
+
+def _readme_contract() -> dict[str, tuple[str, frozenset[str]]]:
+    """The README's metric contract: name -> (type, labels)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(
+        r"^\| `(mfuscope_[a-z0-9_]+)` \| (\w+) \| ([a-z_, ]*) \|", readme, flags=re.MULTILINE
+    )
+    return {
+        name: (kind, frozenset(label.strip() for label in labels.split(",") if label.strip()))
+        for name, kind, labels in rows
+    }
+
+
+def test_exposed_families_are_exactly_the_readme_contract() -> None:
+    # The README's table is the public contract: every family the collector exposes is in it with
+    # the same type and labels (rank only with per-rank labels), and nothing in it is missing.
+    contract = _readme_contract()
+    for per_rank in (False, True):
+        collector, _ = known_collector(per_rank_labels=per_rank)
+        exposed = {f.name: (f.kind, set(f.label_names)) for f in collector.families()}
+        assert set(exposed) == set(contract)
+        for name, (kind, labels) in exposed.items():
+            assert kind == contract[name][0], name
+            assert labels - {"rank"} == contract[name][1] - {"rank"}, name
+            assert per_rank or "rank" not in labels or "rank" in contract[name][1], name

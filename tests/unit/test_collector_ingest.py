@@ -115,7 +115,7 @@ _DELETE = object()
         ("reports.0.collectives.0.bytes", 1 << 60, "reports[0].collectives[0].bytes", "invalid"),
         ("reports.0.collectives.0.op", "all_reduce_2", "reports[0].collectives[0].op", "invalid"),
         ("world_size", 1 << 30, "world_size", "invalid"),
-        ("peak_flops", int("9" * 400), "body", "invalid"),  # too large for a float
+        ("peak_flops", int("9" * 400), "peak_flops", "invalid"),  # too large for a float
         ("health", [], "health", "invalid"),
         ("topology.groups.0.spans_hosts", "no", "topology.groups[0].spans_hosts", "invalid"),
     ],

@@ -79,6 +79,35 @@ def test_same_series_as_prometheus() -> None:
     assert dict(point.attributes or {}) == {"job": "j"}
 
 
+def test_sized_collective_seconds_and_agent_health_are_exported_with_their_start() -> None:
+    clock = FakeClock()
+    collector = Collector(StateConfig(), clock=clock)
+    collective = {"op": "all_reduce", "axis": "dp", "tier": "inter_node", "group_size": 2}
+    collective |= {"count": 1, "overlapped_s": 0.0}
+    calls = [
+        collective | {"bytes": 1024, "seconds": 0.25},
+        collective | {"bytes": None, "seconds": 0.5},
+    ]
+    batch = batch_dict(
+        job="j", reports=[report_dict(1, collectives=calls)], health={"reports_dropped_total": 3}
+    )
+    started = clock.time_ns()
+    collector.ingest(json.dumps(batch).encode())
+    clock.advance(5)
+    metrics = _metrics(collector)
+    expected = {
+        "mfuscope_collective_seconds": (0.75, "s"),
+        "mfuscope_collective_sized_seconds": (0.25, "s"),
+        "mfuscope_reports_dropped": (3.0, "{report}"),
+    }
+    for name, (value, unit) in expected.items():
+        data = metrics[name].data
+        assert isinstance(data, Sum) and data.is_monotonic, name
+        (point,) = data.data_points
+        assert (point.value, metrics[name].unit) == (value, unit), name
+        assert point.start_time_unix_nano == started, name  # the job's start, not the exporter's
+
+
 def test_histogram_matches_the_sdk_own_explicit_bucket_histogram() -> None:
     # Oracle: the SDK's histogram aggregation over the same observations with the same bounds.
     reader = InMemoryMetricReader()

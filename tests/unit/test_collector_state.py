@@ -113,18 +113,50 @@ def test_a_returning_rank_after_expiry_counts_again() -> None:
     assert _ingest(collector, batch_dict(steps=[1])) == (1, 0)
 
 
-def test_health_is_the_sum_of_each_live_ranks_latest_cumulative_values() -> None:
+def _health(dropped: int, failures: int = 0) -> dict[str, int]:
+    return {"reports_dropped_total": dropped, "send_failures_total": failures}
+
+
+def test_health_sums_the_ranks_latest_counts_and_keeps_expired_ranks() -> None:
     collector, clock = _new(expire_after_s=10)
-    health = {"reports_dropped_total": 3, "send_failures_total": 1}
-    _ingest(collector, batch_dict(rank=0, steps=[1], health=health))
-    _ingest(collector, batch_dict(rank=0, steps=[2], health={"reports_dropped_total": 5}))
+    _ingest(collector, batch_dict(rank=0, steps=[1], health=_health(3, 1)))
+    _ingest(collector, batch_dict(rank=0, steps=[2], health=_health(5, 1)))
     clock.advance(5)
-    _ingest(collector, batch_dict(rank=1, steps=[1], health={"reports_dropped_total": 2}))
+    _ingest(collector, batch_dict(rank=1, steps=[1], health=_health(2)))
     s = _series(collector)
     assert s[("mfuscope_reports_dropped_total", ("job-a",))] == 7
-    assert s[("mfuscope_agent_send_failures_total", ("job-a",))] == 0  # rank 0's latest says 0
-    clock.advance(6)  # rank 0 expires: only rank 1's count remains
-    assert _series(collector)[("mfuscope_reports_dropped_total", ("job-a",))] == 2
+    assert s[("mfuscope_agent_send_failures_total", ("job-a",))] == 1
+    clock.advance(6)  # rank 0 expires; its counts stay in the job's counters
+    s = _series(collector)
+    assert s[("mfuscope_ranks", ("job-a",))] == 1
+    assert s[("mfuscope_reports_dropped_total", ("job-a",))] == 7
+    assert s[("mfuscope_agent_send_failures_total", ("job-a",))] == 1
+    # Rank 0 returns with the same agent process: it continues, nothing is counted twice.
+    _ingest(collector, batch_dict(rank=0, steps=[3], health=_health(6, 1)))
+    assert _series(collector)[("mfuscope_reports_dropped_total", ("job-a",))] == 8
+    clock.advance(11)  # the whole job expires: its series disappear, and restart from zero
+    assert ("mfuscope_reports_dropped_total", ("job-a",)) not in _series(collector)
+    _ingest(collector, batch_dict(rank=1, steps=[9], health=_health(4)))
+    assert _series(collector)[("mfuscope_reports_dropped_total", ("job-a",))] == 4
+
+
+@pytest.mark.parametrize("per_rank_labels", [False, True])
+def test_a_restarted_agent_adds_its_new_counts_on_top(per_rank_labels: bool) -> None:
+    collector, _ = _new(per_rank_labels=per_rank_labels)
+    who = ("job-a", "0") if per_rank_labels else ("job-a",)
+    _ingest(collector, batch_dict(rank=0, steps=[1], health=_health(5, 2)))
+    # A new agent process: every counter starts again from zero; a decrease in any one of them
+    # marks the restart, so the new counts go on top of all the old ones.
+    _ingest(collector, batch_dict(rank=0, steps=[2], health=_health(1, 2)))
+    s = _series(collector)
+    assert s[("mfuscope_reports_dropped_total", who)] == 6
+    assert s[("mfuscope_agent_send_failures_total", who)] == 4
+    _ingest(collector, batch_dict(rank=0, steps=[3], health=_health(3, 2)))
+    s = _series(collector)
+    assert s[("mfuscope_reports_dropped_total", who)] == 8
+    assert s[("mfuscope_agent_send_failures_total", who)] == 4
+    summary_health = collector.snapshot().jobs[0].health
+    assert (summary_health.reports_dropped_total, summary_health.send_failures_total) == (8, 4)
 
 
 def test_unknown_peaks_are_counted_not_guessed() -> None:
