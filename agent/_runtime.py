@@ -197,14 +197,14 @@ def _engine_analyse(
     topology: RankTopology, links: dict[str, Any]
 ) -> Callable[[str], Sequence[DecompositionLike]]:
     def analyse(path: str) -> Sequence[DecompositionLike]:
-        from mfuscope.agent.analysis import AnalysisOptions, analyze_trace, load_trace
+        from mfuscope.agent.analysis import AnalysisOptions, analyze_trace, read_trace
 
         options = AnalysisOptions(
             host_of_rank=dict(topology.host_of_rank) or None,
             axis_overrides=topology.axis_of_group_name,
             links=links,
         )
-        steps: Sequence[DecompositionLike] = analyze_trace(load_trace(path), options).steps
+        steps: Sequence[DecompositionLike] = analyze_trace(read_trace(path), options).steps
         return steps
 
     return analyse

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mfuscope.agent.analysis.axes import axis_from_description
 from mfuscope.collector.schema import GroupInfo, Topology
 
 __all__ = [
@@ -101,14 +102,8 @@ def axis_of_group(spec: GroupSpec, mesh_axes: Mapping[str, str]) -> str:
     """The axis name of a group (see the module docstring for the rules)."""
     if spec.name in mesh_axes:
         return mesh_axes[spec.name]
-    desc = spec.desc.strip()
-    if desc.startswith("mesh_") and len(desc) > len("mesh_"):
-        return desc[len("mesh_") :]
-    if desc == "default_pg":
-        return "world"
-    if desc and desc != "undefined":
-        return desc
-    return f"pg{spec.name}"
+    named = axis_from_description(spec.desc)
+    return named if named is not None else f"pg{spec.name}"
 
 
 def build_topology(

@@ -1,11 +1,17 @@
 """End-to-end speed of `mfuscope analyze` against a bare JSON parse of the same file.
 
-For each trace (the real ones in ../shared/traces and a generated one of >= 2M events):
-- floor: ``json.load`` of the file (through gzip for .gz), best of `--repeat` runs, GC as
-  Python ships it; ``floor_nogc`` the same with the cyclic GC paused (what `load_trace` does);
-- e2e: ``mfuscope analyze FILE --json`` run in-process (read, decompress, parse, analyse,
-  render JSON to /dev/null), best of `--repeat` runs.
-Printed: events/s end to end and the ratios e2e / floor (target: >= 1M events/s, <= 2x).
+For each trace (the real ones in ../shared/traces and a generated one of >= 2M events), best
+of `--repeat` runs each, all reading the file (through gzip for .gz):
+- ``json s`` (the floor, issue 2): a bare standard-library ``json.load``, GC as Python ships
+  it; ``nogc s`` the same with the cyclic GC paused;
+- ``msgspec s``: a bare ``msgspec.json.decode`` of the file (the library the engine decodes
+  with) into plain dicts and lists, GC paused: the same parse with the chosen library;
+- ``decode s``: `read_trace` alone (msgspec into the engine's event model, unread keys
+  skipped): the part of the end-to-end time that is parsing;
+- ``e2e s``: ``mfuscope analyze FILE --json`` run in-process (read, decompress, decode,
+  analyse, render JSON to a buffer).
+Printed: events/s end to end and e2e over each of the parses (target: >= 1M events/s end to
+end and e2e within 2x of the ``json.load`` floor).
 
 Run: ``.venv/bin/python benchmarks/analyze_bench.py [--events 2000000] [--repeat 1]``.
 The machine is shared and noisy: compare ratios from the same run, and run it twice.
@@ -52,12 +58,29 @@ def _parse(path: Path) -> None:
         json.load(handle)
 
 
-def _parse_nogc(path: Path) -> None:
-    gc.disable()
-    try:
-        _parse(path)
-    finally:
-        gc.enable()
+def _paused_gc(fn: Callable[[Path], Any]) -> Callable[[Path], None]:
+    def run(path: Path) -> None:
+        gc.disable()
+        try:
+            fn(path)
+        finally:
+            gc.enable()
+
+    return run
+
+
+def _msgspec_parse(path: Path) -> None:
+    import msgspec
+
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        msgspec.json.decode(handle.read())
+
+
+def _decode(path: Path) -> None:
+    from mfuscope.agent.analysis import read_trace
+
+    read_trace(path)
 
 
 def _analyze(path: Path) -> None:
@@ -93,21 +116,25 @@ def main() -> int:
         started = time.perf_counter()
         generated = _generated(args.events, Path(tmp))
         print(f"generated {generated.name} in {time.perf_counter() - started:.1f} s", flush=True)
+        print("floor = json s: a bare stdlib json.load of the same file, measured in this run")
         header = (
-            f"{'trace':<42} {'events':>9} {'MB':>7} {'floor s':>8} {'nogc s':>8} {'e2e s':>8}"
-            f" {'Mev/s':>6} {'e2e/floor':>9} {'e2e/nogc':>8}"
+            f"{'trace':<32} {'events':>8} {'MB':>6} {'json s':>7} {'nogc s':>7}"
+            f" {'msgspec s':>9} {'decode s':>8} {'e2e s':>7} {'Mev/s':>6} {'e2e/json':>8}"
+            f" {'e2e/msgspec':>11} {'e2e/decode':>10}"
         )
         print(header)
         for path in [*REAL, generated]:
             events = _events(path)
             floor = _best(lambda p=path: _parse(p), args.repeat)
-            floor_nogc = _best(lambda p=path: _parse_nogc(p), args.repeat)
+            floor_nogc = _best(lambda p=path: _paused_gc(_parse)(p), args.repeat)
+            bare = _best(lambda p=path: _paused_gc(_msgspec_parse)(p), args.repeat)
+            decode = _best(lambda p=path: _decode(p), args.repeat)
             e2e = _best(lambda p=path: _analyze(p), args.repeat)
             size_mb = os.path.getsize(path) / 1e6
             print(
-                f"{path.name:<42} {events:>9} {size_mb:>7.1f} {floor:>8.3f} {floor_nogc:>8.3f}"
-                f" {e2e:>8.3f} {events / e2e / 1e6:>6.2f} {e2e / floor:>9.2f}"
-                f" {e2e / floor_nogc:>8.2f}",
+                f"{path.name:<32} {events:>8} {size_mb:>6.1f} {floor:>7.3f} {floor_nogc:>7.3f}"
+                f" {bare:>9.3f} {decode:>8.3f} {e2e:>7.3f} {events / e2e / 1e6:>6.2f}"
+                f" {e2e / floor:>8.2f} {e2e / bare:>11.2f} {e2e / decode:>10.2f}",
                 flush=True,
             )
     return 0

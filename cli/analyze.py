@@ -16,15 +16,16 @@ import math
 import sys
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from mfuscope.agent.analysis import (
     AnalysisOptions,
+    KinetoTrace,
     RankAnalysis,
     TraceError,
     analysis_to_json,
     analyze_trace,
-    load_trace,
+    read_trace,
 )
 from mfuscope.agent.analysis.bandwidth import LinkModel, bus_factor
 from mfuscope.agent.analysis.trace_io import find_trace_files
@@ -80,11 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print mfuscope.analysis/1 JSON")
 
 
-def _trace_device(trace: Mapping[str, Any]) -> str | None:
+def _trace_device(trace: KinetoTrace) -> str | None:
     """The device model of a GPU trace when all its devices share one name."""
     names = {
         p.get("name")
-        for p in trace.get("deviceProperties") or ()
+        for p in trace.device_properties or ()
         if isinstance(p, dict) and isinstance(p.get("name"), str)
     }
     return names.pop() if len(names) == 1 else None
@@ -126,7 +127,7 @@ def _analyse_all(args: argparse.Namespace, progress: TextIO | None) -> list[Rank
         if progress is not None and file.is_file() and file.stat().st_size >= _PROGRESS_MIN_BYTES:
             print(f"\r[{index}/{len(files)}] reading {file.name} ...", end="", file=progress)
             progress.flush()
-        trace = load_trace(file)
+        trace = read_trace(file)
         options = dataclasses.replace(base, links=_links(_trace_device(trace)))
         try:
             results.append(analyze_trace(trace, options))

@@ -11,16 +11,18 @@ from mfuscope.agent.analysis.result import (
     StepDecomposition,
 )
 from mfuscope.agent.analysis.to_json import analysis_to_json
-from mfuscope.agent.analysis.trace_io import TraceError, load_trace
+from mfuscope.agent.analysis.trace_io import KinetoTrace, TraceError, load_trace, read_trace
 
 __all__: list[str] = [
     "AnalysisOptions",
     "CollectiveRecord",
     "ExposedComm",
+    "KinetoTrace",
     "RankAnalysis",
     "StepDecomposition",
     "TraceError",
     "analysis_to_json",
     "analyze_trace",
     "load_trace",
+    "read_trace",
 ]

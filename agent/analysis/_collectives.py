@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mfuscope.agent.analysis._events import EventArgs
+from mfuscope.agent.analysis.axes import axis_from_description
 from mfuscope.agent.analysis.bandwidth import COLLECTIVE_OPS
 from mfuscope.agent.analysis.result import (
     AXIS_UNKNOWN,
@@ -203,20 +205,20 @@ class ProcessGroups:
         ]
 
 
-def group_from_args(args: Mapping[str, Any], groups: ProcessGroups) -> GroupInfo:
+def group_from_args(args: EventArgs, groups: ProcessGroups) -> GroupInfo:
     """The process group named by record_param_comms / kernel args, completed from pg_config."""
-    name = str(args.get("Process Group Name", "")).strip('"')
-    desc = str(args.get("Process Group Description", "")).strip('"')
+    name = "" if args.pg_name is None else str(args.pg_name).strip('"')
+    desc = "" if args.pg_desc is None else str(args.pg_desc).strip('"')
     known = groups.by_name.get(name)
-    size = args.get("Group size")
+    size = args.group_size
     size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
-    ranks = parse_ranks(args.get("Process Group Ranks"))
+    ranks = parse_ranks(args.pg_ranks)
     if ranks is not None and size is not None and len(ranks) != size:
         ranks = None
     if ranks is None and known is not None and known.ranks is not None:
         ranks = known.ranks
     if ranks is None and size is not None:
-        start, stride = args.get("Global rank start"), args.get("Global rank stride")
+        start, stride = args.global_rank_start, args.global_rank_stride
         if isinstance(start, int) and isinstance(stride, int) and start >= 0 and stride > 0:
             ranks = tuple(start + i * stride for i in range(size))
     if not desc and known is not None:
@@ -247,13 +249,9 @@ class TopologyView:
         for key in (group.name, group.desc):
             if key and key in self.axis_overrides:
                 return self.axis_overrides[key]
-        desc = group.desc
-        if desc.startswith("mesh_") and len(desc) > len("mesh_"):
-            return desc[len("mesh_") :]
-        if desc == "default_pg":
-            return "world"
-        if desc and desc != "undefined":
-            return desc
+        named = axis_from_description(group.desc)
+        if named is not None:
+            return named
         if group.size is not None and group.size == self.world_size and self.world_size > 1:
             return "world"
         return f"pg{group.name}" if group.name else AXIS_UNKNOWN

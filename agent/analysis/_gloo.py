@@ -31,6 +31,7 @@ from mfuscope.agent.analysis._collectives import (
     dtype_size,
     normalise_op,
 )
+from mfuscope.agent.analysis._events import EventArgs, KinetoTrace
 from mfuscope.agent.analysis._intervals import Interval, subtract, union
 from mfuscope.agent.analysis._recompute import recompute_ranges
 from mfuscope.agent.analysis._scan import Event, ScannedEvents
@@ -47,22 +48,24 @@ _ENQUEUE_PREFIX = "c10d::"
 def _gloo_threads(scanned: ScannedEvents, step_threads: set[Any]) -> set[Any]:
     threads: set[Any] = set()
     for event in scanned.meta:
-        if event.get("name") == "thread_name":
-            label = (event.get("args") or {}).get("name")
+        if event.name == "thread_name" and event.args is not None:
+            label = event.args.name
             if isinstance(label, str) and "gloo" in label:
-                threads.add(event.get("tid"))
+                threads.add(event.tid)
     for event in scanned.annotations:
-        name = event.get("name")
-        if isinstance(name, str) and name.startswith(_GLOO_PREFIX):
+        name = event.name
+        if name.startswith(_GLOO_PREFIX):
             op = normalise_op(name)
-            if op not in ("send", "recv") and event.get("tid") not in step_threads:
-                threads.add(event.get("tid"))
+            if op not in ("send", "recv") and event.tid not in step_threads:
+                threads.add(event.tid)
     return threads
 
 
-def _input_elements(args: Mapping[str, Any]) -> tuple[int, int] | None:
+def _input_elements(args: EventArgs | None) -> tuple[int, int] | None:
     """(elements, bytes per element) summed over the input tensors; None if not recorded."""
-    dims, types = args.get("Input Dims"), args.get("Input type")
+    if args is None:
+        return None
+    dims, types = args.input_dims, args.input_type
     if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
         return None
     elements = 0
@@ -106,10 +109,10 @@ class _GlooGroup:
 
 
 def _comm_activity(event: Event, group: _GlooGroup) -> CommActivity:
-    start = float(event["ts"])
-    duration = float(event.get("dur", 0.0))
-    op = normalise_op(str(event["name"]))
-    counted = _input_elements(event.get("args") or {})
+    start = float(event.ts)
+    duration = float(event.dur or 0.0)
+    op = normalise_op(event.name)
+    counted = _input_elements(event.args)
     size: int | None = None
     if counted is not None and op != BOOKKEEPING:
         elements, element_size = counted
@@ -129,7 +132,7 @@ def _comm_activity(event: Event, group: _GlooGroup) -> CommActivity:
 
 
 def cpu_timeline(
-    trace: Mapping[str, Any],
+    trace: KinetoTrace,
     scanned: ScannedEvents,
     *,
     rank: int,
@@ -145,13 +148,9 @@ def cpu_timeline(
         for i, step in enumerate(steps)
     )
     windows = tuple(w for w in windows if w.end > w.start)
-    step_threads = {
-        e.get("tid")
-        for e in scanned.annotations
-        if isinstance(e.get("name"), str) and str(e["name"]).startswith("ProfilerStep#")
-    }
+    step_threads = {e.tid for e in scanned.annotations if e.name.startswith("ProfilerStep#")}
     workers = _gloo_threads(scanned, step_threads)
-    dist = trace.get("distributedInfo") or {}
+    dist = trace.distributed_info or {}
     view = TopologyView(
         world_size=world_size,
         gpus_per_node=gpus_per_node,
@@ -164,21 +163,19 @@ def cpu_timeline(
     ops: dict[Any, list[Interval]] = defaultdict(list)
     holes: dict[Any, list[Interval]] = defaultdict(list)
     for event in scanned.annotations:
-        name = event.get("name")
-        if isinstance(name, str) and name.startswith(_GLOO_PREFIX):
+        name = event.name
+        if name.startswith(_GLOO_PREFIX):
             comms.append(_comm_activity(event, group))
-            start = float(event["ts"])
-            holes[event.get("tid")].append((start, start + float(event.get("dur", 0.0))))
+            start = float(event.ts)
+            holes[event.tid].append((start, start + float(event.dur or 0.0)))
     for event in scanned.cpu_ops:
-        tid = event.get("tid")
+        tid = event.tid
         if tid in workers:
             continue
-        start = event["ts"]
-        interval = (start, start + event["dur"])
-        name = event.get("name")
-        if isinstance(name, str) and (
-            name.startswith(_ENQUEUE_PREFIX) or name == "record_param_comms"
-        ):
+        start = event.ts
+        interval = (start, start + event.dur)
+        name = event.name
+        if name.startswith(_ENQUEUE_PREFIX) or name == "record_param_comms":
             holes[tid].append(interval)
         else:
             ops[tid].append(interval)

@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 from mfuscope.agent.analysis._intervals import Interval, subtract, union
-from mfuscope.agent.analysis._scan import ScannedEvents, named
+from mfuscope.agent.analysis._scan import Event, ScannedEvents, named
 
 __all__ = ["RECOMPUTE_ANNOTATION", "RecomputeRanges", "recompute_ranges"]
 
@@ -47,34 +47,28 @@ class RecomputeRanges:
         return i >= 0 and t < self._ends[tid][i]
 
 
-def _interval(event: dict[str, Any]) -> Interval:
-    start = float(event["ts"])
-    return (start, start + float(event.get("dur", 0.0)))
+def _interval(event: Event) -> Interval:
+    start = float(event.ts)
+    return (start, start + float(event.dur or 0.0))
 
 
 def recompute_ranges(scanned: ScannedEvents) -> RecomputeRanges:
     raw: dict[Any, list[Interval]] = defaultdict(list)
     for event in scanned.annotations:
-        if event.get("name") == RECOMPUTE_ANNOTATION:
-            raw[event.get("tid")].append(_interval(event))
-    for event in [
-        e
-        for e in scanned.python
-        if isinstance(name := e.get("name"), str) and name.endswith(_PYTHON_FUNCTION)
-    ]:
-        if _PYTHON_FILE in event["name"]:
-            raw[event.get("tid")].append(_interval(event))
+        if event.name == RECOMPUTE_ANNOTATION:
+            raw[event.tid].append(_interval(event))
+    for event in [e for e in scanned.python if e.name.endswith(_PYTHON_FUNCTION)]:
+        if _PYTHON_FILE in event.name:
+            raw[event.tid].append(_interval(event))
 
     reentrant: dict[Any, list[Interval]] = defaultdict(list)
-    for event in named(scanned.cpu_ops, frozenset({_REENTRANT_OP}))[_REENTRANT_OP]:
-        reentrant[event.get("tid")].append(_interval(event))
+    for event in named(scanned.cpu_ops, _REENTRANT_OP):
+        reentrant[event.tid].append(_interval(event))
     engine: dict[Any, list[Interval]] = defaultdict(list)
     if reentrant:  # the engine ranges matter only on threads that checkpoint reentrantly
         for event in scanned.cpu_ops:
-            if event.get("tid") in reentrant:
-                name = event.get("name")
-                if isinstance(name, str) and name.startswith(_ENGINE_PREFIX):
-                    engine[event.get("tid")].append(_interval(event))
+            if event.tid in reentrant and event.name.startswith(_ENGINE_PREFIX):
+                engine[event.tid].append(_interval(event))
     for tid, ranges in reentrant.items():
         nested = sorted(engine.get(tid, []))
         nested_starts = [s for s, _ in nested]

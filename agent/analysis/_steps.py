@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from mfuscope.agent.analysis._scan import ScannedEvents
+from mfuscope.agent.analysis._scan import Event, ScannedEvents
 from mfuscope.agent.analysis._trace_model import TraceError
 
 __all__ = ["CpuStep", "profiler_steps"]
@@ -28,14 +27,14 @@ class CpuStep:
     end: float
 
 
-def _candidates(events: Iterable[dict[str, Any]]) -> Iterable[CpuStep]:
+def _candidates(events: Iterable[Event]) -> Iterable[CpuStep]:
     for event in events:
-        name = event.get("name")
-        if isinstance(name, str) and name.startswith(_PREFIX) and event.get("ph") == "X":
+        name = event.name
+        if name.startswith(_PREFIX) and event.ph == "X":
             number = name[len(_PREFIX) :]
             if number.isdigit():
-                start = float(event["ts"])
-                yield CpuStep(int(number), start, start + float(event.get("dur", 0.0)))
+                start = float(event.ts)
+                yield CpuStep(int(number), start, start + float(event.dur or 0.0))
 
 
 def profiler_steps(scanned: ScannedEvents) -> list[CpuStep]:

@@ -145,7 +145,8 @@ def decompose_timeline(
     windows = timeline.windows
     compute = union(timeline.compute)
     recompute = subtract(union(timeline.recompute), compute)
-    busy_list = union([*compute, *recompute])
+    # Both are sorted and disjoint, so without recompute their union is `compute` itself.
+    busy_list = union([*compute, *recompute]) if recompute else compute
     comms = tuple(sorted(timeline.comms, key=CommActivity.sort_key))
     comm_union = union((c.start, c.end) for c in comms)
     exposed_union = subtract(comm_union, busy_list)

@@ -1,8 +1,11 @@
-"""`analyze_trace`: one rank's Kineto trace (a decoded dict) -> its per-step decomposition.
+"""`analyze_trace`: one rank's Kineto trace -> its per-step decomposition.
 
-Pure: no I/O, clocks or logging, and the input is never mutated. GPU traces (any kernel on a
-device) take the device timeline (`_kineto`); CPU-only traces (gloo) the host timeline
-(`_gloo`). Both become the same normalised `Timeline`, decomposed by `_sweep`.
+The trace is either a `KinetoTrace` (what `read_trace` decodes, the fast path) or the plain
+decoded JSON dict (`load_trace`, traces built in memory), which is first converted into the
+same event model (`_events`). Pure: no I/O, clocks or logging, and the input is never mutated.
+GPU traces (any kernel on a device) take the device timeline (`_kineto`); CPU-only traces
+(gloo) the host timeline (`_gloo`). Both become the same normalised `Timeline`, decomposed by
+`_sweep`.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mfuscope.agent.analysis._events import KinetoTrace, as_kineto_trace
 from mfuscope.agent.analysis._gloo import cpu_timeline
 from mfuscope.agent.analysis._kineto import gpu_timeline
 from mfuscope.agent.analysis._scan import scan_events
@@ -27,25 +31,21 @@ def _int_field(info: Mapping[str, Any], key: str, default: int) -> int:
     return value
 
 
-def build_timeline(trace: Mapping[str, Any], options: AnalysisOptions) -> Timeline:
+def build_timeline(trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOptions) -> Timeline:
     """The normalised timeline of `trace` (exposed for tests and tools; see `_trace_model`)."""
-    if not isinstance(trace, Mapping):
-        raise TraceError(None, "not a Kineto trace: the top level is not a JSON object")
-    events = trace.get("traceEvents")
-    if not isinstance(events, list):
-        raise TraceError(None, "not a Kineto trace: no traceEvents list")
-    info = trace.get("distributedInfo")
+    kineto = as_kineto_trace(trace)
+    info = kineto.distributed_info
     info = info if isinstance(info, Mapping) else {}
     rank = _int_field(info, "rank", 0)
     world_size = max(_int_field(info, "world_size", 1), rank + 1)
-    base_ns = trace.get("baseTimeNanoseconds")
+    base_ns = kineto.base_time_ns
     # Kineto timestamps are microseconds since baseTimeNanoseconds (Unix epoch based).
     offset_s = base_ns * 1e-9 if isinstance(base_ns, (int, float)) else 0.0
     try:
-        scanned = scan_events(events)
+        scanned = scan_events(kineto.events)
         build = gpu_timeline if (scanned.kernels or scanned.memops) else cpu_timeline
         return build(
-            trace,
+            kineto,
             scanned,
             rank=rank,
             world_size=world_size,
@@ -65,12 +65,13 @@ _DEFAULT_OPTIONS = AnalysisOptions()  # frozen: safe to share as a default
 
 
 def analyze_trace(
-    trace: Mapping[str, Any], options: AnalysisOptions = _DEFAULT_OPTIONS
+    trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOptions = _DEFAULT_OPTIONS
 ) -> RankAnalysis:
     """Decompose every profiled step of one rank's trace (DESIGN §2-3).
 
-    Raises `TraceError` (with ``path=None``) for input that is not a usable Kineto trace, e.g.
-    one without any ``ProfilerStep#N``.
+    `trace` is a `KinetoTrace` from `read_trace` or a decoded Kineto JSON dict (`load_trace`,
+    or built in memory). Raises `TraceError` (with ``path=None``) for input that is not a
+    usable Kineto trace, e.g. one without any ``ProfilerStep#N``.
     """
     timeline = build_timeline(trace, options)
     steps = decompose_timeline(timeline, options)

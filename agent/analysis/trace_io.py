@@ -1,6 +1,10 @@
 """The I/O edge of the analysis core: read a Kineto trace file (``.json`` or ``.json.gz``).
 
-This is the one module of `mfuscope.agent.analysis` that touches the file system.
+This is the one module of `mfuscope.agent.analysis` that touches the file system. Two readers:
+- `read_trace`: the fast path (the CLI's): decodes straight into the engine's event model
+  (`KinetoTrace`, msgspec Structs holding only the fields the analysis reads);
+- `load_trace`: the whole document as plain JSON (dicts and lists), for tools and tests that
+  look at other fields; `analyze_trace` accepts it too (converting it first).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from mfuscope.agent.analysis._events import KinetoTrace, decode_kineto, describe_validation_error
 from mfuscope.agent.analysis._trace_model import TraceError
 
-__all__ = ["TraceError", "find_trace_files", "load_trace"]
+__all__ = ["KinetoTrace", "TraceError", "find_trace_files", "load_trace", "read_trace"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _TRACE_SUFFIXES = (".json", ".json.gz")
@@ -65,6 +71,30 @@ def load_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise TraceError(file, "not a Kineto trace: no top-level traceEvents list")
     return trace
+
+
+def read_trace(path: str | os.PathLike[str]) -> KinetoTrace:
+    """Read and decode one Kineto chrome trace into the engine's event model (fast path).
+
+    Gzip is detected by its magic bytes. Keys the analysis does not read are skipped by the
+    decoder. Raises `TraceError(path, message)` for a missing file, bad gzip, text that is not
+    JSON, JSON that is not a Kineto trace, or an event field of the wrong type.
+    """
+    file = Path(path)
+    raw = _read_bytes(file)
+    enabled = gc.isenabled()
+    gc.disable()  # the few containers decoded (Input Dims lists) are no garbage either
+    try:
+        return decode_kineto(raw)
+    except msgspec.ValidationError as exc:
+        raise TraceError(file, describe_validation_error(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise TraceError(file, f"not JSON ({exc})") from None
+    except RecursionError:
+        raise TraceError(file, "not a Kineto trace: JSON nested too deeply") from None
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:

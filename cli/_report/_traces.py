@@ -125,7 +125,7 @@ def run_from_analyses(
 
 def run_from_traces(paths: Sequence[Path], options: TraceOptions) -> RunData:
     """Decompose each trace with the engine and gather the ranks into one run."""
-    from mfuscope.agent.analysis import AnalysisOptions, analyze_trace, load_trace
+    from mfuscope.agent.analysis import AnalysisOptions, analyze_trace, read_trace
 
     engine_options = AnalysisOptions(
         gpus_per_node=options.gpus_per_node,
@@ -133,6 +133,6 @@ def run_from_traces(paths: Sequence[Path], options: TraceOptions) -> RunData:
         recompute_flops_per_step=options.recompute_flops_per_step,
         peak_flops=options.peak_flops,
     )
-    analyses = [analyze_trace(load_trace(path), engine_options) for path in paths]
+    analyses = [analyze_trace(read_trace(path), engine_options) for path in paths]
     job = paths[0].parent.name or paths[0].name
     return run_from_analyses(analyses, options, job, f"Kineto traces ({len(paths)} files)")

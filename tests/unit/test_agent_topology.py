@@ -73,3 +73,20 @@ def test_unknown_hosts_give_unknown_tier_and_duplicates_collapse() -> None:
 def test_rank_outside_world_is_refused() -> None:
     with pytest.raises(ValueError):
         build_topology(rank=2, local_rank=0, hosts=["a", "a"], groups=())
+
+
+@pytest.mark.parametrize(
+    ("desc", "axis"),
+    [
+        ("mesh_tp", "tp"),
+        ("default_pg", "world"),
+        ("experts", "experts"),
+        ("undefined", None),
+        ("", None),
+        ("mesh_", "mesh_"),
+    ],
+)
+def test_axis_from_description(desc: str, axis: str | None) -> None:
+    from mfuscope.agent.analysis.axes import axis_from_description
+
+    assert axis_from_description(desc) == axis
