@@ -136,7 +136,8 @@ def test_gloo_ddp_job_is_decomposed_end_to_end(traces: Path) -> None:
             assert s["compute_s"] > 0 and s["recompute_s"] > 0  # the checkpointed block
             assert s["exposed_comm_s"] > 0  # all_gather / send / recv wait on the peer
             assert s["other_s"] == 0.0 and s["bubble_pipeline_s"] == 0.0
-            assert 0 < s["mfu"] <= 1 and s["hfu"] is None  # recompute FLOPs were not given
+            assert s["hfu"] is None  # recompute FLOPs were not given
+            # The FLOPs and peak passed above are arbitrary numbers, so MFU may exceed 1 here.
             assert math.isclose(s["mfu"], 1e9 / (1e11 * s["wall_s"]))
             by_op: dict[str, list[dict[str, Any]]] = {}
             for c in s["collectives"]:

@@ -170,7 +170,9 @@ def test_dashboards_and_rules_run_on_a_live_training_job(
     # The numbers hang together on real data.
     mfu = _value(prometheus.samples(f'job:mfuscope_mfu:ratio_rate5m{{job="{JOB}"}}'))
     hfu = _value(prometheus.samples(f'job:mfuscope_hfu:ratio_rate5m{{job="{JOB}"}}'))
-    assert 0 < mfu < hfu <= 1, (mfu, hfu)  # the demo job checkpoints activations: HFU > MFU
+    # The demo job checkpoints activations: HFU > MFU. No upper bound: the CPU peak is a short
+    # calibration that a loaded machine can underestimate.
+    assert 0 < mfu < hfu, (mfu, hfu)
     fractions = prometheus.samples(
         f'sum(job_component:mfuscope_step_fraction:ratio_rate5m{{job="{JOB}"}})'
     )
