@@ -315,33 +315,30 @@ def _variables(single_job: bool) -> list[Any]:
     )
     if not single_job:
         job = job.multi(True).include_all(True).all_value(".*").current(everything)
-    axis = (
-        dashboard_builders.QueryVariable("axis")
-        .label("Axis")
-        .description("Parallelism axis of the process group: tp, dp, pp, ep, cp, ...")
-        .datasource(prometheus_ref)
-        .query('label_values(mfuscope_collective_seconds_total{job=~"$job"}, axis)')
-        .refresh(refresh)
-        .multi(True)
-        .include_all(True)
-        .all_value(".*")
-        .current(everything)
-        .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
-    )
-    tier = (
-        dashboard_builders.QueryVariable("tier")
-        .label("Tier")
-        .description(
-            "Interconnect tier: intra_node (NVLink/PCIe) or inter_node (IB/RoCE/Ethernet)."
+
+    def collective_label(name: str, label: str, description: str) -> Any:
+        """A multi-value variable over a label of the collective series, starting on "All"."""
+        return (
+            dashboard_builders.QueryVariable(name)
+            .label(label)
+            .description(description)
+            .datasource(prometheus_ref)
+            .query(f'label_values(mfuscope_collective_seconds_total{{job=~"$job"}}, {name})')
+            .refresh(refresh)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .current(everything)
+            .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
         )
-        .datasource(prometheus_ref)
-        .query('label_values(mfuscope_collective_seconds_total{job=~"$job"}, tier)')
-        .refresh(refresh)
-        .multi(True)
-        .include_all(True)
-        .all_value(".*")
-        .current(everything)
-        .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
+
+    axis = collective_label(
+        "axis", "Axis", "Parallelism axis of the process group: tp, dp, pp, ep, cp, ..."
+    )
+    tier = collective_label(
+        "tier",
+        "Tier",
+        "Interconnect tier: intra_node (NVLink/PCIe) or inter_node (IB/RoCE/Ethernet).",
     )
     datasource = (
         dashboard_builders.DatasourceVariable("datasource")

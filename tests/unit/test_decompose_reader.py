@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,28 +84,35 @@ def test_unknown_category_and_phase_fall_back_to_plain_strings(tmp_path: Path) -
     assert analyze_trace(fast) == expected
 
 
+# Both readers word every error the same way; the fast reader also checks event field types.
+COMMON_ERRORS = [
+    (None, "no such file"),
+    (b"", "not JSON"),
+    (b"\xff\xfe{", "not JSON"),
+    (b'{"traceEvents": [', "not JSON"),
+    (b"[1, 2]", "not a Kineto trace"),
+    (b'{"traceEvents": 3}', "not a Kineto trace"),
+    (gzip.compress(b'{"traceEvents": []}', mtime=0)[:-8], "truncated gzip"),
+]
+READ_ONLY_ERRORS = [
+    (b'{"other": []}', "not a Kineto trace"),
+    (b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "malformed trace event"),
+]
+
+
 @pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        (None, "no such file"),
-        (b"", "not JSON"),
-        (b"\xff\xfe{", "not JSON"),
-        (b'{"traceEvents": [', "not JSON"),
-        (b"[1, 2]", "not a Kineto trace"),
-        (b'{"traceEvents": 3}', "not a Kineto trace"),
-        (b'{"other": []}', "not a Kineto trace"),
-        (b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "malformed trace event"),
-        (gzip.compress(b'{"traceEvents": []}', mtime=0)[:-8], "truncated gzip"),
-    ],
+    ("reader", "content", "message"),
+    [(load_trace, *case) for case in COMMON_ERRORS]
+    + [(read_trace, *case) for case in COMMON_ERRORS + READ_ONLY_ERRORS],
 )
-def test_read_trace_errors_name_the_file(
-    tmp_path: Path, content: bytes | None, message: str
+def test_reader_errors_name_the_file(
+    tmp_path: Path, reader: Callable[[Path], object], content: bytes | None, message: str
 ) -> None:
     path = tmp_path / "t.json.gz"
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(TraceError, match=message) as info:
-        read_trace(path)
+        reader(path)
     assert info.value.path == str(path)
 
 

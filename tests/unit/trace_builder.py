@@ -262,25 +262,22 @@ class TraceBuilder:
     def memcpy(
         self, start: float, dur: float, *, stream: int = 7, launch_at: float | None = None
     ) -> None:
-        self._device_event(
-            "gpu_memcpy",
-            "Memcpy HtoD (Pageable -> Device)",
-            start,
-            dur,
-            stream=stream,
-            launch_at=launch_at,
-            launch_tid=MAIN_TID,
-            external_id=None,
-            extra={"bytes": 4096},
+        self._memory_op(
+            "gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", start, dur, stream, launch_at
         )
-        self.truth.append(TruthEvent("other", start, start + dur, launch_at))
 
     def memset(
         self, start: float, dur: float, *, stream: int = 7, launch_at: float | None = None
     ) -> None:
+        self._memory_op("gpu_memset", "Memset (Device)", start, dur, stream, launch_at)
+
+    def _memory_op(
+        self, cat: str, name: str, start: float, dur: float, stream: int, launch_at: float | None
+    ) -> None:
+        """A copy or memset: the `other` bucket when nothing else runs."""
         self._device_event(
-            "gpu_memset",
-            "Memset (Device)",
+            cat,
+            name,
             start,
             dur,
             stream=stream,
