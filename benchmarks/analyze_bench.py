@@ -6,8 +6,9 @@ of `--repeat` runs each, all reading the file (through gzip for .gz):
   it; ``nogc s`` the same with the cyclic GC paused;
 - ``msgspec s``: a bare ``msgspec.json.decode`` of the file (the library the engine decodes
   with) into plain dicts and lists, GC paused: the same parse with the chosen library;
-- ``decode s``: `read_trace` alone (msgspec into the engine's event model, unread keys
-  skipped): the part of the end-to-end time that is parsing;
+- ``decode s``: `read_trace` alone (events the analysis never reads left out by the C scanner,
+  then msgspec into the engine's event model, unread keys skipped): the part of the
+  end-to-end time that is reading and parsing;
 - ``e2e s``: ``mfuscope analyze FILE --json`` run in-process (read, decompress, decode,
   analyse, render JSON to a buffer).
 Printed: events/s end to end and e2e over each of the parses (target: >= 1M events/s end to
@@ -91,6 +92,12 @@ def _analyze(path: Path) -> None:
     assert code == 0, f"mfuscope analyze failed on {path}"
 
 
+def _gunzip_name() -> str:
+    from mfuscope.agent.analysis import trace_io
+
+    return f"{trace_io._decompress.__module__}.{trace_io._decompress.__name__}"
+
+
 def _events(path: Path) -> int:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as handle:
@@ -111,12 +118,14 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=2_000_000, help="size of generated trace")
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement (best of)")
     args = parser.parse_args()
+    from mfuscope.agent.analysis._select import SELECTION_AVAILABLE
 
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         generated = _generated(args.events, Path(tmp))
         print(f"generated {generated.name} in {time.perf_counter() - started:.1f} s", flush=True)
         print("floor = json s: a bare stdlib json.load of the same file, measured in this run")
+        print(f"C event selection built: {SELECTION_AVAILABLE}; gunzip: {_gunzip_name()}")
         header = (
             f"{'trace':<32} {'events':>8} {'MB':>6} {'json s':>7} {'nogc s':>7}"
             f" {'msgspec s':>9} {'decode s':>8} {'e2e s':>7} {'Mev/s':>6} {'e2e/json':>8}"

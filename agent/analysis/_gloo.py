@@ -32,7 +32,7 @@ from mfuscope.agent.analysis._collectives import (
     normalise_op,
 )
 from mfuscope.agent.analysis._events import EventArgs, KinetoTrace
-from mfuscope.agent.analysis._intervals import Interval, subtract, union
+from mfuscope.agent.analysis._intervals import Interval, Spans, subtract, union
 from mfuscope.agent.analysis._recompute import recompute_ranges
 from mfuscope.agent.analysis._scan import Event, ScannedEvents
 from mfuscope.agent.analysis._steps import profiler_steps
@@ -198,8 +198,8 @@ def cpu_timeline(
         device="cpu",
         clock_offset_s=clock_offset_s,
         windows=windows,
-        compute=compute,
-        recompute=recomputed,
-        other=(),
+        compute=Spans.from_pairs(compute),
+        recompute=Spans.from_pairs(recomputed),
+        other=Spans.empty(),
         comms=tuple(comms),
     )

@@ -13,12 +13,16 @@ nothing are skipped.
 from __future__ import annotations
 
 import bisect
+import math
 import operator
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import msgspec
+import numpy as np
 from mfuscope.agent.analysis._collectives import (
     GroupInfo,
     ProcessGroups,
@@ -29,18 +33,24 @@ from mfuscope.agent.analysis._collectives import (
     op_from_kernel_name,
 )
 from mfuscope.agent.analysis._events import EventArgs, KinetoTrace
-from mfuscope.agent.analysis._intervals import Interval
-from mfuscope.agent.analysis._recompute import recompute_ranges
+from mfuscope.agent.analysis._intervals import FloatArray, Spans
+from mfuscope.agent.analysis._recompute import RecomputeRanges, recompute_ranges
 from mfuscope.agent.analysis._scan import Event, ScannedEvents, named
-from mfuscope.agent.analysis._steps import profiler_steps
+from mfuscope.agent.analysis._steps import CpuStep, profiler_steps
 from mfuscope.agent.analysis._trace_model import CommActivity, StepWindow, Timeline
 from mfuscope.agent.analysis.result import AXIS_UNKNOWN, TIER_UNKNOWN
+from numpy.typing import NDArray
 
-__all__ = ["gpu_timeline", "is_comm_kernel"]
+__all__ = ["OPERATOR_PREFIXES", "gpu_timeline", "is_comm_kernel"]
 
 DEFAULT_GPUS_PER_NODE = 8
 _RECORD_PARAM_COMMS = "record_param_comms"
+OPERATOR_PREFIXES = (_RECORD_PARAM_COMMS,)  # the operators a GPU timeline reads
 _PID = operator.attrgetter("pid")
+_TID = operator.attrgetter("tid")
+_TS = operator.attrgetter("ts")
+_DUR = operator.attrgetter("dur")
+_NAME = operator.attrgetter("name")
 _CORRELATION = operator.attrgetter("args.correlation")
 _comm_name_cache: dict[str, bool] = {}
 _NO_ARGS = EventArgs()
@@ -179,16 +189,106 @@ class _CommResolver:
         )
 
 
-def _launches_by_correlation(runtime: list[Event]) -> dict[Any, Event]:
-    """The host launch of each correlation id (a later duplicate wins, as a dict build does)."""
-    try:  # all in C: every runtime event Kineto writes has args
-        launches = dict(zip(map(_CORRELATION, runtime), runtime, strict=True))
+def _correlations(events: Sequence[Event]) -> list[Any]:
+    """Each event's ``args.correlation`` (None without args), read in C when all have args."""
+    try:
+        return list(map(_CORRELATION, events))
     except AttributeError:  # some event without args
-        launches = {
-            args.correlation: event for event in runtime if (args := event.args) is not None
-        }
+        return [None if (args := event.args) is None else args.correlation for event in events]
+
+
+def _launch_index(runtime: list[Event]) -> dict[Any, int]:
+    """Position in `runtime` of the host launch of each correlation id (a later duplicate
+    wins, as a dict build does)."""
+    launches = dict(zip(_correlations(runtime), range(len(runtime)), strict=True))
     launches.pop(None, None)  # no correlation id links nothing
     return launches
+
+
+def _floats(events: Sequence[Event], field: operator.attrgetter[Any]) -> FloatArray:
+    values = np.fromiter(map(field, events), dtype=np.float64, count=len(events))
+    # numpy reads a missing value (None) as NaN, which JSON cannot hold: a malformed event.
+    if np.isnan(values).any():
+        raise TypeError(f"a device or runtime event without a number in {field!r}")
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class _DeviceEvents:
+    """The rank's kernels or memory ops as columns: times, and the launch of each (-1: none)."""
+
+    events: NDArray[np.object_]
+    starts: FloatArray
+    ends: FloatArray
+    launch: NDArray[np.intp]
+
+    @classmethod
+    def on_device(
+        cls, events: list[Event], pid: Any, launch_index: dict[Any, int]
+    ) -> _DeviceEvents:
+        mine = np.fromiter(map(operator.eq, map(_PID, events), repeat(pid)), bool, len(events))
+        chosen = np.fromiter(events, dtype=object, count=len(events))[mine]
+        starts = _floats(chosen, _TS)
+        ends = starts + _floats(chosen, _DUR)
+        correlations = _correlations(chosen)
+        launch = np.fromiter(
+            map(launch_index.get, correlations, repeat(-1)), dtype=np.intp, count=len(chosen)
+        )
+        return cls(chosen, starts, ends, launch)
+
+
+def _recomputed(
+    kernels: _DeviceEvents,
+    candidates: NDArray[np.bool_],
+    launched_at: FloatArray,
+    runtime: list[Event],
+    recompute: RecomputeRanges,
+) -> NDArray[np.bool_]:
+    """Which `candidates` were launched inside a recompute range of their launching thread."""
+    thread_code = {tid: code for code, tid in enumerate(recompute.by_thread)}
+    runtime_thread = np.fromiter(
+        map(thread_code.get, map(_TID, runtime), repeat(-1)), dtype=np.intp, count=len(runtime)
+    )
+    thread = np.append(runtime_thread, -1)[kernels.launch]  # launch -1: no thread
+    out = np.zeros(len(candidates), dtype=bool)
+    for tid, code in thread_code.items():
+        chosen = candidates & (thread == code)
+        out[chosen] = recompute.contains_each(tid, launched_at[chosen])
+    return out
+
+
+def _step_windows(
+    steps: list[CpuStep], devices: tuple[_DeviceEvents, ...], runtime_ts: FloatArray
+) -> tuple[StepWindow, ...]:
+    """The step windows (see the module docstring): device events assigned to the step whose
+    CPU range holds their launch, i.e. the latest step starting at or before the launch, if
+    the launch is not after that step's end."""
+    step_starts = np.array([step.start for step in steps])
+    step_ends = np.array([step.end for step in steps])
+    first_start = np.full(len(steps), np.inf)
+    last_end = np.full(len(steps), -np.inf)
+    for device in devices:
+        launched = device.launch >= 0
+        at = runtime_ts[device.launch[launched]]
+        step = np.searchsorted(step_starts, at, side="right") - 1
+        inside = (step >= 0) & (at <= step_ends[np.maximum(step, 0)])
+        step = step[inside]
+        np.minimum.at(first_start, step, device.starts[launched][inside])
+        np.maximum.at(last_end, step, device.ends[launched][inside])
+
+    windows: list[StepWindow] = []
+    firsts, lasts = first_start.tolist(), last_end.tolist()
+    live = [i for i, first in enumerate(firsts) if first < math.inf]
+    previous_end = -math.inf
+    for position, i in enumerate(live):
+        # Clipping to the previous window keeps windows disjoint even if a later step's first
+        # device event starts before an earlier one's (possible across streams).
+        start = max(firsts[i], previous_end)
+        end = firsts[live[position + 1]] if position + 1 < len(live) else lasts[i]
+        if end > start:
+            windows.append(StepWindow(steps[i].step, start, end))
+            previous_end = end
+    return tuple(windows)
 
 
 def gpu_timeline(
@@ -203,9 +303,6 @@ def gpu_timeline(
     axis_overrides: Mapping[str, str],
 ) -> Timeline:
     steps = profiler_steps(scanned)
-    step_starts = [s.start for s in steps]
-    step_ends = [s.end for s in steps]
-    n_steps = len(steps)
     dist = trace.distributed_info or {}
     view = TopologyView(
         world_size=world_size,
@@ -217,76 +314,44 @@ def gpu_timeline(
     recompute = recompute_ranges(scanned)
     pid = _device_pid(scanned)
 
-    launches = _launches_by_correlation(scanned.runtime)
+    runtime = scanned.runtime
+    launch_index = _launch_index(runtime)
+    # Launch times by runtime position, and NaN at position -1: "launched by nothing".
+    runtime_ts = np.append(_floats(runtime, _TS) if launch_index else np.empty(0), np.nan)
+    kernels = _DeviceEvents.on_device(scanned.kernels, pid, launch_index)
+    memops = _DeviceEvents.on_device(scanned.memops, pid, launch_index)
+    windows = _step_windows(steps, (kernels, memops), runtime_ts)
 
-    inf = float("inf")
-    first_start = [inf] * n_steps
-    last_end = [-inf] * n_steps
-    compute: list[Interval] = []
-    recomputed: list[Interval] = []
-    other: list[Interval] = []
-    comms: list[CommActivity] = []
-    get_launch = launches.get
-    bisect_right = bisect.bisect_right
-    comm_cache = _comm_name_cache
-    has_recompute = bool(recompute)
-    # Device events of one step come in runs: try the previous event's step before bisecting.
-    # Step i holds launch time t when it is the latest step with start <= t and t <= its end.
-    i = -1
-    lo, hi, following = inf, -inf, inf
-
-    for events, is_kernel in ((scanned.kernels, True), (scanned.memops, False)):
-        for event in events:
-            if event.pid != pid:
-                continue
-            start = event.ts
-            end = start + event.dur
-            args = event.args
-            launch = None if args is None else get_launch(args.correlation)
-            if launch is not None:
-                launched_at = launch.ts
-                if not (lo <= launched_at < following):
-                    i = bisect_right(step_starts, launched_at) - 1
-                    lo, hi = (step_starts[i], step_ends[i]) if i >= 0 else (-inf, -inf)
-                    following = step_starts[i + 1] if i + 1 < n_steps else inf
-                if launched_at <= hi:
-                    if start < first_start[i]:
-                        first_start[i] = start
-                    if end > last_end[i]:
-                        last_end[i] = end
-            if not is_kernel:
-                other.append((start, end))
-                continue
-            name = event.name
-            is_comm = comm_cache.get(name)
-            if is_comm is None:
-                is_comm = is_comm_kernel(name)
-            if is_comm:
-                comms.append(resolver.activity(event, launch, start, end))
-            elif has_recompute and launch is not None and recompute.contains(launch.tid, launch.ts):
-                recomputed.append((start, end))
-            else:
-                compute.append((start, end))
-
-    windows: list[StepWindow] = []
-    live = [i for i in range(n_steps) if first_start[i] < inf]
-    previous_end = -inf
-    for position, i in enumerate(live):
-        # Clipping to the previous window keeps windows disjoint even if a later step's first
-        # device event starts before an earlier one's (possible across streams).
-        start = max(first_start[i], previous_end)
-        end = first_start[live[position + 1]] if position + 1 < len(live) else last_end[i]
-        if end > start:
-            windows.append(StepWindow(steps[i].step, start, end))
-            previous_end = end
+    device_kernels = kernels.events.tolist()
+    n_kernels = len(device_kernels)
+    is_comm = np.fromiter(map(is_comm_kernel, map(_NAME, device_kernels)), bool, n_kernels)
+    launch = kernels.launch.tolist()
+    comms = tuple(
+        resolver.activity(
+            device_kernels[k], runtime[launch[k]] if launch[k] >= 0 else None, start, end
+        )
+        for k, start, end in zip(
+            np.flatnonzero(is_comm).tolist(),
+            kernels.starts[is_comm].tolist(),
+            kernels.ends[is_comm].tolist(),
+            strict=True,
+        )
+    )
+    recomputed = np.zeros(n_kernels, dtype=bool)
+    if recompute:
+        candidates = ~is_comm & (kernels.launch >= 0)
+        recomputed = _recomputed(
+            kernels, candidates, runtime_ts[kernels.launch], runtime, recompute
+        )
+    compute = ~is_comm & ~recomputed
     return Timeline(
         rank=rank,
         world_size=world_size,
         device=_device_name(trace, pid),
         clock_offset_s=clock_offset_s,
-        windows=tuple(windows),
-        compute=compute,
-        recompute=recomputed,
-        other=other,
-        comms=tuple(comms),
+        windows=windows,
+        compute=Spans(kernels.starts[compute], kernels.ends[compute]),
+        recompute=Spans(kernels.starts[recomputed], kernels.ends[recomputed]),
+        other=Spans(memops.starts, memops.ends),
+        comms=comms,
     )

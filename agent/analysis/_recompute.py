@@ -14,37 +14,54 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from itertools import compress, repeat
+from operator import attrgetter
 from typing import Any
 
-from mfuscope.agent.analysis._intervals import Interval, subtract, union
+import numpy as np
+from mfuscope.agent.analysis._intervals import (
+    FloatArray,
+    Interval,
+    Spans,
+    covers,
+    subtract,
+    union,
+)
 from mfuscope.agent.analysis._scan import Event, ScannedEvents, named
+from numpy.typing import NDArray
 
-__all__ = ["RECOMPUTE_ANNOTATION", "RecomputeRanges", "recompute_ranges"]
+__all__ = [
+    "OPERATOR_PREFIXES",
+    "PYTHON_SUBSTRINGS",
+    "RECOMPUTE_ANNOTATION",
+    "RecomputeRanges",
+    "recompute_ranges",
+]
 
 RECOMPUTE_ANNOTATION = "mfuscope::recompute"
 _REENTRANT_OP = "CheckpointFunctionBackward"
 _ENGINE_PREFIX = "autograd::engine::evaluate_function:"
 _PYTHON_FILE = "torch/utils/checkpoint.py("
 _PYTHON_FUNCTION = "): recompute_fn"
+_NAME = attrgetter("name")
+# The operators and Python calls read here (every annotation is).
+OPERATOR_PREFIXES = (_REENTRANT_OP, _ENGINE_PREFIX)
+PYTHON_SUBSTRINGS = (_PYTHON_FUNCTION,)
 
 
 class RecomputeRanges:
-    """Per-thread sorted disjoint ranges; `contains(tid, t)` in O(log n)."""
+    """Per-thread sorted disjoint ranges; `contains_each(tid, times)` in O(log n) per time."""
 
     def __init__(self, by_thread: dict[Any, list[Interval]]) -> None:
         self.by_thread = by_thread
-        self._starts = {tid: [s for s, _ in ranges] for tid, ranges in by_thread.items()}
-        self._ends = {tid: [e for _, e in ranges] for tid, ranges in by_thread.items()}
+        self._spans = {tid: Spans.from_pairs(ranges) for tid, ranges in by_thread.items()}
 
     def __bool__(self) -> bool:
         return bool(self.by_thread)
 
-    def contains(self, tid: Any, t: float) -> bool:
-        starts = self._starts.get(tid)
-        if starts is None:
-            return False
-        i = bisect.bisect_right(starts, t) - 1
-        return i >= 0 and t < self._ends[tid][i]
+    def contains_each(self, tid: Any, times: FloatArray) -> NDArray[np.bool_]:
+        """Whether each of `times` lies in a range of thread `tid`."""
+        return covers(self._spans.get(tid, Spans.empty()), times)
 
 
 def _interval(event: Event) -> Interval:
@@ -57,7 +74,9 @@ def recompute_ranges(scanned: ScannedEvents) -> RecomputeRanges:
     for event in scanned.annotations:
         if event.name == RECOMPUTE_ANNOTATION:
             raw[event.tid].append(_interval(event))
-    for event in [e for e in scanned.python if e.name.endswith(_PYTHON_FUNCTION)]:
+    python = scanned.python  # every Python call when profiled with_stack: select in C
+    ends_right = map(str.endswith, map(_NAME, python), repeat(_PYTHON_FUNCTION))
+    for event in compress(python, ends_right):
         if _PYTHON_FILE in event.name:
             raw[event.tid].append(_interval(event))
 

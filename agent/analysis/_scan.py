@@ -10,15 +10,34 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mfuscope.agent.analysis._events import TraceEvent
 
-__all__ = ["Event", "ScannedEvents", "named", "scan_events"]
+__all__ = [
+    "ANNOTATION_CATEGORIES",
+    "KERNEL_CATEGORIES",
+    "MEMOP_CATEGORIES",
+    "OPERATOR_CATEGORIES",
+    "PYTHON_CATEGORIES",
+    "RUNTIME_CATEGORIES",
+    "Event",
+    "ScannedEvents",
+    "named",
+    "scan_events",
+]
 
 Event = TraceEvent
 _NAME = operator.attrgetter("name")
+
+# The categories the analysis reads; events of any other category are never looked at.
+KERNEL_CATEGORIES = ("kernel", "Kernel")
+MEMOP_CATEGORIES = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime")
+OPERATOR_CATEGORIES = ("cpu_op", "Operator")
+ANNOTATION_CATEGORIES = ("user_annotation",)
+PYTHON_CATEGORIES = ("python_function",)
 
 
 @dataclass
@@ -30,37 +49,29 @@ class ScannedEvents:
     annotations: list[Event] = field(default_factory=list)
     python: list[Event] = field(default_factory=list)
     meta: list[Event] = field(default_factory=list)
-    total: int = 0
 
 
 def scan_events(events: Sequence[Event]) -> ScannedEvents:
     """Bucket events by category, in file order; metadata (``M``) events carry no category."""
     out = ScannedEvents()
     uncategorised: list[Event] = []
-    buckets: dict[str | None, list[Event]] = {
-        "kernel": out.kernels,
-        "Kernel": out.kernels,
-        "gpu_memcpy": out.memops,
-        "gpu_memset": out.memops,
-        "Memcpy": out.memops,
-        "Memset": out.memops,
-        "cuda_runtime": out.runtime,
-        "cuda_driver": out.runtime,
-        "Runtime": out.runtime,
-        "cpu_op": out.cpu_ops,
-        "Operator": out.cpu_ops,
-        "user_annotation": out.annotations,
-        "python_function": out.python,
-        None: uncategorised,
-    }
-    appenders = {cat: bucket.append for cat, bucket in buckets.items()}
+    buckets = (
+        (KERNEL_CATEGORIES, out.kernels),
+        (MEMOP_CATEGORIES, out.memops),
+        (RUNTIME_CATEGORIES, out.runtime),
+        (OPERATOR_CATEGORIES, out.cpu_ops),
+        (ANNOTATION_CATEGORIES, out.annotations),
+        (PYTHON_CATEGORIES, out.python),
+    )
+    appenders: dict[str | None, Callable[[Event], None]] = {None: uncategorised.append}
+    for categories, bucket in buckets:
+        appenders.update(dict.fromkeys(categories, bucket.append))
     get_appender = appenders.get
     for event in events:
         append = get_appender(event.cat)
         if append is not None:
             append(event)
     out.meta.extend(e for e in uncategorised if e.ph == "M")
-    out.total = len(events)
     return out
 
 

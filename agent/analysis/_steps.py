@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from mfuscope.agent.analysis._scan import Event, ScannedEvents
 from mfuscope.agent.analysis._trace_model import TraceError
 
-__all__ = ["CpuStep", "profiler_steps"]
+__all__ = ["OPERATOR_PREFIXES", "CpuStep", "profiler_steps"]
 
 _PREFIX = "ProfilerStep#"
+OPERATOR_PREFIXES = (_PREFIX,)  # the operators read here (older traces)
 
 
 @dataclass(frozen=True, slots=True)

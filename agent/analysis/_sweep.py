@@ -28,8 +28,9 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 
+import numpy as np
 from mfuscope.agent.analysis._collectives import BOOKKEEPING
-from mfuscope.agent.analysis._intervals import IntervalSet, subtract, union
+from mfuscope.agent.analysis._intervals import IntervalSet, Spans, subtract_spans, union_spans
 from mfuscope.agent.analysis._trace_model import CommActivity, StepWindow, Timeline
 from mfuscope.agent.analysis.bandwidth import (
     COLLECTIVE_OPS,
@@ -65,6 +66,8 @@ def _comm_sweep(
             starting[comm.start].append(i)
             ending[comm.end].append(i)
     points = sorted({*starting, *ending, *(w.start for w in windows), *(w.end for w in windows)})
+    boundaries = np.array(points, dtype=np.float64)
+    under_each = busy.measure_each(boundaries[:-1], boundaries[1:]).tolist()
     active: list[int] = []
     w = 0
     n_windows = len(windows)
@@ -78,7 +81,7 @@ def _comm_sweep(
         if not active:
             continue
         a, b = t, points[k + 1]
-        under = busy.measure(a, b)
+        under = under_each[k]
         for i in active:
             overlapped[i] += under
         hidden_free = (b - a) - under
@@ -143,17 +146,29 @@ def decompose_timeline(
 ) -> tuple[StepDecomposition, ...]:
     """Split every step window of `timeline` into the DESIGN §2 buckets (seconds)."""
     windows = timeline.windows
-    compute = union(timeline.compute)
-    recompute = subtract(union(timeline.recompute), compute)
+    compute = union_spans(timeline.compute)
+    recompute = subtract_spans(union_spans(timeline.recompute), compute)
     # Both are sorted and disjoint, so without recompute their union is `compute` itself.
-    busy_list = union([*compute, *recompute]) if recompute else compute
+    busy_spans = compute
+    if len(recompute):
+        busy_spans = union_spans(
+            Spans(
+                np.concatenate((compute.starts, recompute.starts)),
+                np.concatenate((compute.ends, recompute.ends)),
+            )
+        )
     comms = tuple(sorted(timeline.comms, key=CommActivity.sort_key))
-    comm_union = union((c.start, c.end) for c in comms)
-    exposed_union = subtract(comm_union, busy_list)
-    other = subtract(subtract(union(timeline.other), busy_list), comm_union)
+    comm_union = union_spans(
+        Spans(
+            np.array([c.start for c in comms], dtype=np.float64),
+            np.array([c.end for c in comms], dtype=np.float64),
+        )
+    )
+    exposed_union = subtract_spans(comm_union, busy_spans)
+    other = subtract_spans(subtract_spans(union_spans(timeline.other), busy_spans), comm_union)
 
     compute_set, recompute_set = IntervalSet(compute), IntervalSet(recompute)
-    busy, other_set = IntervalSet(busy_list), IntervalSet(other)
+    busy, other_set = IntervalSet(busy_spans), IntervalSet(other)
     comm_set, exposed_set = IntervalSet(comm_union), IntervalSet(exposed_union)
     overlapped, exposed = _comm_sweep(comms, busy, windows)
 
@@ -189,14 +204,23 @@ def decompose_timeline(
         if w < len(windows) and starts[w] <= comm.start:
             records[w].append(_record(comm, overlapped[i], timeline.world_size))
 
+    window_starts = np.array(starts, dtype=np.float64)
+    window_ends = np.array([w.end for w in windows], dtype=np.float64)
+
+    def per_window(spans: IntervalSet) -> list[float]:
+        measures: list[float] = spans.measure_each(window_starts, window_ends).tolist()
+        return measures
+
+    compute_us, recompute_us, other_us = map(per_window, (compute_set, recompute_set, other_set))
+    comm_us, exposed_us = per_window(comm_set), per_window(exposed_set)
     steps: list[StepDecomposition] = []
     for k, window in enumerate(windows):
         lo, hi = window.start, window.end
         wall_s = (hi - lo) * _US
-        compute_s = compute_set.measure(lo, hi) * _US
-        recompute_s = recompute_set.measure(lo, hi) * _US
-        other_s = other_set.measure(lo, hi) * _US
-        overlapped_s = max(0.0, comm_set.measure(lo, hi) - exposed_set.measure(lo, hi)) * _US
+        compute_s = compute_us[k] * _US
+        recompute_s = recompute_us[k] * _US
+        other_s = other_us[k] * _US
+        overlapped_s = max(0.0, comm_us[k] - exposed_us[k]) * _US
         entries = tuple(
             ExposedComm(axis=axis, tier=tier, seconds=us * _US)
             for (axis, tier), us in sorted(comm_parts[k].items())

@@ -6,10 +6,9 @@ converts its results to seconds: no per-event unit conversion on the hot path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mfuscope.agent.analysis._intervals import Interval
+from mfuscope.agent.analysis._intervals import Spans
 
 __all__ = ["CommActivity", "StepWindow", "Timeline", "TraceError"]
 
@@ -76,7 +75,7 @@ class Timeline:
     device: str
     clock_offset_s: float
     windows: tuple[StepWindow, ...]
-    compute: Sequence[Interval]
-    recompute: Sequence[Interval]
-    other: Sequence[Interval]
+    compute: Spans
+    recompute: Spans
+    other: Spans
     comms: tuple[CommActivity, ...]

@@ -19,7 +19,7 @@ from mfuscope.agent.analysis._collectives import (
     op_from_kernel_name,
     parse_ranks,
 )
-from mfuscope.agent.analysis._intervals import IntervalSet, subtract, union
+from mfuscope.agent.analysis._intervals import IntervalSet, Spans, subtract, union
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trace_builder import TraceBuilder
@@ -141,7 +141,7 @@ def test_interval_algebra_matches_unit_cells(
     assert all(x[1] < y[0] for x, y in itertools.pairwise(ua))  # disjoint, sorted, merged
     assert _points(subtract(ua, ub)) == _points(a) - _points(b)
     expected = len({t for t in _points(a) if lo <= t < hi})
-    assert IntervalSet(ua).measure(float(lo), float(hi)) == expected
+    assert IntervalSet(Spans.from_pairs(ua)).measure(float(lo), float(hi)) == expected
 
 
 def _trace() -> dict[str, object]:

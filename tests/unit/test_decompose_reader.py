@@ -18,7 +18,9 @@ from mfuscope.agent.analysis import (
     analyze_trace,
     load_trace,
     read_trace,
+    trace_io,
 )
+from mfuscope.agent.analysis._events import decode_kineto
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trace_builder import GLOO_TIDS, Group, TraceBuilder
@@ -78,10 +80,14 @@ def test_unknown_category_and_phase_fall_back_to_plain_strings(tmp_path: Path) -
     trace = _gpu_trace()
     expected = analyze_trace(trace)
     trace["traceEvents"].append({"ph": "X", "cat": "brand_new_category", "name": "x", "ts": 1.0})
-    trace["traceEvents"].append({"ph": "?", "name": "odd phase", "ts": 2.0})
-    fast = read_trace(_write(tmp_path / "t.json", trace))
-    assert {"brand_new_category"} <= {e.cat for e in fast.events}
-    assert analyze_trace(fast) == expected
+    trace["traceEvents"].append({"ph": "?", "cat": "user_annotation", "name": "odd", "ts": 2.0})
+    path = _write(tmp_path / "t.json", trace)
+    decoded = decode_kineto(path.read_bytes())  # every event, no selection
+    assert "brand_new_category" in {e.cat for e in decoded.events}
+    assert "?" in {e.ph for e in decoded.events}
+    fast = read_trace(path)  # the unread category is left out before decoding; the phase is not
+    assert "?" in {e.ph for e in fast.events}
+    assert analyze_trace(fast) == analyze_trace(decoded) == expected
 
 
 # Both readers word every error the same way; the fast reader also checks event field types.
@@ -96,6 +102,7 @@ COMMON_ERRORS = [
 ]
 READ_ONLY_ERRORS = [
     (b'{"other": []}', "not a Kineto trace"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "\xff"}]}', "not JSON text"),
     (b'{"traceEvents": [{"ph": "X", "ts": "soon"}]}', "malformed trace event"),
 ]
 
@@ -122,3 +129,17 @@ def test_wrongly_typed_event_in_a_dict_is_a_malformed_trace() -> None:
     with pytest.raises(TraceError, match="malformed trace event") as info:
         analyze_trace(trace)
     assert info.value.path is None
+
+
+def test_gunzip_falls_back_to_the_standard_library_without_isal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = gzip.compress(b'{"traceEvents": []}', mtime=0)
+    fast, fast_errors = trace_io._gunzip()
+    monkeypatch.setitem(sys.modules, "isal.igzip", None)  # import fails as if not installed
+    plain, plain_errors = trace_io._gunzip()
+    assert plain is gzip.decompress and fast is not gzip.decompress
+    assert fast(data) == plain(data) == b'{"traceEvents": []}'
+    for decompress, errors in ((fast, fast_errors), (plain, plain_errors)):
+        with pytest.raises(errors):
+            decompress(data[:-8])

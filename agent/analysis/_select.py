@@ -1,0 +1,78 @@
+"""Leave out, before decoding, the trace events the analysis never reads.
+
+Most events of a GPU trace are never looked at past their category: flow arrows (``ac2g``,
+``fwdbwd``), host operators other than the few named below, and the Python calls of a
+``with_stack`` profile. Decoding them is most of the cost of reading a trace, and freeing them
+costs again (measured in docs/analyze.md), so the C scanner ``_select_c`` copies the document
+without them; only then is it decoded. An event is left out only when its ``cat`` is a plain
+string and:
+- the category is one the analysis does not read at all (see `_scan`);
+- it is a host operator whose name starts with none of the names the GPU path reads, and the
+  trace has device events (on a host-only trace every operator is compute, so all are kept);
+- it is a Python call whose name holds none of the substrings recomputation is found by.
+Anything unusual (no or a non-string category, escapes in a key, category or name, a repeated
+key) keeps the event, and the scanner checks that every event it leaves out is valid JSON.
+
+The rules are assembled here from the modules that read the events, so a reader that starts
+reading a new name must list it there; `tests/unit/test_decompose_select.py` checks that
+analysing the selected document gives exactly the result of analysing the whole one.
+
+Without the compiled scanner (no C compiler at install time) `select_events` returns None and
+the whole document is decoded: the same results, only slower.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from typing import cast
+
+from mfuscope.agent.analysis import _kineto, _recompute, _scan, _steps
+
+__all__ = ["SELECTION_AVAILABLE", "select_events"]
+
+
+def _compiled() -> Callable[..., bytes | None] | None:
+    try:
+        module = importlib.import_module("mfuscope.agent.analysis._select_c")
+    except ImportError:  # built without a C compiler: decode everything
+        return None
+    return cast(Callable[..., "bytes | None"], module.select_events)
+
+
+_select_c = _compiled()
+SELECTION_AVAILABLE = _select_c is not None
+
+
+def _encoded(texts: Iterable[str]) -> tuple[bytes, ...]:
+    return tuple(text.encode() for text in texts)
+
+
+_RULES = (
+    # kept whatever their name
+    _encoded(
+        (
+            *_scan.KERNEL_CATEGORIES,
+            *_scan.MEMOP_CATEGORIES,
+            *_scan.RUNTIME_CATEGORIES,
+            *_scan.ANNOTATION_CATEGORIES,
+        )
+    ),
+    # their presence makes a device trace (`decompose.build_timeline` picks the GPU path)
+    _encoded((*_scan.KERNEL_CATEGORIES, *_scan.MEMOP_CATEGORIES)),
+    # host operators: kept by name prefix on device traces
+    _encoded(_scan.OPERATOR_CATEGORIES),
+    _encoded(
+        (*_steps.OPERATOR_PREFIXES, *_kineto.OPERATOR_PREFIXES, *_recompute.OPERATOR_PREFIXES)
+    ),
+    # Python calls: kept by name substring
+    _encoded(_scan.PYTHON_CATEGORIES),
+    _encoded(_recompute.PYTHON_SUBSTRINGS),
+)
+
+
+def select_events(raw: bytes) -> bytes | None:
+    """`raw` without the events the analysis never reads; None: decode `raw` itself."""
+    if _select_c is None:
+        return None
+    return _select_c(raw, *_RULES)

@@ -1,0 +1,18 @@
+"""The one compiled part: the optional trace-event pre-filter (agent/analysis/_select.c).
+
+Everything else is configured in pyproject.toml. `optional=True`: without a C compiler the
+build goes on without it and the analysis decodes every event (same results, slower).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "mfuscope.agent.analysis._select_c",
+            sources=["agent/analysis/_select.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+    ]
+)
