@@ -1,6 +1,7 @@
 /* Drop the Kineto events the analysis never reads, before they are decoded.
  *
- * select_events(raw, rules) -> bytes | None
+ * select_events(raw, keep, device, launches, operators, operator_prefixes, python,
+ *               python_substrings) -> bytes | None
  *
  * `raw` is a whole Kineto JSON document. The result is the same document with some elements
  * of its top-level "traceEvents" array left out; every other byte is copied unchanged. An
@@ -37,16 +38,18 @@ typedef struct {
 typedef struct {
     TextSet keep;          /* categories always kept */
     TextSet device;        /* categories that make the trace a device (GPU) trace */
+    TextSet launches;      /* host launches: kept when a device event names their correlation */
     TextSet operators;     /* categories kept by name prefix, or kept all on host-only traces */
     TextSet op_prefixes;
     TextSet python;        /* categories kept by name substring */
     TextSet py_substrings;
 } Rules;
 
-enum { KEEP = 0, DROP = 1, OPERATOR = 2 };
+enum { KEEP = 0, DROP = 1, OPERATOR = 2, LAUNCH = 3 };
 
 typedef struct {
     Py_ssize_t start, end;
+    long long correlation; /* LAUNCH: its args.correlation */
     unsigned char verdict;
 } Span;
 
@@ -258,21 +261,125 @@ typedef struct {
     int plain; /* a string without escapes */
 } Field;
 
-/* At the '{' of one event: move past it and decide its verdict. 0 on invalid JSON. */
-static int scan_event(Cursor *c, const Rules *rules, unsigned char *verdict, int *is_device) {
-    Field cat = {0}, name = {0};
+/* args.correlation: `seen` times, `plain` if an integer that fits in 18 digits. */
+typedef struct {
+    long long value;
+    int seen;
+    int plain;
+} Correlation;
+
+static int scan_integer(Cursor *c, Correlation *out) {
+    const char *start = c->p;
+    if (!scan_number(c))
+        return 0;
+    const char *digits = *start == '-' ? start + 1 : start;
+    Py_ssize_t n = c->p - digits;
+    out->plain = n > 0 && n <= 18;
+    out->value = 0;
+    for (const char *d = digits; out->plain && d < c->p; d++) {
+        if (*d < '0' || *d > '9')
+            out->plain = 0; /* a fraction or an exponent: not an id we compare */
+        else
+            out->value = out->value * 10 + (*d - '0');
+    }
+    if (*start == '-')
+        out->value = -out->value;
+    return 1;
+}
+
+/* At the '{' of an event's args: move past it, noting its "correlation". */
+static int scan_args(Cursor *c, Correlation *correlation) {
     int escaped;
     c->p++;
     skip_ws(c);
     if (c->p < c->end && *c->p == '}') {
         c->p++;
-        *verdict = KEEP;
+        return 1;
+    }
+    for (;;) {
+        const char *key = c->p + 1;
+        if (c->p >= c->end || *c->p != '"' || !scan_string(c, &escaped))
+            return 0;
+        int is_correlation = !escaped && c->p - 1 - key == 11 && memcmp(key, "correlation", 11) == 0;
+        if (escaped)
+            correlation->seen = 2; /* could be spelled "correlation": unknown then */
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != ':')
+            return 0;
+        c->p++;
+        skip_ws(c);
+        if (is_correlation) {
+            correlation->seen++;
+            correlation->plain = 0;
+            if (c->p < c->end && (*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) {
+                if (!scan_integer(c, correlation))
+                    return 0;
+            } else if (!scan_value(c, 3)) {
+                return 0;
+            }
+        } else if (!scan_value(c, 3)) {
+            return 0;
+        }
+        int next = next_member(c, '}');
+        if (next <= 0)
+            return next == 0;
+    }
+}
+
+typedef struct {
+    Span *spans;
+    Py_ssize_t count, capacity;
+    long long *linked; /* correlations of the events that may be device events */
+    Py_ssize_t linked_count, linked_capacity;
+    Py_ssize_t array_open, array_close; /* offsets of '[' and ']' */
+    int is_device;
+    int keep_launches; /* a link we cannot read: keep every launch */
+    int failed;
+} Scan;
+
+static int grow(void **items, Py_ssize_t *capacity, size_t size) {
+    Py_ssize_t grown = *capacity ? *capacity * 2 : 4096;
+    void *bigger = realloc(*items, (size_t)grown * size);
+    if (bigger == NULL)
+        return 0;
+    *items = bigger;
+    *capacity = grown;
+    return 1;
+}
+
+/* An event that is, or may be, a device event: its launch must stay. */
+static int note_link(Scan *s, const Correlation *correlation) {
+    if (correlation->seen == 0)
+        return 1; /* links nothing */
+    if (correlation->seen != 1 || !correlation->plain) {
+        s->keep_launches = 1;
+        return 1;
+    }
+    if (s->linked_count == s->linked_capacity &&
+        !grow((void **)&s->linked, &s->linked_capacity, sizeof(long long)))
+        return 0;
+    s->linked[s->linked_count++] = correlation->value;
+    return 1;
+}
+
+/* At the '{' of one event: move past it and decide its verdict. 0 on invalid JSON (or, with
+ * s->failed set, no memory). */
+static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
+    Field cat = {0}, name = {0};
+    Correlation correlation = {0};
+    int escaped, args_seen = 0;
+    c->p++;
+    skip_ws(c);
+    span->verdict = KEEP;
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
         return 1;
     }
     for (;;) {
         const char *key;
         Py_ssize_t key_len;
         Field *field = NULL;
+        int is_args = 0;
         if (c->p >= c->end || *c->p != '"')
             return 0;
         key = c->p + 1;
@@ -282,10 +389,13 @@ static int scan_event(Cursor *c, const Rules *rules, unsigned char *verdict, int
         if (escaped) {
             /* a key spelled with escapes might be one we look at: keep the event */
             cat.seen = 2;
+            correlation.seen = 2;
         } else if (key_len == 3 && memcmp(key, "cat", 3) == 0) {
             field = &cat;
         } else if (key_len == 4 && memcmp(key, "name", 4) == 0) {
             field = &name;
+        } else if (key_len == 4 && memcmp(key, "args", 4) == 0) {
+            is_args = 1;
         }
         skip_ws(c);
         if (c->p >= c->end || *c->p != ':')
@@ -304,6 +414,15 @@ static int scan_event(Cursor *c, const Rules *rules, unsigned char *verdict, int
             } else if (!scan_value(c, 2)) {
                 return 0;
             }
+        } else if (is_args) {
+            if (++args_seen > 1)
+                correlation.seen = 2; /* which args the decoder keeps is its business */
+            if (c->p < c->end && *c->p == '{') {
+                if (!scan_args(c, &correlation))
+                    return 0;
+            } else if (!scan_value(c, 2)) {
+                return 0;
+            }
         } else if (!scan_value(c, 2)) {
             return 0;
         }
@@ -314,50 +433,88 @@ static int scan_event(Cursor *c, const Rules *rules, unsigned char *verdict, int
             break;
     }
 
-    *verdict = KEEP;
-    if (cat.seen != 1 || !cat.plain)
-        return 1; /* no category, an unusual one, or a repeated key: the decoder decides */
-    if (in_set(&rules->device, cat.ptr, cat.len))
-        *is_device = 1;
+    if (cat.seen != 1 || !cat.plain || in_set(&rules->device, cat.ptr, cat.len)) {
+        /* A device event, or an event that might be one (no, an unusual or a repeated
+         * category: the decoder decides): kept, with its launch. */
+        if (cat.seen == 1 && cat.plain)
+            s->is_device = 1;
+        if (!note_link(s, &correlation)) {
+            s->failed = 1;
+            return 0;
+        }
+        return 1;
+    }
     if (in_set(&rules->keep, cat.ptr, cat.len))
         return 1;
+    if (in_set(&rules->launches, cat.ptr, cat.len)) {
+        if (correlation.seen == 1 && correlation.plain) {
+            span->verdict = LAUNCH;
+            span->correlation = correlation.value;
+        }
+        return 1;
+    }
     int named = name.seen == 1 && name.plain;
     if (in_set(&rules->operators, cat.ptr, cat.len)) {
         if (named && !has_prefix(&rules->op_prefixes, name.ptr, name.len))
-            *verdict = OPERATOR;
+            span->verdict = OPERATOR;
         return 1;
     }
     if (in_set(&rules->python, cat.ptr, cat.len)) {
         if (named && !has_substring(&rules->py_substrings, name.ptr, name.len))
-            *verdict = DROP;
+            span->verdict = DROP;
         return 1;
     }
-    *verdict = DROP; /* a category the analysis does not read at all (flow events, ...) */
+    span->verdict = DROP; /* a category the analysis does not read at all (flow events, ...) */
     return 1;
 }
 
+/* The correlations device events name, as an open-addressing hash set. */
 typedef struct {
-    Span *spans;
-    Py_ssize_t count, capacity;
-    Py_ssize_t array_open, array_close; /* offsets of '[' and ']' */
-    int is_device;
-    int failed;
-} Scan;
+    long long *keys;
+    unsigned char *used;
+    size_t mask;
+} LinkSet;
 
-static int push(Scan *s, Py_ssize_t start, Py_ssize_t end, unsigned char verdict) {
-    if (s->count == s->capacity) {
-        Py_ssize_t grown = s->capacity ? s->capacity * 2 : 4096;
-        Span *spans = realloc(s->spans, (size_t)grown * sizeof(Span));
-        if (spans == NULL)
-            return 0;
-        s->spans = spans;
-        s->capacity = grown;
+static size_t hash_id(long long id) {
+    unsigned long long x = (unsigned long long)id + 0x9e3779b97f4a7c15ULL; /* splitmix64 */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return (size_t)(x ^ (x >> 31));
+}
+
+static int build_links(LinkSet *set, const long long *ids, Py_ssize_t n) {
+    size_t capacity = 16;
+    while (capacity < (size_t)n * 2)
+        capacity *= 2;
+    set->keys = malloc(capacity * sizeof(long long));
+    set->used = calloc(capacity, 1);
+    set->mask = capacity - 1;
+    if (set->keys == NULL || set->used == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t slot = hash_id(ids[i]) & set->mask;
+        while (set->used[slot] && set->keys[slot] != ids[i])
+            slot = (slot + 1) & set->mask;
+        set->used[slot] = 1;
+        set->keys[slot] = ids[i];
     }
-    s->spans[s->count].start = start;
-    s->spans[s->count].end = end;
-    s->spans[s->count].verdict = verdict;
-    s->count++;
     return 1;
+}
+
+static int linked(const LinkSet *set, long long id) {
+    size_t slot = hash_id(id) & set->mask;
+    while (set->used[slot]) {
+        if (set->keys[slot] == id)
+            return 1;
+        slot = (slot + 1) & set->mask;
+    }
+    return 0;
+}
+
+static Span *push(Scan *s) {
+    if (s->count == s->capacity && !grow((void **)&s->spans, &s->capacity, sizeof(Span)))
+        return NULL;
+    return &s->spans[s->count++];
 }
 
 /* Find the top-level traceEvents array and classify its elements. No Python calls. */
@@ -390,18 +547,20 @@ static int scan_document(const char *raw, Py_ssize_t n, const Rules *rules, Scan
             if (c.p < c.end && *c.p == ']')
                 return 0; /* no events: nothing to leave out */
             for (;;) {
-                const char *start = c.p;
-                unsigned char verdict = KEEP;
+                Span *span = push(s);
+                if (span == NULL) {
+                    s->failed = 1;
+                    return 0;
+                }
+                span->start = c.p - raw;
+                span->verdict = KEEP;
                 if (c.p < c.end && *c.p == '{') {
-                    if (!scan_event(&c, rules, &verdict, &s->is_device))
+                    if (!scan_event(&c, rules, span, s))
                         return 0;
                 } else if (!scan_value(&c, 1)) {
                     return 0;
                 }
-                if (!push(s, start - raw, c.p - raw, verdict)) {
-                    s->failed = 1;
-                    return 0;
-                }
+                span->end = c.p - raw;
                 int next = next_member(&c, ']');
                 if (next < 0 || (next == 1 && c.p < c.end && *c.p == ']'))
                     return 0; /* invalid, or a trailing comma */
@@ -422,8 +581,27 @@ static int scan_document(const char *raw, Py_ssize_t n, const Rules *rules, Scan
     return found; /* the rest of the document is copied as is: its decoder checks it */
 }
 
-static int kept(const Span *span, int is_device) {
-    return span->verdict == KEEP || (span->verdict == OPERATOR && !is_device);
+/* Every span's final verdict, KEEP or DROP; the number kept, or -1 if out of memory. */
+static Py_ssize_t resolve(Scan *s) {
+    LinkSet links = {0};
+    Py_ssize_t kept = 0;
+    int prune = !s->keep_launches;
+    if (prune && !build_links(&links, s->linked, s->linked_count)) {
+        free(links.keys);
+        free(links.used);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < s->count; i++) {
+        Span *span = &s->spans[i];
+        if (span->verdict == OPERATOR) /* on a host-only trace every operator is compute */
+            span->verdict = s->is_device ? DROP : KEEP;
+        else if (span->verdict == LAUNCH)
+            span->verdict = !prune || linked(&links, span->correlation) ? KEEP : DROP;
+        kept += span->verdict == KEEP;
+    }
+    free(links.keys);
+    free(links.used);
+    return kept;
 }
 
 static int read_set(PyObject *tuple, TextSet *set) {
@@ -444,55 +622,60 @@ static int read_set(PyObject *tuple, TextSet *set) {
     return 1;
 }
 
+static void release(Scan *s) {
+    free(s->spans);
+    free(s->linked);
+}
+
 static PyObject *select_events(PyObject *module, PyObject *args) {
-    PyObject *raw_obj, *keep, *device, *operators, *op_prefixes, *python, *py_substrings;
+    PyObject *raw_obj, *keep, *device, *launches, *operators, *op_prefixes, *python;
+    PyObject *py_substrings;
     Rules rules;
     Scan s = {0};
     int ok;
+    Py_ssize_t kept = 0;
     (void)module;
-    if (!PyArg_ParseTuple(args, "SOOOOOO:select_events", &raw_obj, &keep, &device, &operators,
-                          &op_prefixes, &python, &py_substrings))
+    if (!PyArg_ParseTuple(args, "SOOOOOOO:select_events", &raw_obj, &keep, &device, &launches,
+                          &operators, &op_prefixes, &python, &py_substrings))
         return NULL;
     if (!read_set(keep, &rules.keep) || !read_set(device, &rules.device) ||
-        !read_set(operators, &rules.operators) || !read_set(op_prefixes, &rules.op_prefixes) ||
-        !read_set(python, &rules.python) || !read_set(py_substrings, &rules.py_substrings))
+        !read_set(launches, &rules.launches) || !read_set(operators, &rules.operators) ||
+        !read_set(op_prefixes, &rules.op_prefixes) || !read_set(python, &rules.python) ||
+        !read_set(py_substrings, &rules.py_substrings))
         return NULL;
     const char *raw = PyBytes_AS_STRING(raw_obj);
     Py_ssize_t n = PyBytes_GET_SIZE(raw_obj);
 
     Py_BEGIN_ALLOW_THREADS
     ok = scan_document(raw, n, &rules, &s);
+    if (ok)
+        kept = resolve(&s);
     Py_END_ALLOW_THREADS
-    if (s.failed) {
-        free(s.spans);
+    if (s.failed || kept < 0) {
+        release(&s);
         return PyErr_NoMemory();
     }
-    Py_ssize_t size = 0, kept_count = 0;
-    if (ok) {
-        for (Py_ssize_t i = 0; i < s.count; i++)
-            if (kept(&s.spans[i], s.is_device)) {
-                size += s.spans[i].end - s.spans[i].start + 1;
-                kept_count++;
-            }
-    }
-    if (!ok || kept_count == s.count) {
-        free(s.spans);
+    if (!ok || kept == s.count) {
+        release(&s);
         Py_RETURN_NONE;
     }
-    Py_ssize_t head = s.array_open + 1, tail = n - s.array_close;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, head + size + tail);
+    Py_ssize_t size = s.array_open + 1 + (n - s.array_close);
+    for (Py_ssize_t i = 0; i < s.count; i++)
+        if (s.spans[i].verdict == KEEP)
+            size += s.spans[i].end - s.spans[i].start + 1; /* and a comma */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
     if (out == NULL) {
-        free(s.spans);
+        release(&s);
         return NULL;
     }
-    char *dst = PyBytes_AS_STRING(out);
+    char *start = PyBytes_AS_STRING(out), *dst = start;
     Py_BEGIN_ALLOW_THREADS
-    memcpy(dst, raw, (size_t)head);
-    dst += head;
+    memcpy(dst, raw, (size_t)(s.array_open + 1));
+    dst += s.array_open + 1;
     int first = 1;
     for (Py_ssize_t i = 0; i < s.count; i++) {
         const Span *span = &s.spans[i];
-        if (!kept(span, s.is_device))
+        if (span->verdict != KEEP)
             continue;
         if (!first)
             *dst++ = ',';
@@ -500,19 +683,20 @@ static PyObject *select_events(PyObject *module, PyObject *args) {
         memcpy(dst, raw + span->start, (size_t)(span->end - span->start));
         dst += span->end - span->start;
     }
-    memcpy(dst, raw + s.array_close, (size_t)tail);
-    dst += tail;
+    memcpy(dst, raw + s.array_close, (size_t)(n - s.array_close));
+    dst += n - s.array_close;
     Py_END_ALLOW_THREADS
-    free(s.spans);
+    release(&s);
     /* `size` counted a comma per kept event; the first has none. */
-    if (_PyBytes_Resize(&out, dst - PyBytes_AS_STRING(out)) < 0)
+    if (_PyBytes_Resize(&out, dst - start) < 0)
         return NULL;
     return out;
 }
 
 static PyMethodDef methods[] = {
     {"select_events", select_events, METH_VARARGS,
-     "select_events(raw, keep, device, operators, operator_prefixes, python, python_substrings)"
+     "select_events(raw, keep, device, launches, operators, operator_prefixes, python,"
+     " python_substrings)"
      " -> bytes | None: the document without the events the rules drop (see _select.py)."},
     {NULL, NULL, 0, NULL},
 };

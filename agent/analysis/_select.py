@@ -1,15 +1,20 @@
 """Leave out, before decoding, the trace events the analysis never reads.
 
 Most events of a GPU trace are never looked at past their category: flow arrows (``ac2g``,
-``fwdbwd``), host operators other than the few named below, and the Python calls of a
-``with_stack`` profile. Decoding them is most of the cost of reading a trace, and freeing them
-costs again (measured in docs/analyze.md), so the C scanner ``_select_c`` copies the document
-without them; only then is it decoded. An event is left out only when its ``cat`` is a plain
-string and:
+``fwdbwd``), host operators other than the few named below, the Python calls of a
+``with_stack`` profile, and the runtime calls that launch nothing on the device (event
+records, synchronisations, ...). Decoding them is most of the cost of reading a trace, and
+freeing them costs again (measured in docs/analyze.md), so the C scanner ``_select_c`` copies
+the document without them; only then is it decoded. An event is left out only when its
+``cat`` is a plain string and:
 - the category is one the analysis does not read at all (see `_scan`);
 - it is a host operator whose name starts with none of the names the GPU path reads, and the
   trace has device events (on a host-only trace every operator is compute, so all are kept);
-- it is a Python call whose name holds none of the substrings recomputation is found by.
+- it is a Python call whose name holds none of the substrings recomputation is found by;
+- it is a runtime call whose integer ``args.correlation`` no device event names (runtime
+  calls are read only as the launch of a device event: `_kineto`). If any event that is or
+  may be a device event has a correlation that is not a plain integer, every runtime call
+  stays.
 Anything unusual (no or a non-string category, escapes in a key, category or name, a repeated
 key) keeps the event, and the scanner checks that every event it leaves out is valid JSON.
 
@@ -50,16 +55,12 @@ def _encoded(texts: Iterable[str]) -> tuple[bytes, ...]:
 
 _RULES = (
     # kept whatever their name
-    _encoded(
-        (
-            *_scan.KERNEL_CATEGORIES,
-            *_scan.MEMOP_CATEGORIES,
-            *_scan.RUNTIME_CATEGORIES,
-            *_scan.ANNOTATION_CATEGORIES,
-        )
-    ),
-    # their presence makes a device trace (`decompose.build_timeline` picks the GPU path)
+    _encoded((*_scan.KERNEL_CATEGORIES, *_scan.MEMOP_CATEGORIES, *_scan.ANNOTATION_CATEGORIES)),
+    # device events: their presence makes a device trace (`decompose.build_timeline` picks the
+    # GPU path), and their correlation ids the launches that are kept
     _encoded((*_scan.KERNEL_CATEGORIES, *_scan.MEMOP_CATEGORIES)),
+    # host launches: read only through a device event's correlation id (`_kineto`)
+    _encoded(_scan.RUNTIME_CATEGORIES),
     # host operators: kept by name prefix on device traces
     _encoded(_scan.OPERATOR_CATEGORIES),
     _encoded(

@@ -38,17 +38,50 @@ REAL = sorted(TRACES.glob("*/*.json.gz"))
 
 RECOMPUTE_FN = "torch/utils/checkpoint.py(1): recompute_fn"
 DEVICE = {*KERNEL_CATEGORIES, *MEMOP_CATEGORIES}
-KEPT = {*DEVICE, *RUNTIME_CATEGORIES, *ANNOTATION_CATEGORIES}
+KEPT = {*DEVICE, *ANNOTATION_CATEGORIES}
 PREFIXES = (*STEP_PREFIXES, *KINETO_PREFIXES, *RECOMPUTE_PREFIXES)
 
 
-def droppable(event: Any, device_trace: bool) -> bool:
+def _correlation(event: dict[str, Any]) -> tuple[bool, Any]:
+    args = event.get("args")
+    if not isinstance(args, dict) or "correlation" not in args:
+        return False, None
+    return True, args["correlation"]
+
+
+def _plain_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**18
+
+
+def linked_ids(events: list[Any]) -> set[int] | None:
+    """Correlation ids of the events that are (or may be) device events; None when one of
+    them cannot be read, and then every launch stays."""
+    out: set[int] = set()
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        cat = event.get("cat")
+        if isinstance(cat, str) and cat not in DEVICE:
+            continue
+        present, value = _correlation(event)
+        if not present:
+            continue
+        if not _plain_id(value):
+            return None
+        out.add(value)
+    return out
+
+
+def droppable(event: Any, device_trace: bool, linked: set[int] | None) -> bool:
     """The rules of `_select`, restated on decoded JSON (the scanner may keep more: escapes)."""
     if not isinstance(event, dict) or not isinstance(event.get("cat"), str):
         return False
     cat, name = event["cat"], event.get("name")
     if cat in KEPT:
         return False
+    if cat in RUNTIME_CATEGORIES:
+        present, value = _correlation(event)
+        return linked is not None and present and _plain_id(value) and value not in linked
     if cat in OPERATOR_CATEGORIES:
         return device_trace and isinstance(name, str) and not name.startswith(PREFIXES)
     if cat in PYTHON_CATEGORIES:
@@ -73,12 +106,13 @@ def check_selection(raw: bytes) -> bytes:
     kept = chosen.pop("traceEvents")
     assert chosen == whole  # every other member unchanged
     device_trace = any(isinstance(e, dict) and e.get("cat") in DEVICE for e in events)
+    linked = linked_ids(events)
     position = 0
     for event in events:  # kept is a subsequence; whatever was left out was droppable
         if position < len(kept) and kept[position] == event:
             position += 1
         else:
-            assert droppable(event, device_trace), event
+            assert droppable(event, device_trace, linked), event
     assert position == len(kept)
     assert len(kept) < len(events)
     return selected
@@ -88,13 +122,19 @@ def analysed(raw: bytes) -> Any:
     return analyze_trace(decode_kineto(raw), AnalysisOptions(gpus_per_node=4))
 
 
+def _launch(correlation: Any) -> dict[str, Any]:
+    args = {"correlation": correlation}
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventRecord", "args": args}
+
+
 def test_the_scanner_is_built_here() -> None:
     # setup.py builds it as optional; on these machines a missing build is a regression.
     assert SELECTION_AVAILABLE
 
 
 def _doc(*events: dict[str, Any], device: bool = True) -> bytes:
-    base: list[dict[str, Any]] = [{"ph": "X", "cat": "kernel", "name": "k"}] if device else []
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "args": {"correlation": 7}}
+    base: list[dict[str, Any]] = [kernel] if device else []
     return json.dumps({"schemaVersion": 1, "traceEvents": [*base, *events]}).encode()
 
 
@@ -120,7 +160,11 @@ def _doc(*events: dict[str, Any], device: bool = True) -> bytes:
             True,
             True,
         ),
-        ({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel"}, True, True),
+        ({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel"}, True, True),  # no id
+        (_launch(7), True, True),  # the kernel's own launch
+        (_launch(8), True, False),  # launches nothing that is on the device
+        (_launch("8"), True, True),  # not an integer id: the decoder decides
+        (_launch(8.0), True, True),
         ({"ph": "X", "cat": "user_annotation", "name": "anything"}, True, True),
         ({"ph": "M", "name": "thread_name", "args": {"name": "x"}}, True, True),  # no cat
         ({"ph": "X", "cat": 7, "name": "aten::mm"}, True, True),  # not a string: decoder decides
@@ -136,6 +180,31 @@ def test_what_is_left_out(event: Any, device: bool, kept: bool) -> None:
     selected = select_events(raw)
     events = strict_json(selected if selected is not None else raw)["traceEvents"]
     assert (strict_json(raw)["traceEvents"][-1] in events) == kept
+
+
+@pytest.mark.parametrize(
+    "device_args",
+    [
+        '{"correlation": "7"}',
+        '{"correlation": 7.5}',
+        '{"correlation": null}',
+        '{"correlation": 7, "correlation": 8}',
+        '{"correl\\u0061tion": 7}',
+        '{"correlation": 1234567890123456789}',  # 19 digits: not compared
+    ],
+)
+def test_a_device_link_it_cannot_read_keeps_every_launch(device_args: str) -> None:
+    kernel = '{"cat": "kernel", "args": ' + device_args + "}"
+    raw = '{"traceEvents": [' + kernel + ', {"cat": "ac2g"}, ' + json.dumps(_launch(9)) + "]}"
+    selected = select_events(raw.encode())
+    assert selected is not None and b"cudaEventRecord" in selected
+
+
+def test_an_event_that_may_be_a_device_event_keeps_its_launch() -> None:
+    odd = '{"c\\u0061t": "kernel", "args": {"correlation": 9}}'  # an escaped "cat"
+    events = ['{"cat": "kernel"}', '{"cat": "ac2g"}', odd, json.dumps(_launch(9))]
+    selected = select_events(('{"traceEvents": [' + ", ".join(events) + "]}").encode())
+    assert selected is not None and b"ac2g" not in selected and b"cudaEventRecord" in selected
 
 
 def test_duplicate_keys_keep_the_event() -> None:
@@ -176,7 +245,7 @@ def _noise(rng: random.Random, n: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(n):
         t = float(rng.randint(0, 400))
-        kind = rng.randrange(5)
+        kind = rng.randrange(6)
         if kind == 0:
             out.append({"ph": rng.choice("stf"), "cat": "ac2g", "id": i, "ts": t, "pid": 0})
         elif kind == 1:
@@ -186,8 +255,10 @@ def _noise(rng: random.Random, n: int) -> list[dict[str, Any]]:
             out.append({"ph": "X", "cat": "cpu_op", "name": name, "ts": t, "dur": 1.0, "tid": 9})
         elif kind == 3:
             out.append({"ph": "X", "cat": "gpu_user_annotation", "name": "x", "ts": t})
-        else:
+        elif kind == 4:
             out.append({"ph": "i", "cat": "cpu_instant_event", "name": "x", "ts": t, "s": "t"})
+        else:  # a launch of nothing on the device (event records, syncs, ...)
+            out.append({**_launch(10**6 + i), "ts": t, "dur": 1.0, "pid": 4242, "tid": 4242})
     return out
 
 
