@@ -1,0 +1,127 @@
+"""`mfuscope analyze` against HolisticTraceAnalysis (HTA) on the same trace files.
+
+HTA's closest analyses to ours are its temporal breakdown (idle / compute / non-compute time
+per rank) plus its communication-computation overlap; we time both, after its trace parse,
+in a side virtualenv (HTA pins pandas and friends that the project does not use), against
+`mfuscope analyze FILE --json` in-process here (read, gunzip, select, decode, analyse,
+render). Best of `--repeat` each, in this run. Issue 2's aim: 10x faster than HTA.
+
+Run: ``.venv/bin/python benchmarks/hta_compare.py [--hta-venv DIR] [--repeat 3]
+[--generated N]``. The side venv is created with ``pip install HolisticTraceAnalysis`` if
+DIR does not exist yet (default: ``~/.cache/mfuscope/hta-venv``); nothing of HTA is committed
+or imported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / ".." / "shared" / "traces"
+REAL = [
+    TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz",
+    TRACES / "tracelens_resnet_actckpt_8xMI300X" / "resnet_act_checkpoint.json.gz",
+]
+sys.path.insert(0, str(ROOT / "tests" / "unit"))
+
+# Runs inside the HTA venv: prints {"seconds": best, "error": null} as JSON on its last line.
+_HTA_RUN = """
+import json, logging, sys, time
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+path, repeat = sys.argv[1], int(sys.argv[2])
+best, error = None, None
+for _ in range(repeat):
+    start = time.perf_counter()
+    try:
+        analysis = TraceAnalysis(trace_files={0: path}, trace_dir="/")
+        analysis.get_temporal_breakdown(visualize=False)
+        analysis.get_comm_comp_overlap(visualize=False)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"[:200]
+        break
+    elapsed = time.perf_counter() - start
+    best = elapsed if best is None else min(best, elapsed)
+print(json.dumps({"seconds": best, "error": error}))
+"""
+
+
+def _hta_python(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"creating {venv} and installing HolisticTraceAnalysis ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "HolisticTraceAnalysis"], check=True
+        )
+    return python
+
+
+def _hta_seconds(python: Path, trace: Path, repeat: int) -> tuple[float | None, str | None]:
+    done = subprocess.run(
+        [str(python), "-c", _HTA_RUN, str(trace), str(repeat)],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if done.returncode != 0:
+        return None, done.stderr.strip().splitlines()[-1][:200] if done.stderr else "failed"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["seconds"], result["error"]
+
+
+def _ours_seconds(trace: Path, repeat: int) -> float:
+    from mfuscope.cli import main
+
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["analyze", str(trace), "--json"])
+        best = min(best, time.perf_counter() - start)
+        assert code == 0, f"mfuscope analyze failed on {trace}"
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--hta-venv", type=Path, default=Path.home() / ".cache" / "mfuscope" / "hta-venv"
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (best of)")
+    parser.add_argument(
+        "--generated", type=int, default=0, help="also a generated trace of this many events"
+    )
+    args = parser.parse_args()
+    python = _hta_python(args.hta_venv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        traces = list(REAL)
+        if args.generated:
+            from trace_builder import realistic_trace
+
+            trace, count = realistic_trace(args.generated)
+            generated = Path(tmp) / f"generated_{count}_events.json"
+            generated.write_text(json.dumps(trace, separators=(",", ":")))
+            traces.append(generated)
+        print(f"{'trace':<32} {'ours s':>8} {'HTA s':>8} {'HTA / ours':>10}")
+        for path in traces:
+            ours = _ours_seconds(path, args.repeat)
+            hta, error = _hta_seconds(python, path, args.repeat)
+            if hta is None:
+                print(f"{path.name:<32} {ours:>8.3f} {'-':>8} {'-':>10}  HTA failed: {error}")
+                continue
+            print(f"{path.name:<32} {ours:>8.3f} {hta:>8.3f} {hta / ours:>10.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
