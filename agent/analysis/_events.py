@@ -84,6 +84,9 @@ class KinetoTrace(msgspec.Struct, frozen=True, gc=False):
     distributed_info: Any = msgspec.field(name="distributedInfo", default=None)
     device_properties: Any = msgspec.field(name="deviceProperties", default=None)
     base_time_ns: Any = msgspec.field(name="baseTimeNanoseconds", default=None)
+    # Set by `read_trace` to the `_columns.DeviceColumns` its selection read; used only when
+    # it is one (a JSON document can hold no such object).
+    columns: Any = msgspec.field(name="mfuscope:columns", default=None)
 
 
 # The categories Kineto writes (libkineto ActivityType names, flow-event and PyTorch 1.8-era

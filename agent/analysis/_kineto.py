@@ -32,6 +32,7 @@ from mfuscope.agent.analysis._collectives import (
     normalise_op,
     op_from_kernel_name,
 )
+from mfuscope.agent.analysis._columns import DeviceColumns, EventColumns, LaunchIndex
 from mfuscope.agent.analysis._events import EventArgs, KinetoTrace
 from mfuscope.agent.analysis._intervals import FloatArray, Spans
 from mfuscope.agent.analysis._recompute import RecomputeRanges, recompute_ranges
@@ -236,6 +237,33 @@ class _DeviceEvents:
         )
         return cls(chosen, starts, ends, launch)
 
+    @classmethod
+    def from_columns(
+        cls, events: list[Event], columns: EventColumns, pid: int, launches: LaunchIndex
+    ) -> _DeviceEvents:
+        mine = columns.pid == pid
+        chosen = np.fromiter(events, dtype=object, count=len(events))[mine]
+        starts = columns.ts[mine]
+        return cls(chosen, starts, starts + columns.dur[mine], launches.lookup(columns)[mine])
+
+
+def _usable_columns(trace: KinetoTrace, scanned: ScannedEvents) -> DeviceColumns | None:
+    """The columns `read_trace` read, if they line up with the scanned buckets."""
+    columns = trace.columns
+    if not isinstance(columns, DeviceColumns):
+        return None
+    lengths = (len(columns.kernels), len(columns.memops), len(columns.launches))
+    if lengths != (len(scanned.kernels), len(scanned.memops), len(scanned.runtime)):
+        return None
+    return columns
+
+
+def _most_common_pid(pids: NDArray[np.int64]) -> int:
+    """`_device_pid` on a column: the most frequent, the first seen among equals."""
+    values, first, counts = np.unique(pids, return_index=True, return_counts=True)
+    tied = counts == counts.max()
+    return int(values[tied][np.argmin(first[tied])])
+
 
 def _recomputed(
     kernels: _DeviceEvents,
@@ -312,14 +340,22 @@ def gpu_timeline(
     )
     resolver = _CommResolver(scanned, view, ProcessGroups(dist.get("pg_config")))
     recompute = recompute_ranges(scanned)
-    pid = _device_pid(scanned)
 
     runtime = scanned.runtime
-    launch_index = _launch_index(runtime)
-    # Launch times by runtime position, and NaN at position -1: "launched by nothing".
-    runtime_ts = np.append(_floats(runtime, _TS) if launch_index else np.empty(0), np.nan)
-    kernels = _DeviceEvents.on_device(scanned.kernels, pid, launch_index)
-    memops = _DeviceEvents.on_device(scanned.memops, pid, launch_index)
+    columns = _usable_columns(trace, scanned)
+    if columns is not None:  # the numbers as the C selection read them
+        pid = _most_common_pid((columns.kernels if scanned.kernels else columns.memops).pid)
+        launches = LaunchIndex(columns.launches)
+        runtime_ts = np.append(columns.launches.ts, np.nan)
+        kernels = _DeviceEvents.from_columns(scanned.kernels, columns.kernels, pid, launches)
+        memops = _DeviceEvents.from_columns(scanned.memops, columns.memops, pid, launches)
+    else:  # read from the decoded events
+        pid = _device_pid(scanned)
+        launch_index = _launch_index(runtime)
+        # Launch times by runtime position, and NaN at position -1: "launched by nothing".
+        runtime_ts = np.append(_floats(runtime, _TS) if launch_index else np.empty(0), np.nan)
+        kernels = _DeviceEvents.on_device(scanned.kernels, pid, launch_index)
+        memops = _DeviceEvents.on_device(scanned.memops, pid, launch_index)
     windows = _step_windows(steps, (kernels, memops), runtime_ts)
 
     device_kernels = kernels.events.tolist()

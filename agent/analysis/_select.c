@@ -1,7 +1,7 @@
 /* Drop the Kineto events the analysis never reads, before they are decoded.
  *
- * select_events(raw, keep, device, launches, operators, operator_prefixes, python,
- *               python_substrings) -> bytes | None
+ * select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,
+ *               python_substrings) -> (bytes | None, bytes | None)
  *
  * `raw` is a whole Kineto JSON document. The result is the same document with some elements
  * of its top-level "traceEvents" array left out; every other byte is copied unchanged. An
@@ -16,8 +16,17 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__) || defined(__APPLE__) || defined(__FreeBSD__)
+#include <locale.h>
+#ifdef __APPLE__
+#include <xlocale.h>
+#endif
+#define HAVE_STRTOD_L 1
+static locale_t c_locale; /* strtod_l in the "C" locale: the caller's locale cannot leak in */
+#endif
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -37,7 +46,8 @@ typedef struct {
 
 typedef struct {
     TextSet keep;          /* categories always kept */
-    TextSet device;        /* categories that make the trace a device (GPU) trace */
+    TextSet kernels;       /* device events: their presence makes a device (GPU) trace */
+    TextSet memops;        /* device events too (copies and memsets) */
     TextSet launches;      /* host launches: kept when a device event names their correlation */
     TextSet operators;     /* categories kept by name prefix, or kept all on host-only traces */
     TextSet op_prefixes;
@@ -47,10 +57,14 @@ typedef struct {
 
 enum { KEEP = 0, DROP = 1, OPERATOR = 2, LAUNCH = 3 };
 
+enum { NO_BUCKET = 0, KERNEL_BUCKET = 1, MEMOP_BUCKET = 2, LAUNCH_BUCKET = 3 };
+
 typedef struct {
     Py_ssize_t start, end;
-    long long correlation; /* LAUNCH: its args.correlation */
-    unsigned char verdict;
+    long long correlation; /* args.correlation, if has_correlation */
+    double ts, dur;        /* columns of device events and launches (bucket != NO_BUCKET) */
+    long long pid;
+    unsigned char verdict, bucket, has_correlation;
 } Span;
 
 typedef struct {
@@ -261,6 +275,92 @@ typedef struct {
     int plain; /* a string without escapes */
 } Field;
 
+/* A number-valued key of an event ("ts", "dur", "pid"): its token, if it was one. */
+typedef struct {
+    const char *ptr;
+    Py_ssize_t len;
+    int seen;
+    int number;
+} Number;
+
+static const double POWERS_OF_TEN[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                       1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                       1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* A JSON number token as the nearest double, exactly as a correctly rounding parser gives it,
+ * when that is certain: at most 2^53 as an integer mantissa and a power of ten up to 22, so
+ * one IEEE multiplication or division rounds once (Clinger's fast path). 0 otherwise. */
+static int exact_double(const char *p, Py_ssize_t n, double *out) {
+    const unsigned long long limit = 1ULL << 53;
+    unsigned long long mantissa = 0;
+    Py_ssize_t i = 0;
+    int negative = 0, scale = 0, exponent = 0, exponent_negative = 0;
+    if (i < n && p[i] == '-') {
+        negative = 1;
+        i++;
+    }
+    for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+        if ((mantissa = mantissa * 10 + (unsigned long long)(p[i] - '0')) > limit)
+            return 0;
+    if (i < n && p[i] == '.')
+        for (i++; i < n && p[i] >= '0' && p[i] <= '9'; i++, scale--)
+            if ((mantissa = mantissa * 10 + (unsigned long long)(p[i] - '0')) > limit)
+                return 0;
+    if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+        i++;
+        if (i < n && (p[i] == '+' || p[i] == '-'))
+            exponent_negative = p[i++] == '-';
+        for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+            if ((exponent = exponent * 10 + (p[i] - '0')) > 400)
+                return 0;
+    }
+    scale += exponent_negative ? -exponent : exponent;
+    if (scale < -22 || scale > 22)
+        return 0;
+    double value = (double)mantissa;
+    value = scale < 0 ? value / POWERS_OF_TEN[-scale] : value * POWERS_OF_TEN[scale];
+    *out = negative ? -value : value;
+    return 1;
+}
+
+/* Any other JSON number token as the nearest double (a correctly rounding strtod); 0 where
+ * there is none to call, or the token is too long or out of range. */
+static int rounded_double(const char *p, Py_ssize_t n, double *out) {
+#ifdef HAVE_STRTOD_L
+    char token[64], *end;
+    if (c_locale == (locale_t)0 || n >= (Py_ssize_t)sizeof token)
+        return 0;
+    memcpy(token, p, (size_t)n);
+    token[n] = '\0';
+    *out = strtod_l(token, &end, c_locale);
+    return end == token + n && isfinite(*out);
+#else
+    (void)p;
+    (void)n;
+    (void)out;
+    return 0;
+#endif
+}
+
+static int read_double(const char *p, Py_ssize_t n, double *out) {
+    return exact_double(p, n, out) || rounded_double(p, n, out);
+}
+
+/* An integer token that fits in 18 digits. */
+static int plain_integer(const char *p, Py_ssize_t n, long long *out) {
+    Py_ssize_t i = p[0] == '-';
+    if (n - i < 1 || n - i > 18)
+        return 0;
+    long long value = 0;
+    for (Py_ssize_t j = i; j < n; j++) {
+        if (p[j] < '0' || p[j] > '9')
+            return 0;
+        value = value * 10 + (p[j] - '0');
+    }
+    *out = i ? -value : value;
+    return 1;
+}
+
 /* args.correlation: `seen` times, `plain` if an integer that fits in 18 digits. */
 typedef struct {
     long long value;
@@ -272,18 +372,7 @@ static int scan_integer(Cursor *c, Correlation *out) {
     const char *start = c->p;
     if (!scan_number(c))
         return 0;
-    const char *digits = *start == '-' ? start + 1 : start;
-    Py_ssize_t n = c->p - digits;
-    out->plain = n > 0 && n <= 18;
-    out->value = 0;
-    for (const char *d = digits; out->plain && d < c->p; d++) {
-        if (*d < '0' || *d > '9')
-            out->plain = 0; /* a fraction or an exponent: not an id we compare */
-        else
-            out->value = out->value * 10 + (*d - '0');
-    }
-    if (*start == '-')
-        out->value = -out->value;
+    out->plain = plain_integer(start, c->p - start, &out->value);
     return 1;
 }
 
@@ -334,6 +423,7 @@ typedef struct {
     Py_ssize_t array_open, array_close; /* offsets of '[' and ']' */
     int is_device;
     int keep_launches; /* a link we cannot read: keep every launch */
+    int columns_ok;    /* every device event and launch has columns read with certainty */
     int failed;
 } Scan;
 
@@ -362,12 +452,35 @@ static int note_link(Scan *s, const Correlation *correlation) {
     return 1;
 }
 
+/* The columns of a device event or launch, exactly as the decoder will read them; 0 if any is
+ * missing, repeated or not certain (then the analysis reads the decoded events instead). */
+static int read_columns(Span *span, const Field *phase, const Number *ts, const Number *dur,
+                        const Number *pid, const Correlation *correlation) {
+    /* flow phases decode without times; an unusual phase may decode another way */
+    if (phase->seen > 1 || (phase->seen == 1 && !phase->plain))
+        return 0;
+    if (phase->seen == 1 && phase->len == 1 && strchr("stf", phase->ptr[0]) != NULL)
+        return 0;
+    if (ts->seen != 1 || !ts->number || !read_double(ts->ptr, ts->len, &span->ts))
+        return 0;
+    if (correlation->seen > 1 || (correlation->seen == 1 && !correlation->plain))
+        return 0;
+    span->has_correlation = correlation->seen == 1;
+    span->correlation = correlation->value;
+    if (span->bucket == LAUNCH_BUCKET)
+        return 1; /* a launch is read for its time and correlation only */
+    if (dur->seen != 1 || !dur->number || !read_double(dur->ptr, dur->len, &span->dur))
+        return 0;
+    return pid->seen == 1 && pid->number && plain_integer(pid->ptr, pid->len, &span->pid);
+}
+
 /* At the '{' of one event: move past it and decide its verdict. 0 on invalid JSON (or, with
  * s->failed set, no memory). */
 static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
-    Field cat = {0}, name = {0};
+    Field cat = {0}, name = {0}, phase = {0};
+    Number ts = {0}, dur = {0}, pid = {0};
     Correlation correlation = {0};
-    int escaped, args_seen = 0;
+    int escaped, args_seen = 0, odd_key = 0;
     c->p++;
     skip_ws(c);
     span->verdict = KEEP;
@@ -379,6 +492,7 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
         const char *key;
         Py_ssize_t key_len;
         Field *field = NULL;
+        Number *number = NULL;
         int is_args = 0;
         if (c->p >= c->end || *c->p != '"')
             return 0;
@@ -390,10 +504,19 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
             /* a key spelled with escapes might be one we look at: keep the event */
             cat.seen = 2;
             correlation.seen = 2;
+            odd_key = 1;
         } else if (key_len == 3 && memcmp(key, "cat", 3) == 0) {
             field = &cat;
         } else if (key_len == 4 && memcmp(key, "name", 4) == 0) {
             field = &name;
+        } else if (key_len == 2 && memcmp(key, "ph", 2) == 0) {
+            field = &phase;
+        } else if (key_len == 2 && memcmp(key, "ts", 2) == 0) {
+            number = &ts;
+        } else if (key_len == 3 && memcmp(key, "dur", 3) == 0) {
+            number = &dur;
+        } else if (key_len == 3 && memcmp(key, "pid", 3) == 0) {
+            number = &pid;
         } else if (key_len == 4 && memcmp(key, "args", 4) == 0) {
             is_args = 1;
         }
@@ -414,6 +537,13 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
             } else if (!scan_value(c, 2)) {
                 return 0;
             }
+        } else if (number != NULL) {
+            number->seen++;
+            number->number = c->p < c->end && (*c->p == '-' || (*c->p >= '0' && *c->p <= '9'));
+            number->ptr = c->p;
+            if (!scan_value(c, 2))
+                return 0;
+            number->len = c->p - number->ptr;
         } else if (is_args) {
             if (++args_seen > 1)
                 correlation.seen = 2; /* which args the decoder keeps is its business */
@@ -433,10 +563,22 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
             break;
     }
 
-    if (cat.seen != 1 || !cat.plain || in_set(&rules->device, cat.ptr, cat.len)) {
+    int plain_cat = cat.seen == 1 && cat.plain;
+    if (plain_cat && in_set(&rules->kernels, cat.ptr, cat.len))
+        span->bucket = KERNEL_BUCKET;
+    else if (plain_cat && in_set(&rules->memops, cat.ptr, cat.len))
+        span->bucket = MEMOP_BUCKET;
+    else if (plain_cat && in_set(&rules->launches, cat.ptr, cat.len))
+        span->bucket = LAUNCH_BUCKET;
+    if (!plain_cat && (cat.seen > 0 || odd_key))
+        s->columns_ok = 0; /* it may decode into a bucket we would not know of */
+    if (span->bucket != NO_BUCKET && !read_columns(span, &phase, &ts, &dur, &pid, &correlation))
+        s->columns_ok = 0;
+
+    if (!plain_cat || span->bucket == KERNEL_BUCKET || span->bucket == MEMOP_BUCKET) {
         /* A device event, or an event that might be one (no, an unusual or a repeated
          * category: the decoder decides): kept, with its launch. */
-        if (cat.seen == 1 && cat.plain)
+        if (plain_cat)
             s->is_device = 1;
         if (!note_link(s, &correlation)) {
             s->failed = 1;
@@ -446,7 +588,7 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
     }
     if (in_set(&rules->keep, cat.ptr, cat.len))
         return 1;
-    if (in_set(&rules->launches, cat.ptr, cat.len)) {
+    if (span->bucket == LAUNCH_BUCKET) {
         if (correlation.seen == 1 && correlation.plain) {
             span->verdict = LAUNCH;
             span->correlation = correlation.value;
@@ -514,7 +656,9 @@ static int linked(const LinkSet *set, long long id) {
 static Span *push(Scan *s) {
     if (s->count == s->capacity && !grow((void **)&s->spans, &s->capacity, sizeof(Span)))
         return NULL;
-    return &s->spans[s->count++];
+    Span *span = &s->spans[s->count++];
+    memset(span, 0, sizeof(Span));
+    return span;
 }
 
 /* Find the top-level traceEvents array and classify its elements. No Python calls. */
@@ -553,7 +697,6 @@ static int scan_document(const char *raw, Py_ssize_t n, const Rules *rules, Scan
                     return 0;
                 }
                 span->start = c.p - raw;
-                span->verdict = KEEP;
                 if (c.p < c.end && *c.p == '{') {
                     if (!scan_event(&c, rules, span, s))
                         return 0;
@@ -627,24 +770,88 @@ static void release(Scan *s) {
     free(s->linked);
 }
 
+/* The columns of the kept device events and launches, in file order: one RECORD_SIZE record
+ * each, little-endian: ts f8, dur f8, pid i8, correlation i8, bucket u1, has_correlation u1. */
+#define RECORD_SIZE 40
+
+static PyObject *columns_of(const Scan *s) {
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < s->count; i++)
+        n += s->spans[i].verdict == KEEP && s->spans[i].bucket != NO_BUCKET;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * RECORD_SIZE);
+    if (out == NULL)
+        return NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    memset(dst, 0, (size_t)(n * RECORD_SIZE));
+    for (Py_ssize_t i = 0; i < s->count; i++) {
+        const Span *span = &s->spans[i];
+        if (span->verdict != KEEP || span->bucket == NO_BUCKET)
+            continue;
+        memcpy(dst, &span->ts, 8);
+        memcpy(dst + 8, &span->dur, 8);
+        memcpy(dst + 16, &span->pid, 8);
+        memcpy(dst + 24, &span->correlation, 8);
+        dst[32] = (char)span->bucket;
+        dst[33] = (char)span->has_correlation;
+        dst += RECORD_SIZE;
+    }
+    return out;
+}
+
+/* The document without the events left out (None: nothing left out), and the columns. */
+static PyObject *selected_document(const char *raw, Py_ssize_t n, Scan *s, Py_ssize_t kept) {
+    if (kept == s->count)
+        Py_RETURN_NONE;
+    Py_ssize_t size = s->array_open + 1 + (n - s->array_close);
+    for (Py_ssize_t i = 0; i < s->count; i++)
+        if (s->spans[i].verdict == KEEP)
+            size += s->spans[i].end - s->spans[i].start + 1; /* and a comma */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        return NULL;
+    char *start = PyBytes_AS_STRING(out), *dst = start;
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(dst, raw, (size_t)(s->array_open + 1));
+    dst += s->array_open + 1;
+    int first = 1;
+    for (Py_ssize_t i = 0; i < s->count; i++) {
+        const Span *span = &s->spans[i];
+        if (span->verdict != KEEP)
+            continue;
+        if (!first)
+            *dst++ = ',';
+        first = 0;
+        memcpy(dst, raw + span->start, (size_t)(span->end - span->start));
+        dst += span->end - span->start;
+    }
+    memcpy(dst, raw + s->array_close, (size_t)(n - s->array_close));
+    dst += n - s->array_close;
+    Py_END_ALLOW_THREADS
+    /* `size` counted a comma per kept event; the first has none. */
+    if (_PyBytes_Resize(&out, dst - start) < 0)
+        return NULL;
+    return out;
+}
+
 static PyObject *select_events(PyObject *module, PyObject *args) {
-    PyObject *raw_obj, *keep, *device, *launches, *operators, *op_prefixes, *python;
+    PyObject *raw_obj, *keep, *kernels, *memops, *launches, *operators, *op_prefixes, *python;
     PyObject *py_substrings;
     Rules rules;
     Scan s = {0};
     int ok;
     Py_ssize_t kept = 0;
     (void)module;
-    if (!PyArg_ParseTuple(args, "SOOOOOOO:select_events", &raw_obj, &keep, &device, &launches,
-                          &operators, &op_prefixes, &python, &py_substrings))
+    if (!PyArg_ParseTuple(args, "SOOOOOOOO:select_events", &raw_obj, &keep, &kernels, &memops,
+                          &launches, &operators, &op_prefixes, &python, &py_substrings))
         return NULL;
-    if (!read_set(keep, &rules.keep) || !read_set(device, &rules.device) ||
-        !read_set(launches, &rules.launches) || !read_set(operators, &rules.operators) ||
-        !read_set(op_prefixes, &rules.op_prefixes) || !read_set(python, &rules.python) ||
-        !read_set(py_substrings, &rules.py_substrings))
+    if (!read_set(keep, &rules.keep) || !read_set(kernels, &rules.kernels) ||
+        !read_set(memops, &rules.memops) || !read_set(launches, &rules.launches) ||
+        !read_set(operators, &rules.operators) || !read_set(op_prefixes, &rules.op_prefixes) ||
+        !read_set(python, &rules.python) || !read_set(py_substrings, &rules.py_substrings))
         return NULL;
     const char *raw = PyBytes_AS_STRING(raw_obj);
     Py_ssize_t n = PyBytes_GET_SIZE(raw_obj);
+    s.columns_ok = 1;
 
     Py_BEGIN_ALLOW_THREADS
     ok = scan_document(raw, n, &rules, &s);
@@ -655,47 +862,24 @@ static PyObject *select_events(PyObject *module, PyObject *args) {
         release(&s);
         return PyErr_NoMemory();
     }
-    if (!ok || kept == s.count) {
+    if (!ok) {
         release(&s);
-        Py_RETURN_NONE;
+        return Py_BuildValue("(OO)", Py_None, Py_None);
     }
-    Py_ssize_t size = s.array_open + 1 + (n - s.array_close);
-    for (Py_ssize_t i = 0; i < s.count; i++)
-        if (s.spans[i].verdict == KEEP)
-            size += s.spans[i].end - s.spans[i].start + 1; /* and a comma */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
-    if (out == NULL) {
-        release(&s);
-        return NULL;
-    }
-    char *start = PyBytes_AS_STRING(out), *dst = start;
-    Py_BEGIN_ALLOW_THREADS
-    memcpy(dst, raw, (size_t)(s.array_open + 1));
-    dst += s.array_open + 1;
-    int first = 1;
-    for (Py_ssize_t i = 0; i < s.count; i++) {
-        const Span *span = &s.spans[i];
-        if (span->verdict != KEEP)
-            continue;
-        if (!first)
-            *dst++ = ',';
-        first = 0;
-        memcpy(dst, raw + span->start, (size_t)(span->end - span->start));
-        dst += span->end - span->start;
-    }
-    memcpy(dst, raw + s.array_close, (size_t)(n - s.array_close));
-    dst += n - s.array_close;
-    Py_END_ALLOW_THREADS
+    PyObject *document = selected_document(raw, n, &s, kept);
+    PyObject *columns = document != NULL && s.columns_ok ? columns_of(&s) : Py_NewRef(Py_None);
     release(&s);
-    /* `size` counted a comma per kept event; the first has none. */
-    if (_PyBytes_Resize(&out, dst - start) < 0)
+    if (document == NULL || columns == NULL) {
+        Py_XDECREF(document);
+        Py_XDECREF(columns);
         return NULL;
-    return out;
+    }
+    return Py_BuildValue("(NN)", document, columns);
 }
 
 static PyMethodDef methods[] = {
     {"select_events", select_events, METH_VARARGS,
-     "select_events(raw, keep, device, launches, operators, operator_prefixes, python,"
+     "select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,"
      " python_substrings)"
      " -> bytes | None: the document without the events the rules drop (see _select.py)."},
     {NULL, NULL, 0, NULL},
@@ -706,4 +890,9 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__select_c(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__select_c(void) {
+#ifdef HAVE_STRTOD_L
+    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0); /* none: long numbers go uncertain */
+#endif
+    return PyModule_Create(&module);
+}

@@ -22,27 +22,32 @@ The rules are assembled here from the modules that read the events, so a reader 
 reading a new name must list it there; `tests/unit/test_decompose_select.py` checks that
 analysing the selected document gives exactly the result of analysing the whole one.
 
-Without the compiled scanner (no C compiler at install time) `select_events` returns None and
-the whole document is decoded: the same results, only slower.
+On the way it reads the few numbers the timeline needs of every device event and launch
+(`_columns`), when it can read them with certainty.
+
+Without the compiled scanner (no C compiler at install time) nothing is selected and the whole
+document is decoded: the same results, only slower.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import cast
 
 from mfuscope.agent.analysis import _kineto, _recompute, _scan, _steps
+from mfuscope.agent.analysis._columns import DeviceColumns
 
-__all__ = ["SELECTION_AVAILABLE", "select_events"]
+__all__ = ["SELECTION_AVAILABLE", "Selection", "select_events"]
 
 
-def _compiled() -> Callable[..., bytes | None] | None:
+def _compiled() -> Callable[..., tuple[bytes | None, bytes | None]] | None:
     try:
         module = importlib.import_module("mfuscope.agent.analysis._select_c")
     except ImportError:  # built without a C compiler: decode everything
         return None
-    return cast(Callable[..., "bytes | None"], module.select_events)
+    return cast(Callable[..., "tuple[bytes | None, bytes | None]"], module.select_events)
 
 
 _select_c = _compiled()
@@ -56,9 +61,11 @@ def _encoded(texts: Iterable[str]) -> tuple[bytes, ...]:
 _RULES = (
     # kept whatever their name
     _encoded((*_scan.KERNEL_CATEGORIES, *_scan.MEMOP_CATEGORIES, *_scan.ANNOTATION_CATEGORIES)),
-    # device events: their presence makes a device trace (`decompose.build_timeline` picks the
-    # GPU path), and their correlation ids the launches that are kept
-    _encoded((*_scan.KERNEL_CATEGORIES, *_scan.MEMOP_CATEGORIES)),
+    # device events (kernels, then memory ops): their presence makes a device trace
+    # (`decompose.build_timeline` picks the GPU path), their correlation ids the launches that
+    # are kept; they and the launches get columns (`_columns`)
+    _encoded(_scan.KERNEL_CATEGORIES),
+    _encoded(_scan.MEMOP_CATEGORIES),
     # host launches: read only through a device event's correlation id (`_kineto`)
     _encoded(_scan.RUNTIME_CATEGORIES),
     # host operators: kept by name prefix on device traces
@@ -72,8 +79,19 @@ _RULES = (
 )
 
 
-def select_events(raw: bytes) -> bytes | None:
-    """`raw` without the events the analysis never reads; None: decode `raw` itself."""
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """`document`: `raw` without the events left out (None: decode `raw` itself); `columns`:
+    the device events' and launches' numbers (None: read them from the decoded events)."""
+
+    document: bytes | None
+    columns: DeviceColumns | None
+
+
+def select_events(raw: bytes) -> Selection:
+    """What of `raw` to decode, and the columns read on the way (see the module docstring)."""
     if _select_c is None:
-        return None
-    return _select_c(raw, *_RULES)
+        return Selection(None, None)
+    document, records = _select_c(raw, *_RULES)
+    columns = None if records is None else DeviceColumns.from_records(records)
+    return Selection(document, columns)

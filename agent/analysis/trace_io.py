@@ -104,13 +104,19 @@ def read_trace(path: str | os.PathLike[str]) -> KinetoTrace:
     enabled = gc.isenabled()
     gc.disable()  # the few containers decoded (Input Dims lists) are no garbage either
     try:
-        selected = select_events(raw)
-        if selected is not None:
+        selection = select_events(raw)
+        if selection.document is None:
+            trace = decode_kineto(raw)
+        else:
             try:
-                return decode_kineto(selected)
+                trace = decode_kineto(selection.document)
             except msgspec.DecodeError:
-                pass  # decode the file itself: its error names the file's own event index
-        return decode_kineto(raw)
+                # Decode the file itself: its error names the file's own event index (and its
+                # events are not the ones the columns describe).
+                return decode_kineto(raw)
+        if selection.columns is None:
+            return trace
+        return msgspec.structs.replace(trace, columns=selection.columns)
     except msgspec.ValidationError as exc:
         raise TraceError(file, describe_validation_error(exc)) from None
     except msgspec.DecodeError as exc:

@@ -89,6 +89,10 @@ def droppable(event: Any, device_trace: bool, linked: set[int] | None) -> bool:
     return True
 
 
+def document_of(raw: bytes) -> bytes | None:
+    return select_events(raw).document
+
+
 def strict_json(raw: bytes) -> Any:
     def reject(constant: str) -> None:
         raise ValueError(f"not JSON: {constant}")
@@ -98,7 +102,7 @@ def strict_json(raw: bytes) -> Any:
 
 def check_selection(raw: bytes) -> bytes:
     """Select from `raw` (valid JSON) and check the result is `raw` minus droppable events."""
-    selected = select_events(raw)
+    selected = document_of(raw)
     if selected is None:
         return raw
     whole, chosen = strict_json(raw), strict_json(selected)
@@ -177,7 +181,7 @@ def _doc(*events: dict[str, Any], device: bool = True) -> bytes:
 )
 def test_what_is_left_out(event: Any, device: bool, kept: bool) -> None:
     raw = _doc(event, device=device).replace(b"\\\\u", b"\\u")  # keep the escapes as written
-    selected = select_events(raw)
+    selected = document_of(raw)
     events = strict_json(selected if selected is not None else raw)["traceEvents"]
     assert (strict_json(raw)["traceEvents"][-1] in events) == kept
 
@@ -196,20 +200,20 @@ def test_what_is_left_out(event: Any, device: bool, kept: bool) -> None:
 def test_a_device_link_it_cannot_read_keeps_every_launch(device_args: str) -> None:
     kernel = '{"cat": "kernel", "args": ' + device_args + "}"
     raw = '{"traceEvents": [' + kernel + ', {"cat": "ac2g"}, ' + json.dumps(_launch(9)) + "]}"
-    selected = select_events(raw.encode())
+    selected = document_of(raw.encode())
     assert selected is not None and b"cudaEventRecord" in selected
 
 
 def test_an_event_that_may_be_a_device_event_keeps_its_launch() -> None:
     odd = '{"c\\u0061t": "kernel", "args": {"correlation": 9}}'  # an escaped "cat"
     events = ['{"cat": "kernel"}', '{"cat": "ac2g"}', odd, json.dumps(_launch(9))]
-    selected = select_events(('{"traceEvents": [' + ", ".join(events) + "]}").encode())
+    selected = document_of(('{"traceEvents": [' + ", ".join(events) + "]}").encode())
     assert selected is not None and b"ac2g" not in selected and b"cudaEventRecord" in selected
 
 
 def test_duplicate_keys_keep_the_event() -> None:
     raw = b'{"traceEvents": [{"cat": "kernel"}, {"cat": "ac2g", "cat": "cpu_op"}]}'
-    assert select_events(raw) is None
+    assert document_of(raw) is None
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
@@ -311,9 +315,9 @@ _VALID = (
 def test_bad_json_in_an_event_left_out_is_still_an_error(
     tmp_path: Path, bad_flow_event: bytes
 ) -> None:
-    assert select_events(_VALID) is not None
+    assert document_of(_VALID) is not None
     raw = b'{"traceEvents": [{"cat": "kernel"}, ' + bad_flow_event + b"]}"
-    assert select_events(raw) is None  # the decoder reads the file itself and says why
+    assert document_of(raw) is None  # the decoder reads the file itself and says why
     path = tmp_path / "bad.json"
     path.write_bytes(raw)
     with pytest.raises(TraceError, match=r"not JSON|not a Kineto trace"):
@@ -336,12 +340,12 @@ def test_bad_json_in_an_event_left_out_is_still_an_error(
     ],
 )  # fmt: skip
 def test_documents_it_does_not_understand_are_decoded_whole(raw: bytes) -> None:
-    assert select_events(raw) is None
+    assert document_of(raw) is None
 
 
 def test_bad_json_outside_the_events_is_copied_for_the_decoder_to_report(tmp_path: Path) -> None:
     raw = b'{"traceEvents": [{"cat": "kernel"}, {"cat": "ac2g"}]'  # the object never closes
-    assert select_events(raw) == b'{"traceEvents": [{"cat": "kernel"}]'
+    assert document_of(raw) == b'{"traceEvents": [{"cat": "kernel"}]'
     path = tmp_path / "t.json"
     path.write_bytes(raw)
     with pytest.raises(TraceError, match="not JSON"):
@@ -374,7 +378,7 @@ def test_mutated_documents_never_pass_as_other_json(data: st.DataObject) -> None
         else:
             raw.insert(at, byte)
     document = bytes(raw)
-    selected = select_events(document)
+    selected = document_of(document)
     if selected is None:
         return
     try:
