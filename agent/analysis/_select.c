@@ -71,8 +71,28 @@ typedef struct {
     const char *p, *end;
 } Cursor;
 
-static void skip_ws(Cursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
+static inline int is_ws(char ch) { return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t'; }
+
+static inline __attribute__((always_inline)) void skip_ws(Cursor *c) {
+    if (c->p >= c->end || !is_ws(*c->p))
+        return; /* the common case: nothing to skip */
+#ifdef __SSE2__
+    /* Pretty-printed traces indent every line: skip 16 whitespace bytes at a time. */
+    const __m128i space = _mm_set1_epi8(' '), newline = _mm_set1_epi8('\n');
+    const __m128i tab = _mm_set1_epi8('\t'), carriage = _mm_set1_epi8('\r');
+    while (c->end - c->p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)c->p);
+        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, space), _mm_cmpeq_epi8(v, newline)),
+                                  _mm_or_si128(_mm_cmpeq_epi8(v, tab), _mm_cmpeq_epi8(v, carriage)));
+        unsigned mask = (unsigned)_mm_movemask_epi8(ws);
+        if (mask != 0xFFFFu) {
+            c->p += __builtin_ctz(~mask);
+            return;
+        }
+        c->p += 16;
+    }
+#endif
+    while (c->p < c->end && is_ws(*c->p))
         c->p++;
 }
 
@@ -260,9 +280,14 @@ static int has_prefix(const TextSet *set, const char *ptr, Py_ssize_t len) {
 static int has_substring(const TextSet *set, const char *ptr, Py_ssize_t len) {
     for (int i = 0; i < set->count; i++) {
         Py_ssize_t n = set->items[i].len;
+#if defined(__GLIBC__) || defined(__APPLE__) || defined(__FreeBSD__)
+        if (memmem(ptr, (size_t)len, set->items[i].ptr, (size_t)n) != NULL)
+            return 1;
+#else
         for (Py_ssize_t at = 0; at + n <= len; at++)
             if (memcmp(ptr + at, set->items[i].ptr, (size_t)n) == 0)
                 return 1;
+#endif
     }
     return 0;
 }
