@@ -388,3 +388,17 @@ def test_mutated_documents_never_pass_as_other_json(data: st.DataObject) -> None
             strict_json(selected)
         return
     check_selection(document)
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
+def test_without_the_compiled_scanner_read_trace_gives_the_same_analysis(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mfuscope.agent.analysis import _select
+
+    expected = analyze_trace(read_trace(path))
+    monkeypatch.setattr(_select, "_select_c", None)  # as if built without a C compiler
+    assert _select.select_events(b'{"traceEvents": []}') == _select.Selection(None, None)
+    plain = read_trace(path)
+    assert plain.columns is None
+    assert analyze_trace(plain) == expected
