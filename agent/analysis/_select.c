@@ -31,6 +31,12 @@ static locale_t c_locale; /* strtod_l in the "C" locale: the caller's locale can
 #include <emmintrin.h>
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 #define MAX_DEPTH 512
 #define MAX_RULES 64
 
@@ -73,7 +79,7 @@ typedef struct {
 
 static inline int is_ws(char ch) { return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t'; }
 
-static inline __attribute__((always_inline)) void skip_ws(Cursor *c) {
+static ALWAYS_INLINE void skip_ws(Cursor *c) {
     if (c->p >= c->end || !is_ws(*c->p))
         return; /* the common case: nothing to skip */
 #ifdef __SSE2__
@@ -82,8 +88,9 @@ static inline __attribute__((always_inline)) void skip_ws(Cursor *c) {
     const __m128i tab = _mm_set1_epi8('\t'), carriage = _mm_set1_epi8('\r');
     while (c->end - c->p >= 16) {
         __m128i v = _mm_loadu_si128((const __m128i *)c->p);
-        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, space), _mm_cmpeq_epi8(v, newline)),
-                                  _mm_or_si128(_mm_cmpeq_epi8(v, tab), _mm_cmpeq_epi8(v, carriage)));
+        __m128i ws =
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, space), _mm_cmpeq_epi8(v, newline)),
+                         _mm_or_si128(_mm_cmpeq_epi8(v, tab), _mm_cmpeq_epi8(v, carriage)));
         unsigned mask = (unsigned)_mm_movemask_epi8(ws);
         if (mask != 0xFFFFu) {
             c->p += __builtin_ctz(~mask);
@@ -272,7 +279,8 @@ static int in_set(const TextSet *set, const char *ptr, Py_ssize_t len) {
 
 static int has_prefix(const TextSet *set, const char *ptr, Py_ssize_t len) {
     for (int i = 0; i < set->count; i++)
-        if (set->items[i].len <= len && memcmp(set->items[i].ptr, ptr, (size_t)set->items[i].len) == 0)
+        if (set->items[i].len <= len &&
+            memcmp(set->items[i].ptr, ptr, (size_t)set->items[i].len) == 0)
             return 1;
     return 0;
 }
@@ -414,7 +422,8 @@ static int scan_args(Cursor *c, Correlation *correlation) {
         const char *key = c->p + 1;
         if (c->p >= c->end || *c->p != '"' || !scan_string(c, &escaped))
             return 0;
-        int is_correlation = !escaped && c->p - 1 - key == 11 && memcmp(key, "correlation", 11) == 0;
+        int is_correlation =
+            !escaped && c->p - 1 - key == 11 && memcmp(key, "correlation", 11) == 0;
         if (escaped)
             correlation->seen = 2; /* could be spelled "correlation": unknown then */
         skip_ws(c);
