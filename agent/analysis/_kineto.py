@@ -16,7 +16,7 @@ import bisect
 import math
 import operator
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -32,7 +32,12 @@ from mfuscope.agent.analysis._collectives import (
     normalise_op,
     op_from_kernel_name,
 )
-from mfuscope.agent.analysis._columns import DeviceColumns, EventColumns, LaunchIndex
+from mfuscope.agent.analysis._columns import (
+    DeviceColumns,
+    EventColumns,
+    LaunchIndex,
+    usable_columns,
+)
 from mfuscope.agent.analysis._events import EventArgs, KinetoTrace
 from mfuscope.agent.analysis._intervals import FloatArray, Spans
 from mfuscope.agent.analysis._recompute import RecomputeRanges, recompute_ranges
@@ -42,9 +47,11 @@ from mfuscope.agent.analysis._trace_model import CommActivity, StepWindow, Timel
 from mfuscope.agent.analysis.result import AXIS_UNKNOWN, TIER_UNKNOWN
 from numpy.typing import NDArray
 
-__all__ = ["OPERATOR_PREFIXES", "gpu_timeline", "is_comm_kernel"]
+__all__ = ["COMM_KERNEL_SUBSTRINGS", "OPERATOR_PREFIXES", "gpu_timeline", "is_comm_kernel"]
 
 DEFAULT_GPUS_PER_NODE = 8
+# A kernel whose lower-cased name holds one of these is communication (NCCL, RCCL).
+COMM_KERNEL_SUBSTRINGS = ("nccl", "rccl")
 _RECORD_PARAM_COMMS = "record_param_comms"
 OPERATOR_PREFIXES = (_RECORD_PARAM_COMMS,)  # the operators a GPU timeline reads
 _PID = operator.attrgetter("pid")
@@ -63,7 +70,7 @@ def is_comm_kernel(name: str) -> bool:
     known = _comm_name_cache.get(name)
     if known is None:
         lowered = name.lower()
-        known = "nccl" in lowered or "rccl" in lowered
+        known = any(part in lowered for part in COMM_KERNEL_SUBSTRINGS)
         _comm_name_cache[name] = known
     return known
 
@@ -216,46 +223,94 @@ def _floats(events: Sequence[Event], field: operator.attrgetter[Any]) -> FloatAr
 
 @dataclass(frozen=True, slots=True)
 class _DeviceEvents:
-    """The rank's kernels or memory ops as columns: times, and the launch of each (-1: none)."""
+    """The rank's kernels or memory ops: times, and the launch row of each (-1: none)."""
 
-    events: NDArray[np.object_]
     starts: FloatArray
     ends: FloatArray
     launch: NDArray[np.intp]
 
-    @classmethod
-    def on_device(
-        cls, events: list[Event], pid: Any, launch_index: dict[Any, int]
-    ) -> _DeviceEvents:
+
+@dataclass(frozen=True, slots=True)
+class _Device:
+    """What the timeline needs of the rank's device: its events and their launches."""
+
+    pid: Any
+    kernels: _DeviceEvents
+    memops: _DeviceEvents
+    launch_ts: FloatArray  # per launch row, then NaN for row -1 (no launch)
+    launch_tids: Callable[[], list[Any]]  # per launch row (read only when recompute is known)
+    is_comm: NDArray[np.bool_]  # per kernel
+    comm_kernels: list[Event]  # the decoded kernels where is_comm, in order
+    comm_launches: list[Event | None]  # and their decoded launches
+
+
+def _device_from_events(scanned: ScannedEvents) -> _Device:
+    """Everything read from the decoded events."""
+    pid = _device_pid(scanned)
+    runtime = scanned.runtime
+    launch_index = _launch_index(runtime)
+
+    def on_device(events: list[Event]) -> tuple[_DeviceEvents, list[Event]]:
         mine = np.fromiter(map(operator.eq, map(_PID, events), repeat(pid)), bool, len(events))
         chosen = np.fromiter(events, dtype=object, count=len(events))[mine]
         starts = _floats(chosen, _TS)
-        ends = starts + _floats(chosen, _DUR)
-        correlations = _correlations(chosen)
         launch = np.fromiter(
-            map(launch_index.get, correlations, repeat(-1)), dtype=np.intp, count=len(chosen)
+            map(launch_index.get, _correlations(chosen), repeat(-1)), np.intp, len(chosen)
         )
-        return cls(chosen, starts, ends, launch)
+        return _DeviceEvents(starts, starts + _floats(chosen, _DUR), launch), chosen.tolist()
 
-    @classmethod
-    def from_columns(
-        cls, events: list[Event], columns: EventColumns, pid: int, launches: LaunchIndex
-    ) -> _DeviceEvents:
-        mine = columns.pid == pid
-        chosen = np.fromiter(events, dtype=object, count=len(events))[mine]
-        starts = columns.ts[mine]
-        return cls(chosen, starts, starts + columns.dur[mine], launches.lookup(columns)[mine])
+    kernels, kernel_events = on_device(scanned.kernels)
+    memops, _ = on_device(scanned.memops)
+    is_comm = np.fromiter(map(is_comm_kernel, map(_NAME, kernel_events)), bool, len(kernels.starts))
+    comm_rows = np.flatnonzero(is_comm).tolist()
+    return _Device(
+        pid=pid,
+        kernels=kernels,
+        memops=memops,
+        # NaN at position -1: "launched by nothing".
+        launch_ts=np.append(_floats(runtime, _TS) if launch_index else np.empty(0), np.nan),
+        launch_tids=lambda: list(map(_TID, runtime)),
+        is_comm=is_comm,
+        comm_kernels=[kernel_events[k] for k in comm_rows],
+        comm_launches=[runtime[j] if j >= 0 else None for j in kernels.launch[comm_rows].tolist()],
+    )
 
 
-def _usable_columns(trace: KinetoTrace, scanned: ScannedEvents) -> DeviceColumns | None:
-    """The columns `read_trace` read, if they line up with the scanned buckets."""
-    columns = trace.columns
-    if not isinstance(columns, DeviceColumns):
-        return None
-    lengths = (len(columns.kernels), len(columns.memops), len(columns.launches))
-    if lengths != (len(scanned.kernels), len(scanned.memops), len(scanned.runtime)):
-        return None
-    return columns
+def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Device:
+    """The numbers from the columns; the decoded events only for communication kernels."""
+    kernel_rows, memop_rows, launch_rows = columns.kernels, columns.memops, columns.launches
+    pid = _most_common_pid((kernel_rows if len(kernel_rows) else memop_rows).pid)
+    launches = LaunchIndex(launch_rows)
+
+    def on_device(rows: EventColumns) -> tuple[_DeviceEvents, NDArray[np.bool_]]:
+        mine = rows.pid == pid
+        starts = rows.ts[mine]
+        launch = launches.lookup(rows)[mine]
+        return _DeviceEvents(starts, starts + rows.dur[mine], launch), mine
+
+    kernels, mine = on_device(kernel_rows)
+    memops, _ = on_device(memop_rows)
+    # Decoded kernels line up with the rows marked decoded; the others are no communication.
+    decoded_rows = np.flatnonzero(kernel_rows.decoded)
+    names = map(_NAME, scanned.kernels)
+    comm_everywhere = np.zeros(len(kernel_rows), dtype=bool)
+    comm_everywhere[decoded_rows] = np.fromiter(map(is_comm_kernel, names), bool, len(decoded_rows))
+    comm_rows = np.flatnonzero(comm_everywhere & mine)
+    decoded_position = (np.cumsum(kernel_rows.decoded) - 1)[comm_rows].tolist()
+    launch_position = np.cumsum(launch_rows.decoded) - 1
+    comm_launch_rows = launches.lookup(kernel_rows)[comm_rows].tolist()
+    runtime = scanned.runtime
+    return _Device(
+        pid=pid,
+        kernels=kernels,
+        memops=memops,
+        launch_ts=np.append(launch_rows.ts, np.nan),
+        launch_tids=lambda: launch_rows.tid.tolist(),
+        is_comm=comm_everywhere[mine],
+        comm_kernels=[scanned.kernels[i] for i in decoded_position],
+        # The selection keeps every launch a decoded kernel names in the document.
+        comm_launches=[runtime[launch_position[r]] if r >= 0 else None for r in comm_launch_rows],
+    )
 
 
 def _most_common_pid(pids: NDArray[np.int64]) -> int:
@@ -266,18 +321,16 @@ def _most_common_pid(pids: NDArray[np.int64]) -> int:
 
 
 def _recomputed(
-    kernels: _DeviceEvents,
-    candidates: NDArray[np.bool_],
-    launched_at: FloatArray,
-    runtime: list[Event],
-    recompute: RecomputeRanges,
+    device: _Device, candidates: NDArray[np.bool_], recompute: RecomputeRanges
 ) -> NDArray[np.bool_]:
-    """Which `candidates` were launched inside a recompute range of their launching thread."""
+    """Which `candidates` (kernels) were launched inside a recompute range of their launching
+    thread."""
+    kernel_launch = device.kernels.launch
     thread_code = {tid: code for code, tid in enumerate(recompute.by_thread)}
-    runtime_thread = np.fromiter(
-        map(thread_code.get, map(_TID, runtime), repeat(-1)), dtype=np.intp, count=len(runtime)
-    )
-    thread = np.append(runtime_thread, -1)[kernels.launch]  # launch -1: no thread
+    tids = device.launch_tids()
+    launch_thread = np.fromiter(map(thread_code.get, tids, repeat(-1)), np.intp, len(tids))
+    thread = np.append(launch_thread, -1)[kernel_launch]  # launch -1: no thread
+    launched_at = device.launch_ts[kernel_launch]
     out = np.zeros(len(candidates), dtype=bool)
     for tid, code in thread_code.items():
         chosen = candidates & (thread == code)
@@ -341,53 +394,35 @@ def gpu_timeline(
     resolver = _CommResolver(scanned, view, ProcessGroups(dist.get("pg_config")))
     recompute = recompute_ranges(scanned)
 
-    runtime = scanned.runtime
-    columns = _usable_columns(trace, scanned)
-    if columns is not None:  # the numbers as the C selection read them
-        pid = _most_common_pid((columns.kernels if scanned.kernels else columns.memops).pid)
-        launches = LaunchIndex(columns.launches)
-        runtime_ts = np.append(columns.launches.ts, np.nan)
-        kernels = _DeviceEvents.from_columns(scanned.kernels, columns.kernels, pid, launches)
-        memops = _DeviceEvents.from_columns(scanned.memops, columns.memops, pid, launches)
-    else:  # read from the decoded events
-        pid = _device_pid(scanned)
-        launch_index = _launch_index(runtime)
-        # Launch times by runtime position, and NaN at position -1: "launched by nothing".
-        runtime_ts = np.append(_floats(runtime, _TS) if launch_index else np.empty(0), np.nan)
-        kernels = _DeviceEvents.on_device(scanned.kernels, pid, launch_index)
-        memops = _DeviceEvents.on_device(scanned.memops, pid, launch_index)
-    windows = _step_windows(steps, (kernels, memops), runtime_ts)
-
-    device_kernels = kernels.events.tolist()
-    n_kernels = len(device_kernels)
-    is_comm = np.fromiter(map(is_comm_kernel, map(_NAME, device_kernels)), bool, n_kernels)
-    launch = kernels.launch.tolist()
+    columns = usable_columns(trace, scanned)
+    if columns is not None:
+        device = _device_from_columns(columns, scanned)
+    else:
+        device = _device_from_events(scanned)
+    kernels, is_comm = device.kernels, device.is_comm
+    windows = _step_windows(steps, (kernels, device.memops), device.launch_ts)
     comms = tuple(
-        resolver.activity(
-            device_kernels[k], runtime[launch[k]] if launch[k] >= 0 else None, start, end
-        )
-        for k, start, end in zip(
-            np.flatnonzero(is_comm).tolist(),
+        resolver.activity(kernel, launch, start, end)
+        for kernel, launch, start, end in zip(
+            device.comm_kernels,
+            device.comm_launches,
             kernels.starts[is_comm].tolist(),
             kernels.ends[is_comm].tolist(),
             strict=True,
         )
     )
-    recomputed = np.zeros(n_kernels, dtype=bool)
+    recomputed = np.zeros(len(is_comm), dtype=bool)
     if recompute:
-        candidates = ~is_comm & (kernels.launch >= 0)
-        recomputed = _recomputed(
-            kernels, candidates, runtime_ts[kernels.launch], runtime, recompute
-        )
+        recomputed = _recomputed(device, ~is_comm & (kernels.launch >= 0), recompute)
     compute = ~is_comm & ~recomputed
     return Timeline(
         rank=rank,
         world_size=world_size,
-        device=_device_name(trace, pid),
+        device=_device_name(trace, device.pid),
         clock_offset_s=clock_offset_s,
         windows=windows,
         compute=Spans(kernels.starts[compute], kernels.ends[compute]),
         recompute=Spans(kernels.starts[recomputed], kernels.ends[recomputed]),
-        other=Spans(memops.starts, memops.ends),
+        other=Spans(device.memops.starts, device.memops.ends),
         comms=comms,
     )

@@ -1,7 +1,7 @@
 /* Drop the Kineto events the analysis never reads, before they are decoded.
  *
  * select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,
- *               python_substrings) -> (bytes | None, bytes | None)
+ *               python_substrings, communication_substrings) -> (bytes | None, bytes | None)
  *
  * `raw` is a whole Kineto JSON document. The result is the same document with some elements
  * of its top-level "traceEvents" array left out; every other byte is copied unchanged. An
@@ -59,9 +59,11 @@ typedef struct {
     TextSet op_prefixes;
     TextSet python;        /* categories kept by name substring */
     TextSet py_substrings;
+    TextSet comm_substrings; /* lower case: a kernel whose name holds one is communication */
 } Rules;
 
-enum { KEEP = 0, DROP = 1, OPERATOR = 2, LAUNCH = 3 };
+/* KEEP: in the document (and the columns, if it has a bucket); COLUMNS: in the columns only. */
+enum { KEEP = 0, DROP = 1, OPERATOR = 2, LAUNCH = 3, COLUMNS = 4 };
 
 enum { NO_BUCKET = 0, KERNEL_BUCKET = 1, MEMOP_BUCKET = 2, LAUNCH_BUCKET = 3 };
 
@@ -69,8 +71,9 @@ typedef struct {
     Py_ssize_t start, end;
     long long correlation; /* args.correlation, if has_correlation */
     double ts, dur;        /* columns of device events and launches (bucket != NO_BUCKET) */
-    long long pid;
+    long long pid, tid;
     unsigned char verdict, bucket, has_correlation;
+    unsigned char decoded; /* a device event the analysis reads decoded (communication) */
 } Span;
 
 typedef struct {
@@ -454,6 +457,8 @@ typedef struct {
     Py_ssize_t count, capacity;
     long long *linked; /* correlations of the events that may be device events */
     Py_ssize_t linked_count, linked_capacity;
+    long long *decoded_links; /* ... of those the analysis reads decoded */
+    Py_ssize_t decoded_count, decoded_capacity;
     Py_ssize_t array_open, array_close; /* offsets of '[' and ']' */
     int is_device;
     int keep_launches; /* a link we cannot read: keep every launch */
@@ -471,25 +476,56 @@ static int grow(void **items, Py_ssize_t *capacity, size_t size) {
     return 1;
 }
 
-/* An event that is, or may be, a device event: its launch must stay. */
-static int note_link(Scan *s, const Correlation *correlation) {
+static int append_id(long long **ids, Py_ssize_t *count, Py_ssize_t *capacity, long long id) {
+    if (*count == *capacity && !grow((void **)ids, capacity, sizeof(long long)))
+        return 0;
+    (*ids)[(*count)++] = id;
+    return 1;
+}
+
+/* An event that is, or may be, a device event: its launch must stay (in the document too if
+ * the analysis reads the event decoded). */
+static int note_link(Scan *s, const Correlation *correlation, int decoded) {
     if (correlation->seen == 0)
         return 1; /* links nothing */
     if (correlation->seen != 1 || !correlation->plain) {
         s->keep_launches = 1;
         return 1;
     }
-    if (s->linked_count == s->linked_capacity &&
-        !grow((void **)&s->linked, &s->linked_capacity, sizeof(long long)))
+    if (!append_id(&s->linked, &s->linked_count, &s->linked_capacity, correlation->value))
         return 0;
-    s->linked[s->linked_count++] = correlation->value;
-    return 1;
+    return !decoded || append_id(&s->decoded_links, &s->decoded_count, &s->decoded_capacity,
+                                 correlation->value);
+}
+
+/* Whether a kernel name holds one of the lower-case `set` entries, ignoring ASCII case; a
+ * name that is not ASCII counts as holding one (its decoded form decides). */
+static int names_communication(const TextSet *set, const char *ptr, Py_ssize_t len) {
+    for (Py_ssize_t i = 0; i < len; i++)
+        if ((unsigned char)ptr[i] >= 0x80)
+            return 1;
+    for (int k = 0; k < set->count; k++) {
+        const char *part = set->items[k].ptr;
+        Py_ssize_t n = set->items[k].len;
+        for (Py_ssize_t at = 0; at + n <= len; at++) {
+            Py_ssize_t j = 0;
+            while (j < n) {
+                char ch = ptr[at + j];
+                if ((ch >= 'A' && ch <= 'Z' ? ch + ('a' - 'A') : ch) != part[j])
+                    break;
+                j++;
+            }
+            if (j == n)
+                return 1;
+        }
+    }
+    return 0;
 }
 
 /* The columns of a device event or launch, exactly as the decoder will read them; 0 if any is
  * missing, repeated or not certain (then the analysis reads the decoded events instead). */
 static int read_columns(Span *span, const Field *phase, const Number *ts, const Number *dur,
-                        const Number *pid, const Correlation *correlation) {
+                        const Number *pid, const Number *tid, const Correlation *correlation) {
     /* flow phases decode without times; an unusual phase may decode another way */
     if (phase->seen > 1 || (phase->seen == 1 && !phase->plain))
         return 0;
@@ -501,8 +537,8 @@ static int read_columns(Span *span, const Field *phase, const Number *ts, const 
         return 0;
     span->has_correlation = correlation->seen == 1;
     span->correlation = correlation->value;
-    if (span->bucket == LAUNCH_BUCKET)
-        return 1; /* a launch is read for its time and correlation only */
+    if (span->bucket == LAUNCH_BUCKET) /* read for its time, thread and correlation only */
+        return tid->seen == 1 && tid->number && plain_integer(tid->ptr, tid->len, &span->tid);
     if (dur->seen != 1 || !dur->number || !read_double(dur->ptr, dur->len, &span->dur))
         return 0;
     return pid->seen == 1 && pid->number && plain_integer(pid->ptr, pid->len, &span->pid);
@@ -512,7 +548,7 @@ static int read_columns(Span *span, const Field *phase, const Number *ts, const 
  * s->failed set, no memory). */
 static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
     Field cat = {0}, name = {0}, phase = {0};
-    Number ts = {0}, dur = {0}, pid = {0};
+    Number ts = {0}, dur = {0}, pid = {0}, tid = {0};
     Correlation correlation = {0};
     int escaped, args_seen = 0, odd_key = 0;
     c->p++;
@@ -551,6 +587,8 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
             number = &dur;
         } else if (key_len == 3 && memcmp(key, "pid", 3) == 0) {
             number = &pid;
+        } else if (key_len == 3 && memcmp(key, "tid", 3) == 0) {
+            number = &tid;
         } else if (key_len == 4 && memcmp(key, "args", 4) == 0) {
             is_args = 1;
         }
@@ -606,15 +644,21 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
         span->bucket = LAUNCH_BUCKET;
     if (!plain_cat && (cat.seen > 0 || odd_key))
         s->columns_ok = 0; /* it may decode into a bucket we would not know of */
-    if (span->bucket != NO_BUCKET && !read_columns(span, &phase, &ts, &dur, &pid, &correlation))
+    if (span->bucket != NO_BUCKET &&
+        !read_columns(span, &phase, &ts, &dur, &pid, &tid, &correlation))
         s->columns_ok = 0;
 
     if (!plain_cat || span->bucket == KERNEL_BUCKET || span->bucket == MEMOP_BUCKET) {
         /* A device event, or an event that might be one (no, an unusual or a repeated
-         * category: the decoder decides): kept, with its launch. */
+         * category: the decoder decides): kept, with its launch. Kernels that are (or may be)
+         * communication are read decoded; with columns, the others need not be. */
         if (plain_cat)
             s->is_device = 1;
-        if (!note_link(s, &correlation)) {
+        span->decoded = !plain_cat ||
+                        (span->bucket == KERNEL_BUCKET &&
+                         (name.seen != 1 || !name.plain ||
+                          names_communication(&rules->comm_substrings, name.ptr, name.len)));
+        if (!note_link(s, &correlation, span->decoded)) {
             s->failed = 1;
             return 0;
         }
@@ -758,26 +802,43 @@ static int scan_document(const char *raw, Py_ssize_t n, const Rules *rules, Scan
     return found; /* the rest of the document is copied as is: its decoder checks it */
 }
 
-/* Every span's final verdict, KEEP or DROP; the number kept, or -1 if out of memory. */
+static void free_links(LinkSet *set) {
+    free(set->keys);
+    free(set->used);
+}
+
+/* Every span's final verdict: KEEP, COLUMNS or DROP; the number in the document, or -1 if out
+ * of memory. With certain columns ("lean"), device events the analysis reads only as numbers
+ * and launches only they name go to the columns alone. */
 static Py_ssize_t resolve(Scan *s) {
-    LinkSet links = {0};
+    LinkSet links = {0}, decoded = {0};
     Py_ssize_t kept = 0;
-    int prune = !s->keep_launches;
-    if (prune && !build_links(&links, s->linked, s->linked_count)) {
-        free(links.keys);
-        free(links.used);
+    int prune = !s->keep_launches, lean = prune && s->columns_ok;
+    if ((prune && !build_links(&links, s->linked, s->linked_count)) ||
+        (lean && !build_links(&decoded, s->decoded_links, s->decoded_count))) {
+        free_links(&links);
+        free_links(&decoded);
         return -1;
     }
     for (Py_ssize_t i = 0; i < s->count; i++) {
         Span *span = &s->spans[i];
         if (span->verdict == OPERATOR) /* on a host-only trace every operator is compute */
             span->verdict = s->is_device ? DROP : KEEP;
+        else if (span->verdict == LAUNCH && !prune)
+            span->verdict = KEEP;
+        else if (span->verdict == LAUNCH && lean)
+            span->verdict = linked(&decoded, span->correlation)
+                                ? KEEP
+                                : (linked(&links, span->correlation) ? COLUMNS : DROP);
         else if (span->verdict == LAUNCH)
-            span->verdict = !prune || linked(&links, span->correlation) ? KEEP : DROP;
+            span->verdict = linked(&links, span->correlation) ? KEEP : DROP;
+        else if (lean && span->verdict == KEEP && !span->decoded &&
+                 (span->bucket == KERNEL_BUCKET || span->bucket == MEMOP_BUCKET))
+            span->verdict = COLUMNS;
         kept += span->verdict == KEEP;
     }
-    free(links.keys);
-    free(links.used);
+    free_links(&links);
+    free_links(&decoded);
     return kept;
 }
 
@@ -802,16 +863,22 @@ static int read_set(PyObject *tuple, TextSet *set) {
 static void release(Scan *s) {
     free(s->spans);
     free(s->linked);
+    free(s->decoded_links);
 }
 
-/* The columns of the kept device events and launches, in file order: one RECORD_SIZE record
- * each, little-endian: ts f8, dur f8, pid i8, correlation i8, bucket u1, has_correlation u1. */
-#define RECORD_SIZE 40
+/* The columns of the device events and launches kept (in the document or not), in file order:
+ * one RECORD_SIZE record each, little-endian: ts f8, dur f8, pid i8, correlation i8, tid i8,
+ * bucket u1, has_correlation u1, in_document u1. */
+#define RECORD_SIZE 48
+
+static int in_columns(const Span *span) {
+    return span->bucket != NO_BUCKET && (span->verdict == KEEP || span->verdict == COLUMNS);
+}
 
 static PyObject *columns_of(const Scan *s) {
     Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < s->count; i++)
-        n += s->spans[i].verdict == KEEP && s->spans[i].bucket != NO_BUCKET;
+        n += in_columns(&s->spans[i]);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * RECORD_SIZE);
     if (out == NULL)
         return NULL;
@@ -819,14 +886,16 @@ static PyObject *columns_of(const Scan *s) {
     memset(dst, 0, (size_t)(n * RECORD_SIZE));
     for (Py_ssize_t i = 0; i < s->count; i++) {
         const Span *span = &s->spans[i];
-        if (span->verdict != KEEP || span->bucket == NO_BUCKET)
+        if (!in_columns(span))
             continue;
         memcpy(dst, &span->ts, 8);
         memcpy(dst + 8, &span->dur, 8);
         memcpy(dst + 16, &span->pid, 8);
         memcpy(dst + 24, &span->correlation, 8);
-        dst[32] = (char)span->bucket;
-        dst[33] = (char)span->has_correlation;
+        memcpy(dst + 32, &span->tid, 8);
+        dst[40] = (char)span->bucket;
+        dst[41] = (char)span->has_correlation;
+        dst[42] = (char)(span->verdict == KEEP);
         dst += RECORD_SIZE;
     }
     return out;
@@ -869,19 +938,21 @@ static PyObject *selected_document(const char *raw, Py_ssize_t n, Scan *s, Py_ss
 
 static PyObject *select_events(PyObject *module, PyObject *args) {
     PyObject *raw_obj, *keep, *kernels, *memops, *launches, *operators, *op_prefixes, *python;
-    PyObject *py_substrings;
+    PyObject *py_substrings, *comm_substrings;
     Rules rules;
     Scan s = {0};
     int ok;
     Py_ssize_t kept = 0;
     (void)module;
-    if (!PyArg_ParseTuple(args, "SOOOOOOOO:select_events", &raw_obj, &keep, &kernels, &memops,
-                          &launches, &operators, &op_prefixes, &python, &py_substrings))
+    if (!PyArg_ParseTuple(args, "SOOOOOOOOO:select_events", &raw_obj, &keep, &kernels, &memops,
+                          &launches, &operators, &op_prefixes, &python, &py_substrings,
+                          &comm_substrings))
         return NULL;
     if (!read_set(keep, &rules.keep) || !read_set(kernels, &rules.kernels) ||
         !read_set(memops, &rules.memops) || !read_set(launches, &rules.launches) ||
         !read_set(operators, &rules.operators) || !read_set(op_prefixes, &rules.op_prefixes) ||
-        !read_set(python, &rules.python) || !read_set(py_substrings, &rules.py_substrings))
+        !read_set(python, &rules.python) || !read_set(py_substrings, &rules.py_substrings) ||
+        !read_set(comm_substrings, &rules.comm_substrings))
         return NULL;
     const char *raw = PyBytes_AS_STRING(raw_obj);
     Py_ssize_t n = PyBytes_GET_SIZE(raw_obj);
@@ -914,7 +985,7 @@ static PyObject *select_events(PyObject *module, PyObject *args) {
 static PyMethodDef methods[] = {
     {"select_events", select_events, METH_VARARGS,
      "select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,"
-     " python_substrings)"
+     " python_substrings, communication_substrings)"
      " -> bytes | None: the document without the events the rules drop (see _select.py)."},
     {NULL, NULL, 0, NULL},
 };

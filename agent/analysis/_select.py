@@ -23,7 +23,11 @@ reading a new name must list it there; `tests/unit/test_decompose_select.py` che
 analysing the selected document gives exactly the result of analysing the whole one.
 
 On the way it reads the few numbers the timeline needs of every device event and launch
-(`_columns`), when it can read them with certainty.
+(`_columns`), when it can read them with certainty. Then ("lean") the document also leaves out
+every kernel whose name holds none of `_kineto.COMM_KERNEL_SUBSTRINGS` (ASCII case ignored; a
+name that is not ASCII stays), every memory op, and the launches only those name: they are
+in the columns alone, and the analysis of such a document needs its columns (`read_trace`
+attaches them).
 
 Without the compiled scanner (no C compiler at install time) nothing is selected and the whole
 document is decoded: the same results, only slower.
@@ -76,6 +80,8 @@ _RULES = (
     # Python calls: kept by name substring
     _encoded(_scan.PYTHON_CATEGORIES),
     _encoded(_recompute.PYTHON_SUBSTRINGS),
+    # kernels read decoded (communication: `_kineto.is_comm_kernel`); with columns, others not
+    _encoded(_kineto.COMM_KERNEL_SUBSTRINGS),
 )
 
 

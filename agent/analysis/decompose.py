@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mfuscope.agent.analysis._columns import usable_columns
 from mfuscope.agent.analysis._events import KinetoTrace, as_kineto_trace
 from mfuscope.agent.analysis._gloo import cpu_timeline
 from mfuscope.agent.analysis._kineto import gpu_timeline
@@ -43,7 +44,10 @@ def build_timeline(trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOpti
     offset_s = base_ns * 1e-9 if isinstance(base_ns, (int, float)) else 0.0
     try:
         scanned = scan_events(kineto.events)
-        build = gpu_timeline if (scanned.kernels or scanned.memops) else cpu_timeline
+        # With columns, device events the analysis reads only as numbers are not decoded.
+        columns = usable_columns(kineto, scanned)
+        on_device = scanned.kernels or scanned.memops or (columns and columns.has_device_events())
+        build = gpu_timeline if on_device else cpu_timeline
         return build(
             kineto,
             scanned,

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from mfuscope.agent.analysis import AnalysisOptions, TraceError, analyze_trace, read_trace
 from mfuscope.agent.analysis._columns import DeviceColumns, EventColumns, LaunchIndex
 from mfuscope.agent.analysis._events import KinetoTrace, decode_kineto
+from mfuscope.agent.analysis._kineto import is_comm_kernel
 from mfuscope.agent.analysis._scan import Event, scan_events
 from mfuscope.agent.analysis._select import select_events
 
@@ -42,54 +43,60 @@ def bits(values: Any) -> list[bytes]:
     return [struct.pack("<d", v) for v in values]
 
 
-def check_columns_match_events(trace: KinetoTrace) -> None:
+def check_columns_match_events(raw: bytes) -> KinetoTrace:
+    """The columns of `raw` against its events decoded in full: every kernel and memory op,
+    every launch that has no id or whose id a device event names; the rows marked decoded
+    are the events left in the selected document, communication kernels among them."""
+    trace = read(raw)
     columns = trace.columns
     assert isinstance(columns, DeviceColumns)
-    scanned = scan_events(trace.events)
+    whole = scan_events(decode_kineto(raw).events)
+    named = {e.args.correlation for e in [*whole.kernels, *whole.memops] if e.args is not None}
+    launches = [e for e in whole.runtime if e.args is None or e.args.correlation in named]
+    selected = scan_events(trace.events)
 
-    def compare(events: list[Event], column: EventColumns, device: bool) -> None:
+    def compare(events: list[Event], column: EventColumns, decoded: list[Event]) -> None:
         assert len(column) == len(events)
         assert bits(column.ts.tolist()) == bits(e.ts for e in events)  # bit for bit
         present = [e.args is not None and e.args.correlation is not None for e in events]
         assert column.has_correlation.tolist() == present
         ids = [e.args.correlation for e, p in zip(events, present, strict=True) if p]
         assert column.correlation[column.has_correlation].tolist() == ids
-        if device:
-            assert bits(column.dur.tolist()) == bits(e.dur for e in events)
-            assert column.pid.tolist() == [e.pid for e in events]
+        rows = np.flatnonzero(column.decoded).tolist()
+        assert [events[i] for i in rows] == decoded
 
-    compare(scanned.kernels, columns.kernels, True)
-    compare(scanned.memops, columns.memops, True)
-    compare(scanned.runtime, columns.launches, False)
+    compare(whole.kernels, columns.kernels, selected.kernels)
+    compare(whole.memops, columns.memops, selected.memops)
+    compare(launches, columns.launches, selected.runtime)
+    for events, column in ((whole.kernels, columns.kernels), (whole.memops, columns.memops)):
+        assert bits(column.dur.tolist()) == bits(e.dur for e in events)
+        assert column.pid.tolist() == [e.pid for e in events]
+    assert columns.launches.tid.tolist() == [e.tid for e in launches]
+    # Only communication kernels are decoded (their names are ASCII here).
+    assert columns.kernels.decoded.tolist() == [is_comm_kernel(e.name) for e in whole.kernels]
+    return trace
 
 
-def analyses_agree(trace: KinetoTrace) -> Any:
-    """The analysis with the columns and from the decoded events alone; returns it."""
-    options = AnalysisOptions(gpus_per_node=4)
-
-    def run(t: KinetoTrace) -> Any:
-        try:
-            return analyze_trace(t, options)
-        except TraceError as exc:
-            return exc.message
-
-    with_columns = run(trace)
-    assert with_columns == run(msgspec.structs.replace(trace, columns=None))
-    return with_columns
+def analysis(trace: KinetoTrace) -> Any:
+    """The analysis of `trace` (gpus_per_node=4), or its error message."""
+    try:
+        return analyze_trace(trace, AnalysisOptions(gpus_per_node=4))
+    except TraceError as exc:
+        return exc.message
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
 def test_real_traces_get_columns_equal_to_their_events(path: Path) -> None:
-    trace = read(gzip.decompress(path.read_bytes()))
-    check_columns_match_events(trace)
-    assert analyses_agree(trace) == analyze_trace(read_trace(path), AnalysisOptions(4))
+    raw = gzip.decompress(path.read_bytes())
+    expected = analysis(decode_kineto(raw))
+    assert analysis(check_columns_match_events(raw)) == expected
+    assert analysis(read_trace(path)) == expected
 
 
 def test_generated_trace_with_full_precision_times_gets_exact_columns() -> None:
     trace, _ = realistic_trace(20_000)  # times with 17 significant digits: the slow parse
-    checked = read(json.dumps(trace).encode())
-    check_columns_match_events(checked)
-    analyses_agree(checked)
+    raw = json.dumps(trace).encode()
+    assert analysis(check_columns_match_events(raw)) == analysis(decode_kineto(raw))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -98,10 +105,10 @@ def test_columns_never_change_an_analysis(builder: TraceBuilder, rng: random.Ran
     trace = builder.build()
     events = list(trace["traceEvents"])
     rng.shuffle(events)
-    checked = read(json.dumps({**trace, "traceEvents": events}).encode())
-    if checked.columns is not None:
-        check_columns_match_events(checked)
-    analyses_agree(checked)
+    raw = json.dumps({**trace, "traceEvents": events}).encode()
+    if select_events(raw).columns is not None:
+        check_columns_match_events(raw)
+    assert analysis(read(raw)) == analysis(decode_kineto(raw))
 
 
 def _kernel_doc(ts: str, extra: dict[str, str] | None = None) -> bytes:
@@ -166,16 +173,20 @@ def test_an_escaped_category_anywhere_gives_no_columns() -> None:
     assert select_events(raw).columns is None
 
 
-def test_columns_that_do_not_line_up_are_ignored() -> None:
-    b = TraceBuilder()
-    b.profiler_step(1, 0.0, 10.0)
-    b.kernel(20.0, 5.0, launch_at=1.0)
-    trace = read(json.dumps(b.build()).encode())
-    assert trace.columns is not None
-    empty = EventColumns(np.empty(0), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64),
-                         np.empty(0, bool))  # fmt: skip
-    wrong = DeviceColumns(empty, empty, empty)  # no kernels: would say "no device work"
-    assert analyze_trace(msgspec.structs.replace(trace, columns=wrong)) == analyze_trace(trace)
+def test_columns_that_do_not_line_up_are_an_error() -> None:
+    def trace(with_comm: bool) -> KinetoTrace:
+        b = TraceBuilder()
+        b.profiler_step(1, 0.0, 10.0)
+        b.kernel(20.0, 5.0, launch_at=1.0)
+        if with_comm:
+            b.comm_kernel(30.0, 5.0, launch_at=2.0)
+        return read(json.dumps(b.build()).encode())
+
+    compute_only, with_comm = trace(False), trace(True)
+    assert compute_only.columns is not None and with_comm.columns is not None
+    swapped = msgspec.structs.replace(compute_only, columns=with_comm.columns)
+    with pytest.raises(TraceError, match="device columns do not match"):
+        analyze_trace(swapped)
 
 
 def test_launch_index_keeps_the_last_of_duplicate_ids() -> None:
@@ -187,6 +198,8 @@ def test_launch_index_keeps_the_last_of_duplicate_ids() -> None:
             pid=np.zeros(n, np.int64),
             correlation=np.array([0 if i is None else i for i in ids], np.int64),
             has_correlation=np.array([i is not None for i in ids]),
+            tid=np.zeros(n, np.int64),
+            decoded=np.ones(n, bool),
         )
 
     index = LaunchIndex(columns([5, 7, 5, None, 9]))
