@@ -4,14 +4,20 @@ Everything else is configured in pyproject.toml. `optional=True`: without a C co
 build goes on without it and the analysis decodes every event (same results, slower).
 """
 
+import os
+
 from setuptools import Extension, setup
+
+# POSIX threads: big traces are scanned in two halves at once.
+threads = ["-pthread"] if os.name == "posix" else []
 
 setup(
     ext_modules=[
         Extension(
             "mfuscope.agent.analysis._select_c",
             sources=["agent/analysis/_select.c"],
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O2", *threads],
+            extra_link_args=threads,
             optional=True,
         )
     ]

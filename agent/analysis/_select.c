@@ -739,67 +739,208 @@ static Span *push(Scan *s) {
     return span;
 }
 
+static void release(Scan *s) {
+    free(s->spans);
+    free(s->linked);
+    free(s->decoded_links);
+}
+
+enum { INVALID = 0, DONE = 1, STOPPED = 2 };
+
+/* The traceEvents elements from `c` (at an element) until the array closes (DONE, `c` past
+ * the ']') or `c` lands on `stop` at the start of an element (STOPPED). */
+static int scan_elements(Cursor *c, const char *raw, const Rules *rules, Scan *s,
+                         const char *stop) {
+    for (;;) {
+        Span *span = push(s);
+        if (span == NULL) {
+            s->failed = 1;
+            return INVALID;
+        }
+        span->start = c->p - raw;
+        if (c->p < c->end && *c->p == '{') {
+            if (!scan_event(c, rules, span, s))
+                return INVALID;
+        } else if (!scan_value(c, 1)) {
+            return INVALID;
+        }
+        span->end = c->p - raw;
+        int next = next_member(c, ']');
+        if (next < 0 || (next == 1 && c->p < c->end && *c->p == ']'))
+            return INVALID; /* invalid, or a trailing comma */
+        if (next == 0) {
+            s->array_close = c->p - 1 - raw;
+            return DONE;
+        }
+        if (c->p == stop)
+            return STOPPED;
+    }
+}
+
+/* The top-level members after a value, until the object closes; another traceEvents key is
+ * one this scanner leaves to the decoder. The rest of the document is copied as is: its
+ * decoder checks it. */
+static int scan_other_members(Cursor *c) {
+    int escaped;
+    for (;;) {
+        skip_ws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            skip_ws(c);
+        }
+        if (c->p >= c->end || *c->p == '}')
+            return 1;
+        const char *key = c->p + 1;
+        if (*c->p != '"' || !scan_string(c, &escaped))
+            return 0;
+        if (!escaped && c->p - 1 - key == 11 && memcmp(key, "traceEvents", 11) == 0)
+            return 0; /* twice: leave it to the decoder */
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != ':')
+            return 0;
+        c->p++;
+        skip_ws(c);
+        if (!scan_value(c, 1))
+            return 0;
+    }
+}
+
+/* Appends `from` (the scan of a later part of the same array) to `into`. */
+static int merge_scans(Scan *into, const Scan *from) {
+    while (into->capacity < into->count + from->count)
+        if (!grow((void **)&into->spans, &into->capacity, sizeof(Span)))
+            return 0;
+    memcpy(into->spans + into->count, from->spans, (size_t)from->count * sizeof(Span));
+    into->count += from->count;
+    for (Py_ssize_t i = 0; i < from->linked_count; i++)
+        if (!append_id(&into->linked, &into->linked_count, &into->linked_capacity,
+                       from->linked[i]))
+            return 0;
+    for (Py_ssize_t i = 0; i < from->decoded_count; i++)
+        if (!append_id(&into->decoded_links, &into->decoded_count, &into->decoded_capacity,
+                       from->decoded_links[i]))
+            return 0;
+    into->is_device |= from->is_device;
+    into->keep_launches |= from->keep_launches;
+    into->columns_ok &= from->columns_ok;
+    into->array_close = from->array_close;
+    return 1;
+}
+
+/* Arrays at least this long are scanned in two halves on two threads (-1: never). */
+static Py_ssize_t split_min_bytes = 4 << 20;
+/* Splits whose halves joined up, and those abandoned (the split point was no element start):
+ * diagnostics for the tests, not exact under concurrent calls. */
+static Py_ssize_t splits_joined, splits_abandoned;
+
+/* A likely element start near the middle of [from, end): a '{' after "}," (whitespace
+ * allowed). Only likely: it may lie inside a string, which the first half's scan finds out. */
+static const char *split_point(const char *from, const char *end) {
+    const char *p = from + (end - from) / 2;
+    const char *limit = end - p > (1 << 20) ? p + (1 << 20) : end; /* look no further */
+    while ((p = memchr(p, '}', (size_t)(limit - p))) != NULL) {
+        Cursor c = {p + 1, end};
+        skip_ws(&c);
+        if (c.p < end && *c.p == ',') {
+            c.p++;
+            skip_ws(&c);
+            if (c.p < end && *c.p == '{')
+                return c.p;
+        }
+        p++;
+    }
+    return NULL;
+}
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define HAVE_THREADS 1
+
+typedef struct {
+    const char *raw, *start, *end;
+    const Rules *rules;
+    Scan s;
+    int ok;
+} Half;
+
+/* The second half: its elements, then the rest of the document. */
+static void *scan_second_half(void *arg) {
+    Half *half = arg;
+    Cursor c = {half->start, half->end};
+    half->ok = scan_elements(&c, half->raw, half->rules, &half->s, NULL) == DONE &&
+               scan_other_members(&c);
+    return NULL;
+}
+#endif
+
 /* Find the top-level traceEvents array and classify its elements. No Python calls. */
 static int scan_document(const char *raw, Py_ssize_t n, const Rules *rules, Scan *s) {
     Cursor c = {raw, raw + n};
-    int escaped, found = 0;
+    int escaped;
     skip_ws(&c);
     if (c.p >= c.end || *c.p != '{')
         return 0;
     c.p++;
     skip_ws(&c);
-    while (c.p < c.end && *c.p != '}') {
+    for (;;) { /* the members before traceEvents */
         const char *key = c.p + 1;
-        Py_ssize_t key_len;
-        if (*c.p != '"' || !scan_string(&c, &escaped))
+        if (c.p >= c.end || *c.p != '"' || !scan_string(&c, &escaped))
             return 0;
-        key_len = c.p - 1 - key;
+        int is_events = !escaped && c.p - 1 - key == 11 && memcmp(key, "traceEvents", 11) == 0;
         skip_ws(&c);
         if (c.p >= c.end || *c.p != ':')
             return 0;
         c.p++;
         skip_ws(&c);
-        if (!escaped && key_len == 11 && memcmp(key, "traceEvents", 11) == 0) {
-            if (found || c.p >= c.end || *c.p != '[')
-                return 0; /* twice, or not an array: leave it to the decoder */
-            found = 1;
-            s->array_open = c.p - raw;
-            c.p++;
-            skip_ws(&c);
-            if (c.p < c.end && *c.p == ']')
-                return 0; /* no events: nothing to leave out */
-            for (;;) {
-                Span *span = push(s);
-                if (span == NULL) {
-                    s->failed = 1;
-                    return 0;
-                }
-                span->start = c.p - raw;
-                if (c.p < c.end && *c.p == '{') {
-                    if (!scan_event(&c, rules, span, s))
-                        return 0;
-                } else if (!scan_value(&c, 1)) {
-                    return 0;
-                }
-                span->end = c.p - raw;
-                int next = next_member(&c, ']');
-                if (next < 0 || (next == 1 && c.p < c.end && *c.p == ']'))
-                    return 0; /* invalid, or a trailing comma */
-                if (next == 0) {
-                    s->array_close = c.p - 1 - raw;
-                    break;
-                }
-            }
-        } else if (!scan_value(&c, 1)) {
+        if (is_events)
+            break;
+        if (!scan_value(&c, 1))
             return 0;
-        }
         skip_ws(&c);
         if (c.p < c.end && *c.p == ',') {
             c.p++;
             skip_ws(&c);
         }
+        if (c.p >= c.end || *c.p == '}')
+            return 0; /* no traceEvents */
     }
-    return found; /* the rest of the document is copied as is: its decoder checks it */
+    if (c.p >= c.end || *c.p != '[')
+        return 0; /* not an array: leave it to the decoder */
+    s->array_open = c.p - raw;
+    c.p++;
+    skip_ws(&c);
+    if (c.p < c.end && *c.p == ']')
+        return 0; /* no events: nothing to leave out */
+
+#ifdef HAVE_THREADS
+    const char *split = NULL;
+    if (split_min_bytes >= 0 && c.end - c.p >= split_min_bytes)
+        split = split_point(c.p, c.end);
+    Half half = {raw, split, c.end, rules, {0}, 0};
+    pthread_t thread;
+    half.s.columns_ok = 1;
+    if (split != NULL && pthread_create(&thread, NULL, scan_second_half, &half) != 0)
+        split = NULL;
+    int first = scan_elements(&c, raw, rules, s, split);
+    if (split != NULL) {
+        pthread_join(thread, NULL);
+        /* Landing on the split point proves it an element start: the halves join up. */
+        int joined = first == STOPPED && half.ok && !half.s.failed;
+        if (first == STOPPED)
+            splits_joined++;
+        else
+            splits_abandoned++;
+        if (joined && !merge_scans(s, &half.s))
+            s->failed = 1;
+        s->failed |= half.s.failed;
+        release(&half.s);
+        if (first == STOPPED)
+            return joined && !s->failed;
+    }
+#else
+    int first = scan_elements(&c, raw, rules, s, NULL);
+#endif
+    return first == DONE && scan_other_members(&c);
 }
 
 static void free_links(LinkSet *set) {
@@ -858,12 +999,6 @@ static int read_set(PyObject *tuple, TextSet *set) {
         set->items[i].len = PyBytes_GET_SIZE(item);
     }
     return 1;
-}
-
-static void release(Scan *s) {
-    free(s->spans);
-    free(s->linked);
-    free(s->decoded_links);
 }
 
 /* The columns of the device events and launches kept (in the document or not), in file order:
@@ -982,7 +1117,28 @@ static PyObject *select_events(PyObject *module, PyObject *args) {
     return Py_BuildValue("(NN)", document, columns);
 }
 
+static PyObject *set_split_min_bytes(PyObject *module, PyObject *args) {
+    Py_ssize_t value;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "n:set_split_min_bytes", &value))
+        return NULL;
+    Py_ssize_t previous = split_min_bytes;
+    split_min_bytes = value;
+    return PyLong_FromSsize_t(previous);
+}
+
+static PyObject *split_counts(PyObject *module, PyObject *args) {
+    (void)module;
+    (void)args;
+    return Py_BuildValue("(nn)", splits_joined, splits_abandoned);
+}
+
 static PyMethodDef methods[] = {
+    {"split_counts", split_counts, METH_NOARGS,
+     "split_counts() -> (joined, abandoned): two-half scans so far. For tests."},
+    {"set_split_min_bytes", set_split_min_bytes, METH_VARARGS,
+     "set_split_min_bytes(n) -> previous: arrays of at least n bytes are scanned on two threads"
+     " (-1: never). For tests."},
     {"select_events", select_events, METH_VARARGS,
      "select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,"
      " python_substrings, communication_substrings)"

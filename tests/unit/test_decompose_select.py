@@ -4,14 +4,17 @@ the analysis never reads, copies everything else byte for byte, and never hides 
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import random
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,12 +32,24 @@ from mfuscope.agent.analysis._scan import (
     PYTHON_CATEGORIES,
     RUNTIME_CATEGORIES,
 )
-from mfuscope.agent.analysis._select import SELECTION_AVAILABLE, select_events
+from mfuscope.agent.analysis._select import SELECTION_AVAILABLE, Selection, select_events
 from mfuscope.agent.analysis._steps import OPERATOR_PREFIXES as STEP_PREFIXES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_decompose_properties import synthetic
 from trace_builder import GLOO_TIDS, TraceBuilder, realistic_trace
+
+
+@pytest.fixture(autouse=True, scope="module", params=["one thread", "two halves"])
+def _scan_mode(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test twice: big arrays are scanned in two halves on two threads; "two halves"
+    makes every array big enough (the split point may land inside a string: then the first
+    half's scan must not land on it, and the halves are not joined)."""
+    scanner = importlib.import_module("mfuscope.agent.analysis._select_c")
+    previous = scanner.set_split_min_bytes(0 if request.param == "two halves" else -1)
+    yield
+    scanner.set_split_min_bytes(previous)
+
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 REAL = sorted(TRACES.glob("*/*.json.gz"))
@@ -109,6 +124,15 @@ def droppable(event: Any, context: Context) -> bool:
     if cat in PYTHON_CATEGORIES:
         return isinstance(name, str) and not any(s in name for s in PYTHON_SUBSTRINGS)
     return True
+
+
+def same_selection(a: Selection, b: Selection) -> bool:
+    if a.document != b.document or (a.columns is None) != (b.columns is None):
+        return False
+    if a.columns is None or b.columns is None:
+        return True
+    pairs = zip(astuple(a.columns), astuple(b.columns), strict=True)
+    return all(np.array_equal(x, y) for x, y in pairs)
 
 
 def document_of(raw: bytes) -> bytes | None:
@@ -438,3 +462,24 @@ def test_without_the_compiled_scanner_read_trace_gives_the_same_analysis(
     plain = read_trace(path)
     assert plain.columns is None
     assert analyze_trace(plain) == expected
+
+
+def test_two_halves_join_on_real_traces_and_a_false_split_point_is_abandoned() -> None:
+    scanner = importlib.import_module("mfuscope.agent.analysis._select_c")
+    previous = scanner.set_split_min_bytes(0)
+    try:
+        raw = gzip.decompress(REAL[0].read_bytes())
+        joined, abandoned = scanner.split_counts()
+        halves = select_events(raw)
+        assert scanner.split_counts() == (joined + 1, abandoned)
+        # A name holding "}, {" just after the middle, where the split point is looked for.
+        trap = {"ph": "X", "cat": "ac2g", "name": "x" * 4000 + "}, {" + "y" * 50}
+        events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "ts": 1, "dur": 1}, trap]
+        tricky = json.dumps({"traceEvents": [*events, {"ph": "s", "cat": "ac2g"}]}).encode()
+        tricky_halves = select_events(tricky)
+        assert scanner.split_counts() == (joined + 1, abandoned + 1)
+        scanner.set_split_min_bytes(-1)
+        assert same_selection(select_events(tricky), tricky_halves)  # as one thread's scan
+        assert same_selection(select_events(raw), halves)
+    finally:
+        scanner.set_split_min_bytes(previous)
