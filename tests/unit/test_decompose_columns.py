@@ -4,13 +4,11 @@ or none at all, and the same analysis either way."""
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import math
 import random
 import struct
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_decompose_properties import synthetic
 from trace_builder import TraceBuilder, realistic_trace
 
-
-@pytest.fixture(autouse=True, scope="module", params=["one thread", "two halves"])
-def _scan_mode(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test twice: big arrays are scanned in two halves on two threads; "two halves"
-    makes every array big enough (the split point may land inside a string: then the first
-    half's scan must not land on it, and the halves are not joined)."""
-    scanner = importlib.import_module("mfuscope.agent.analysis._select_c")
-    previous = scanner.set_split_min_bytes(0 if request.param == "two halves" else -1)
-    yield
-    scanner.set_split_min_bytes(previous)
-
+pytestmark = pytest.mark.usefixtures("scan_mode")  # every test with both scans
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 REAL = sorted(TRACES.glob("*/*.json.gz"))

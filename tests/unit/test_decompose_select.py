@@ -8,7 +8,6 @@ import importlib
 import json
 import random
 import sys
-from collections.abc import Iterator
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,17 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_decompose_properties import synthetic
 from trace_builder import GLOO_TIDS, TraceBuilder, realistic_trace
 
-
-@pytest.fixture(autouse=True, scope="module", params=["one thread", "two halves"])
-def _scan_mode(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test twice: big arrays are scanned in two halves on two threads; "two halves"
-    makes every array big enough (the split point may land inside a string: then the first
-    half's scan must not land on it, and the halves are not joined)."""
-    scanner = importlib.import_module("mfuscope.agent.analysis._select_c")
-    previous = scanner.set_split_min_bytes(0 if request.param == "two halves" else -1)
-    yield
-    scanner.set_split_min_bytes(previous)
-
+pytestmark = pytest.mark.usefixtures("scan_mode")  # every test with both scans
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 REAL = sorted(TRACES.glob("*/*.json.gz"))
