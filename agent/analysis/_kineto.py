@@ -43,7 +43,7 @@ from mfuscope.agent.analysis._intervals import FloatArray, Spans
 from mfuscope.agent.analysis._recompute import RecomputeRanges, recompute_ranges
 from mfuscope.agent.analysis._scan import Event, ScannedEvents, named
 from mfuscope.agent.analysis._steps import CpuStep, profiler_steps
-from mfuscope.agent.analysis._trace_model import CommActivity, StepWindow, Timeline
+from mfuscope.agent.analysis._trace_model import CommActivity, StepWindow, Timeline, TraceError
 from mfuscope.agent.analysis.result import AXIS_UNKNOWN, TIER_UNKNOWN
 from numpy.typing import NDArray
 
@@ -281,15 +281,16 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
     kernel_rows, memop_rows, launch_rows = columns.kernels, columns.memops, columns.launches
     pid = _most_common_pid((kernel_rows if len(kernel_rows) else memop_rows).pid)
     launches = LaunchIndex(launch_rows)
+    kernel_launch = launches.lookup(kernel_rows)
+    mine = kernel_rows.pid == pid
 
-    def on_device(rows: EventColumns) -> tuple[_DeviceEvents, NDArray[np.bool_]]:
-        mine = rows.pid == pid
-        starts = rows.ts[mine]
-        launch = launches.lookup(rows)[mine]
-        return _DeviceEvents(starts, starts + rows.dur[mine], launch), mine
+    def on_device(rows: EventColumns, launch: NDArray[np.intp]) -> _DeviceEvents:
+        chosen = rows.pid == pid
+        starts = rows.ts[chosen]
+        return _DeviceEvents(starts, starts + rows.dur[chosen], launch[chosen])
 
-    kernels, mine = on_device(kernel_rows)
-    memops, _ = on_device(memop_rows)
+    kernels = on_device(kernel_rows, kernel_launch)
+    memops = on_device(memop_rows, launches.lookup(memop_rows))
     # Decoded kernels line up with the rows marked decoded; the others are no communication.
     decoded_rows = np.flatnonzero(kernel_rows.decoded)
     names = map(_NAME, scanned.kernels)
@@ -297,8 +298,12 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
     comm_everywhere[decoded_rows] = np.fromiter(map(is_comm_kernel, names), bool, len(decoded_rows))
     comm_rows = np.flatnonzero(comm_everywhere & mine)
     decoded_position = (np.cumsum(kernel_rows.decoded) - 1)[comm_rows].tolist()
+    # The selection keeps in the document every launch a decoded kernel names.
+    comm_launch_rows = kernel_launch[comm_rows]
+    named = comm_launch_rows[comm_launch_rows >= 0]
+    if not launch_rows.decoded[named].all():
+        raise TraceError(None, "the trace's device columns do not match its events")
     launch_position = np.cumsum(launch_rows.decoded) - 1
-    comm_launch_rows = launches.lookup(kernel_rows)[comm_rows].tolist()
     runtime = scanned.runtime
     return _Device(
         pid=pid,
@@ -308,8 +313,9 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
         launch_tids=lambda: launch_rows.tid.tolist(),
         is_comm=comm_everywhere[mine],
         comm_kernels=[scanned.kernels[i] for i in decoded_position],
-        # The selection keeps every launch a decoded kernel names in the document.
-        comm_launches=[runtime[launch_position[r]] if r >= 0 else None for r in comm_launch_rows],
+        comm_launches=[
+            runtime[launch_position[r]] if r >= 0 else None for r in comm_launch_rows.tolist()
+        ],
     )
 
 

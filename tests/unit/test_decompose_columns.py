@@ -9,6 +9,7 @@ import math
 import random
 import struct
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +208,19 @@ def test_launch_index_keeps_the_last_of_duplicate_ids() -> None:
     index = LaunchIndex(columns([5, 7, 5, None, 9]))
     assert index.lookup(columns([5, 7, 9, 0, None, 8])).tolist() == [2, 1, 4, -1, -1, -1]
     assert LaunchIndex(columns([])).lookup(columns([1])).tolist() == [-1]
+
+
+def test_a_communication_launch_missing_from_the_document_is_an_error() -> None:
+    b = TraceBuilder()
+    b.profiler_step(1, 0.0, 10.0)
+    b.kernel(20.0, 5.0, launch_at=1.0)
+    b.comm_kernel(30.0, 5.0, launch_at=2.0)
+    trace = read(json.dumps(b.build()).encode())
+    columns = trace.columns
+    assert isinstance(columns, DeviceColumns)
+    launches = columns.launches
+    assert launches.decoded.tolist() == [False, True]  # the compute launch is columns only
+    swapped = replace(launches, decoded=launches.decoded[::-1].copy())  # same count, wrong rows
+    tampered = msgspec.structs.replace(trace, columns=replace(columns, launches=swapped))
+    with pytest.raises(TraceError, match="device columns do not match"):
+        analyze_trace(tampered)
