@@ -3,16 +3,20 @@
  * select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,
  *               python_substrings, communication_substrings) -> (bytes | None, bytes | None)
  *
- * `raw` is a whole Kineto JSON document. The result is the same document with some elements
- * of its top-level "traceEvents" array left out; every other byte is copied unchanged. An
- * event is left out only when its "cat" is a plain string that the rules do not keep (see
- * _select.py, which owns the rules). None means "decode `raw` as it is": the document is not
- * one this scanner understands with certainty (invalid JSON anywhere it had to read, no
- * traceEvents array, nesting deeper than MAX_DEPTH), or nothing would be left out.
+ * `raw` is a whole Kineto JSON document. The first result is the same document with some
+ * elements of its top-level "traceEvents" array left out; every other byte is copied
+ * unchanged. An event is left out only when its "cat" is a plain string that the rules do not
+ * keep (see _select.py, which owns the rules). None means "decode `raw` as it is": the
+ * document is not one this scanner understands with certainty (invalid JSON anywhere it had
+ * to read, no traceEvents array, nesting deeper than MAX_DEPTH), or nothing would be left out.
+ * The second result is the columns of the device events and launches (see _columns.py), or
+ * None when any of them cannot be read with certainty; with columns, device events the
+ * analysis reads only as numbers are left out of the document too ("lean", see resolve).
  *
  * Every dropped event is checked to be valid JSON (strings, escapes, numbers, literals,
  * nesting), so a corrupt event is never hidden by being dropped: the caller's decoder sees it.
- * The GIL is released while scanning and copying.
+ * The GIL is released while scanning and copying; big arrays are scanned in two halves on
+ * two threads (scan_document). No Python object is touched without the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
