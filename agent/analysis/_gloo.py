@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
 from typing import Any
 
 from mfuscope.agent.analysis._collectives import (
@@ -36,7 +35,7 @@ from mfuscope.agent.analysis._intervals import Interval, Spans, subtract, union
 from mfuscope.agent.analysis._recompute import recompute_ranges
 from mfuscope.agent.analysis._scan import Event, ScannedEvents
 from mfuscope.agent.analysis._steps import profiler_steps
-from mfuscope.agent.analysis._trace_model import CommActivity, StepWindow, Timeline
+from mfuscope.agent.analysis._trace_model import CommActivity, RankContext, StepWindow, Timeline
 from mfuscope.agent.analysis.result import AXIS_UNKNOWN, TIER_UNKNOWN
 
 __all__ = ["cpu_timeline"]
@@ -131,17 +130,7 @@ def _comm_activity(event: Event, group: _GlooGroup) -> CommActivity:
     )
 
 
-def cpu_timeline(
-    trace: KinetoTrace,
-    scanned: ScannedEvents,
-    *,
-    rank: int,
-    world_size: int,
-    clock_offset_s: float,
-    gpus_per_node: int | None,
-    host_of_rank: Mapping[int, str] | None,
-    axis_overrides: Mapping[str, str],
-) -> Timeline:
+def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
     steps = profiler_steps(scanned)
     windows = tuple(
         StepWindow(step.step, step.start, steps[i + 1].start if i + 1 < len(steps) else step.end)
@@ -150,14 +139,7 @@ def cpu_timeline(
     windows = tuple(w for w in windows if w.end > w.start)
     step_threads = {e.tid for e in scanned.annotations if e.name.startswith("ProfilerStep#")}
     workers = _gloo_threads(scanned, step_threads)
-    dist = trace.distributed_info or {}
-    view = TopologyView(
-        world_size=world_size,
-        gpus_per_node=gpus_per_node,
-        host_of_rank=host_of_rank,
-        axis_overrides=axis_overrides,
-    )
-    group = _GlooGroup(ProcessGroups(dist.get("pg_config")), view)
+    group = _GlooGroup(context.groups, context.view)
 
     comms: list[CommActivity] = []
     ops: dict[Any, list[Interval]] = defaultdict(list)
@@ -193,10 +175,10 @@ def cpu_timeline(
         else:
             compute.extend(busy)
     return Timeline(
-        rank=rank,
-        world_size=world_size,
+        rank=context.rank,
+        world_size=context.world_size,
         device="cpu",
-        clock_offset_s=clock_offset_s,
+        clock_offset_s=context.clock_offset_s,
         windows=windows,
         compute=Spans.from_pairs(compute),
         recompute=Spans.from_pairs(recomputed),

@@ -16,7 +16,7 @@ import bisect
 import math
 import operator
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -36,20 +36,25 @@ from mfuscope.agent.analysis._columns import (
     DeviceColumns,
     EventColumns,
     LaunchIndex,
-    usable_columns,
 )
 from mfuscope.agent.analysis._events import EventArgs, KinetoTrace
 from mfuscope.agent.analysis._intervals import FloatArray, Spans
 from mfuscope.agent.analysis._recompute import RecomputeRanges, recompute_ranges
 from mfuscope.agent.analysis._scan import Event, ScannedEvents, named
 from mfuscope.agent.analysis._steps import CpuStep, profiler_steps
-from mfuscope.agent.analysis._trace_model import CommActivity, StepWindow, Timeline, TraceError
+from mfuscope.agent.analysis._trace_model import (
+    CommActivity,
+    RankContext,
+    StepWindow,
+    Timeline,
+    TraceError,
+)
 from mfuscope.agent.analysis.result import AXIS_UNKNOWN, TIER_UNKNOWN
 from numpy.typing import NDArray
 
 __all__ = ["COMM_KERNEL_SUBSTRINGS", "OPERATOR_PREFIXES", "gpu_timeline", "is_comm_kernel"]
 
-DEFAULT_GPUS_PER_NODE = 8
+DEFAULT_GPUS_PER_NODE = 8  # a GPU trace's ranks per host unless told (`build_timeline`)
 # A kernel whose lower-cased name holds one of these is communication (NCCL, RCCL).
 COMM_KERNEL_SUBSTRINGS = ("nccl", "rccl")
 _RECORD_PARAM_COMMS = "record_param_comms"
@@ -378,31 +383,13 @@ def _step_windows(
     return tuple(windows)
 
 
-def gpu_timeline(
-    trace: KinetoTrace,
-    scanned: ScannedEvents,
-    *,
-    rank: int,
-    world_size: int,
-    clock_offset_s: float,
-    gpus_per_node: int | None,
-    host_of_rank: Mapping[int, str] | None,
-    axis_overrides: Mapping[str, str],
-) -> Timeline:
+def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
     steps = profiler_steps(scanned)
-    dist = trace.distributed_info or {}
-    view = TopologyView(
-        world_size=world_size,
-        gpus_per_node=gpus_per_node if gpus_per_node is not None else DEFAULT_GPUS_PER_NODE,
-        host_of_rank=host_of_rank,
-        axis_overrides=axis_overrides,
-    )
-    resolver = _CommResolver(scanned, view, ProcessGroups(dist.get("pg_config")))
+    resolver = _CommResolver(scanned, context.view, context.groups)
     recompute = recompute_ranges(scanned)
 
-    columns = usable_columns(trace, scanned)
-    if columns is not None:
-        device = _device_from_columns(columns, scanned)
+    if context.columns is not None:
+        device = _device_from_columns(context.columns, scanned)
     else:
         device = _device_from_events(scanned)
     kernels, is_comm = device.kernels, device.is_comm
@@ -422,10 +409,10 @@ def gpu_timeline(
         recomputed = _recomputed(device, ~is_comm & (kernels.launch >= 0), recompute)
     compute = ~is_comm & ~recomputed
     return Timeline(
-        rank=rank,
-        world_size=world_size,
+        rank=context.rank,
+        world_size=context.world_size,
         device=_device_name(trace, device.pid),
-        clock_offset_s=clock_offset_s,
+        clock_offset_s=context.clock_offset_s,
         windows=windows,
         compute=Spans(kernels.starts[compute], kernels.ends[compute]),
         recompute=Spans(kernels.starts[recomputed], kernels.ends[recomputed]),

@@ -7,10 +7,15 @@ converts its results to seconds: no per-event unit conversion on the hot path.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mfuscope.agent.analysis._intervals import Spans
 
-__all__ = ["CommActivity", "StepWindow", "Timeline", "TraceError"]
+if TYPE_CHECKING:  # annotations only: both modules import this one
+    from mfuscope.agent.analysis._collectives import ProcessGroups, TopologyView
+    from mfuscope.agent.analysis._columns import DeviceColumns
+
+__all__ = ["CommActivity", "RankContext", "StepWindow", "Timeline", "TraceError"]
 
 
 class TraceError(ValueError):
@@ -51,6 +56,19 @@ class CommActivity:
             self.group_size or 0,
             -1 if self.bytes is None else self.bytes,
         )
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What both timelines (`_kineto`, `_gloo`) take besides the events: who the trace is from,
+    how its groups map to axes and tiers, and the columns `read_trace` read (None: none)."""
+
+    rank: int
+    world_size: int
+    clock_offset_s: float
+    view: TopologyView
+    groups: ProcessGroups
+    columns: DeviceColumns | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mfuscope.agent.analysis._collectives import ProcessGroups, TopologyView
 from mfuscope.agent.analysis._columns import usable_columns
 from mfuscope.agent.analysis._events import KinetoTrace, as_kineto_trace
 from mfuscope.agent.analysis._gloo import cpu_timeline
-from mfuscope.agent.analysis._kineto import gpu_timeline
+from mfuscope.agent.analysis._kineto import DEFAULT_GPUS_PER_NODE, gpu_timeline
 from mfuscope.agent.analysis._scan import scan_events
 from mfuscope.agent.analysis._sweep import decompose_timeline
-from mfuscope.agent.analysis._trace_model import Timeline, TraceError
+from mfuscope.agent.analysis._trace_model import RankContext, Timeline, TraceError
 from mfuscope.agent.analysis.result import AnalysisOptions, RankAnalysis
 
 __all__ = ["analyze_trace", "build_timeline"]
@@ -47,17 +48,18 @@ def build_timeline(trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOpti
         # With columns, device events the analysis reads only as numbers are not decoded.
         columns = usable_columns(kineto, scanned)
         on_device = scanned.kernels or scanned.memops or (columns and columns.has_device_events())
-        build = gpu_timeline if on_device else cpu_timeline
-        return build(
-            kineto,
-            scanned,
-            rank=rank,
+        gpus_per_node = options.gpus_per_node
+        if on_device and gpus_per_node is None:  # CPU traces: all ranks on one host unless told
+            gpus_per_node = DEFAULT_GPUS_PER_NODE
+        view = TopologyView(
             world_size=world_size,
-            clock_offset_s=offset_s,
-            gpus_per_node=options.gpus_per_node,
+            gpus_per_node=gpus_per_node,
             host_of_rank=options.host_of_rank,
             axis_overrides=options.axis_overrides,
         )
+        groups = ProcessGroups((kineto.distributed_info or {}).get("pg_config"))
+        context = RankContext(rank, world_size, offset_s, view, groups, columns)
+        return (gpu_timeline if on_device else cpu_timeline)(kineto, scanned, context)
     except TraceError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
