@@ -15,10 +15,8 @@ import signal
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from mfuscope.collector.app import resolve_config
+from mfuscope.collector.app import build_routes, resolve_config
 from mfuscope.collector.clock import SystemClock
-from mfuscope.collector.ingest import Collector
-from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.routes import HttpRequest, HttpResponse, Routes
 
 
@@ -76,14 +74,7 @@ def main() -> int:
     parser.add_argument("--rate-limit", dest="rate_limit_per_s", type=float)
     parser.add_argument("--per-rank-labels", action="store_true", default=None)
     config = resolve_config(vars(parser.parse_args()), os.environ)
-    clock = SystemClock()
-    collector = Collector(config.state_config(), clock=clock, max_body_bytes=config.max_body_bytes)
-    limiter = (
-        RateLimiter(config.rate_limit_per_s, config.rate_burst, monotonic=clock.monotonic)
-        if config.rate_limit_per_s
-        else None
-    )
-    routes = Routes(collector, token=config.token, rate_limiter=limiter)
+    routes = build_routes(config, SystemClock())
     server = _Server(config.host_port, _handler(routes))
     host, port = server.server_address[:2]
     print(f"stdlib collector listening on http://{host}:{port}", flush=True)

@@ -157,14 +157,21 @@ def _announce(config: CollectorConfig) -> Callable[[tuple[str, int]], None]:
     return announce
 
 
-async def _serve(config: CollectorConfig, clock: Clock, sock: socket.socket) -> None:
+def build_routes(config: CollectorConfig, clock: Clock) -> Routes:
+    """The collector and its HTTP routes (token, rate limit) as `config` says; any server can
+    serve them (aiohttp here, the stdlib one in benchmarks/)."""
     collector = Collector(config.state_config(), clock=clock, max_body_bytes=config.max_body_bytes)
     limiter = (
         RateLimiter(config.rate_limit_per_s, config.rate_burst, monotonic=clock.monotonic)
         if config.rate_limit_per_s
         else None
     )
-    routes = Routes(collector, token=config.token, rate_limiter=limiter)
+    return Routes(collector, token=config.token, rate_limiter=limiter)
+
+
+async def _serve(config: CollectorConfig, clock: Clock, sock: socket.socket) -> None:
+    routes = build_routes(config, clock)
+    collector = routes.collector
     pusher = None
     if config.otlp_endpoint:
         from mfuscope.exporters.otlp import OtlpPusher, new_otlp_http_exporter
