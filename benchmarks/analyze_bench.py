@@ -21,10 +21,8 @@ The machine is shared and noisy: compare ratios from the same run, and run it tw
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import gzip
-import io
 import json
 import os
 import sys
@@ -34,13 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT / ".." / "shared" / "traces"
-REAL = [
-    TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz",
-    TRACES / "tracelens_resnet_actckpt_8xMI300X" / "resnet_act_checkpoint.json.gz",
-]
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
+from _traces import REAL, analyze_in_process, warm_up, write_generated
 
 
 def _best(fn: Callable[[], Any], repeat: int) -> float:
@@ -84,14 +76,6 @@ def _decode(path: Path) -> None:
     read_trace(path)
 
 
-def _analyze(path: Path) -> None:
-    from mfuscope.cli import main
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = main(["analyze", str(path), "--json"])
-    assert code == 0, f"mfuscope analyze failed on {path}"
-
-
 def _gunzip_name() -> str:
     from mfuscope.agent.analysis import trace_io
 
@@ -104,25 +88,17 @@ def _events(path: Path) -> int:
         return len(json.load(handle)["traceEvents"])
 
 
-def _generated(n_events: int, directory: Path) -> Path:
-    from trace_builder import realistic_trace
-
-    trace, count = realistic_trace(n_events)
-    path = directory / f"generated_{count}_events.json"
-    path.write_text(json.dumps(trace, separators=(",", ":")))
-    return path
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2_000_000, help="size of generated trace")
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement (best of)")
     args = parser.parse_args()
+    warm_up()
     from mfuscope.agent.analysis._select import SELECTION_AVAILABLE
 
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        generated = _generated(args.events, Path(tmp))
+        generated = write_generated(args.events, Path(tmp))
         print(f"generated {generated.name} in {time.perf_counter() - started:.1f} s", flush=True)
         print("floor = json s: a bare stdlib json.load of the same file, measured in this run")
         print(f"C event selection built: {SELECTION_AVAILABLE}; gunzip: {_gunzip_name()}")
@@ -138,7 +114,7 @@ def main() -> int:
             floor_nogc = _best(lambda p=path: _paused_gc(_parse)(p), args.repeat)
             bare = _best(lambda p=path: _paused_gc(_msgspec_parse)(p), args.repeat)
             decode = _best(lambda p=path: _decode(p), args.repeat)
-            e2e = _best(lambda p=path: _analyze(p), args.repeat)
+            e2e = _best(lambda p=path: analyze_in_process(p), args.repeat)
             size_mb = os.path.getsize(path) / 1e6
             print(
                 f"{path.name:<32} {events:>8} {size_mb:>6.1f} {floor:>7.3f} {floor_nogc:>7.3f}"

@@ -15,8 +15,6 @@ or imported here.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -24,13 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT / ".." / "shared" / "traces"
-REAL = [
-    TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz",
-    TRACES / "tracelens_resnet_actckpt_8xMI300X" / "resnet_act_checkpoint.json.gz",
-]
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
+from _traces import REAL, analyze_in_process, warm_up, write_generated
 
 # Runs inside the HTA venv: prints {"seconds": best, "error": null} as JSON on its last line.
 _HTA_RUN = """
@@ -79,15 +71,11 @@ def _hta_seconds(python: Path, trace: Path, repeat: int) -> tuple[float | None, 
 
 
 def _ours_seconds(trace: Path, repeat: int) -> float:
-    from mfuscope.cli import main
-
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):
-            code = main(["analyze", str(trace), "--json"])
+        analyze_in_process(trace)
         best = min(best, time.perf_counter() - start)
-        assert code == 0, f"mfuscope analyze failed on {trace}"
     return best
 
 
@@ -101,17 +89,13 @@ def main() -> int:
         "--generated", type=int, default=0, help="also a generated trace of this many events"
     )
     args = parser.parse_args()
+    warm_up()
     python = _hta_python(args.hta_venv)
 
     with tempfile.TemporaryDirectory() as tmp:
         traces = list(REAL)
         if args.generated:
-            from trace_builder import realistic_trace
-
-            trace, count = realistic_trace(args.generated)
-            generated = Path(tmp) / f"generated_{count}_events.json"
-            generated.write_text(json.dumps(trace, separators=(",", ":")))
-            traces.append(generated)
+            traces.append(write_generated(args.generated, Path(tmp)))
         print(f"{'trace':<32} {'ours s':>8} {'HTA s':>8} {'HTA / ours':>10}")
         for path in traces:
             ours = _ours_seconds(path, args.repeat)
