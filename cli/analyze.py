@@ -8,14 +8,12 @@ stderr naming the file and the problem, exit code 2, and no partial output.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import gc
 import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from mfuscope.agent.analysis import (
@@ -28,7 +26,7 @@ from mfuscope.agent.analysis import (
     read_trace,
 )
 from mfuscope.agent.analysis.bandwidth import LinkModel, bus_factor
-from mfuscope.agent.analysis.trace_io import find_trace_files
+from mfuscope.agent.analysis.trace_io import find_trace_files, gc_paused
 
 __all__ = ["add_arguments", "run"]
 
@@ -98,19 +96,6 @@ def _links(device: str | None) -> Mapping[str, LinkModel] | None:
     from mfuscope.agent.analysis import hardware
 
     return hardware.default_link_models(device)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC: a trace is millions of fresh containers, none of them garbage, and
-    every full collection would walk them all again (measured: up to 2x on a 2M-event trace)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _analyse_all(args: argparse.Namespace, progress: TextIO | None) -> list[RankAnalysis]:
@@ -216,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.gpus_per_node is not None and args.gpus_per_node < 1:
             raise ValueError("--gpus-per-node must be >= 1")
-        with _gc_paused():
+        with gc_paused():  # a trace is millions of fresh objects, none garbage
             ranks = _analyse_all(args, progress)
     except TraceError as exc:
         name = exc.path if exc.path is not None else "trace"
