@@ -1,7 +1,7 @@
 """mfuscope.agent: runs inside every training rank.
 
 Nothing here imports torch at package import time: the pure analysis core
-(`mfuscope.agent.analysis`) is used by the collector and the offline CLI, which never import torch.
+(`mfuscope.core.trace`) is used by the collector and the offline CLI, which never import torch.
 `Agent` and `checkpoint_context` are resolved lazily on first access (PEP 562).
 """
 

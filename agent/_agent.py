@@ -26,7 +26,7 @@ from mfuscope.agent.reports import make_report
 from mfuscope.agent.sampler import ProfilerLike
 from mfuscope.agent.step_timer import StepTimer, TimedStep
 from mfuscope.agent.transport import Transport
-from mfuscope.collector.schema import ReportBatch, StepReport, batch_to_json
+from mfuscope.core.schema import ReportBatch, StepReport, batch_to_json
 
 __all__ = ["Agent", "Seams"]
 

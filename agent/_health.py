@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from mfuscope.collector.schema import AgentHealth
+from mfuscope.core.schema import AgentHealth
 
 __all__ = ["LOGGER", "HealthCounters", "RateLimitedLog"]
 

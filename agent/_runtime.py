@@ -31,7 +31,7 @@ from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
 from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, StepTimer
 from mfuscope.agent.topology import RankTopology, build_topology, discover_topology
 from mfuscope.agent.transport import RetryPolicy, Transport
-from mfuscope.collector.schema import StepReport, Topology
+from mfuscope.core.schema import StepReport, Topology
 
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Seams
@@ -106,7 +106,7 @@ class Runtime:
 class _Device:
     name: str
     use_cuda: bool
-    links: Any  # mfuscope.agent.analysis.links.DetectedLinks | None
+    links: Any  # mfuscope.core.links.DetectedLinks | None
 
 
 def _topology(mesh: Any, log: RateLimitedLog) -> RankTopology:
@@ -158,7 +158,7 @@ def _device(model: Any, topology: RankTopology, log: RateLimitedLog) -> _Device:
 
 
 def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[float | None, str]:
-    from mfuscope.agent.analysis.hardware import resolve_peak
+    from mfuscope.core.hardware import resolve_peak
 
     dtype = config.dtype or ("bf16" if device.use_cuda else "fp32")
     lookup = resolve_peak(device.name, dtype, config.peak_flops)
@@ -181,7 +181,7 @@ def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[fl
 
 def _link_peaks(device: _Device) -> tuple[dict[str, float], dict[str, Any]]:
     """Tier -> unidirectional peak bytes/s, and tier -> LinkModel for the engine."""
-    from mfuscope.agent.analysis.hardware import link_for_tier
+    from mfuscope.core.hardware import link_for_tier
 
     peaks: dict[str, float] = {}
     models: dict[str, Any] = {}
@@ -197,7 +197,7 @@ def _engine_analyse(
     topology: RankTopology, links: dict[str, Any]
 ) -> Callable[[str], Sequence[DecompositionLike]]:
     def analyse(path: str) -> Sequence[DecompositionLike]:
-        from mfuscope.agent.analysis import AnalysisOptions, analyze_trace, read_trace
+        from mfuscope.core.trace import AnalysisOptions, analyze_trace, read_trace
 
         options = AnalysisOptions(
             host_of_rank=dict(topology.host_of_rank) or None,

@@ -24,7 +24,7 @@ from mfuscope.agent.sampler import (
     WindowRecorder,
     WindowSchedule,
 )
-from mfuscope.collector.schema import CollectiveSample
+from mfuscope.core.schema import CollectiveSample
 
 __all__ = ["StepWindowData", "WindowCoordinator"]
 

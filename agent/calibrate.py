@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from mfuscope.agent.analysis.hardware import PeakLookup, normalize_dtype
+from mfuscope.core.hardware import PeakLookup, normalize_dtype
 
 __all__ = ["measure_cpu_peak_flops", "measured_cpu_peak"]
 

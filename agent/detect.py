@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mfuscope.agent.analysis.links import DetectedLinks
+from mfuscope.core.links import DetectedLinks
 
 __all__ = [
     "NVLINK_ENUM_TO_GENERATION",

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from mfuscope.collector.schema import (
+from mfuscope.core.schema import (
     COLLECTIVE_OPS,
     TIERS,
     CollectiveSample,

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mfuscope.agent.analysis.axes import axis_from_description
-from mfuscope.collector.schema import GroupInfo, Topology
+from mfuscope.core.schema import GroupInfo, Topology
+from mfuscope.core.vocabulary import axis_from_description
 
 __all__ = [
     "GroupSpec",

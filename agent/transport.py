@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.sinks import SendError, Sink
-from mfuscope.collector.schema import StepReport
+from mfuscope.core.schema import StepReport
 
 __all__ = ["RetryPolicy", "Transport", "backoff_delay_s"]
 

@@ -18,9 +18,10 @@ REAL = [
 
 
 def write_generated(n_events: int, directory: Path) -> Path:
-    """A realistic generated trace of at least `n_events` events (tests/unit/trace_builder)."""
-    sys.path.insert(0, str(ROOT / "tests" / "unit"))
-    from trace_builder import realistic_trace
+    """A realistic generated trace of at least `n_events` events (tests/support/trace_builder)."""
+    if str(ROOT) not in sys.path:  # the benchmarks run as scripts; the builder lives in tests/
+        sys.path.insert(0, str(ROOT))
+    from tests.support.trace_builder import realistic_trace
 
     trace, count = realistic_trace(n_events)
     path = directory / f"generated_{count}_events.json"

@@ -10,7 +10,7 @@ drift (other load on the machine, warm-up) hits all modes alike:
 - `always-on`: the agent with profiling off (step timing, FLOPs, reports to a JSONL file);
 - `default`: the agent with its default sampling (profiled windows analysed off-thread).
 
-The model is `tests/integration/agent_job.py`'s: the packaged demo GPT (`mfuscope.agent.examples`;
+The model is `tests/support/agent_job.py`'s: the packaged demo GPT (`mfuscope.agent.examples`;
 DDP, every other block checkpointed).
 Step times are rank 0's `perf_counter` around the whole step (the `with agent.step()` block
 included). Printed: median step time per mode and its ratio to the baseline (targets (a) <= 1.01,
@@ -42,7 +42,7 @@ MODES = ("baseline", "always-on", "default")
 
 
 def _job_module() -> ModuleType:
-    path = ROOT / "tests" / "integration" / "agent_job.py"
+    path = ROOT / "tests" / "support" / "agent_job.py"
     spec = importlib.util.spec_from_file_location("agent_job", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -71,13 +71,13 @@ def _msgspec_parse(path: Path) -> None:
 
 
 def _decode(path: Path) -> None:
-    from mfuscope.agent.analysis import read_trace
+    from mfuscope.core.trace import read_trace
 
     read_trace(path)
 
 
 def _gunzip_name() -> str:
-    from mfuscope.agent.analysis import trace_io
+    from mfuscope.core.trace import trace_io
 
     return f"{trace_io._decompress.__module__}.{trace_io._decompress.__name__}"
 
@@ -94,7 +94,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement (best of)")
     args = parser.parse_args()
     warm_up()
-    from mfuscope.agent.analysis._select import SELECTION_AVAILABLE
+    from mfuscope.core.trace._select import SELECTION_AVAILABLE
 
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()

@@ -16,7 +16,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from mfuscope.agent.analysis import (
+from mfuscope.core.bandwidth import LinkModel, bus_factor
+from mfuscope.core.trace import (
     AnalysisOptions,
     KinetoTrace,
     RankAnalysis,
@@ -25,8 +26,7 @@ from mfuscope.agent.analysis import (
     analyze_trace,
     read_trace,
 )
-from mfuscope.agent.analysis.bandwidth import LinkModel, bus_factor
-from mfuscope.agent.analysis.trace_io import find_trace_files, gc_paused
+from mfuscope.core.trace.trace_io import find_trace_files, gc_paused
 
 __all__ = ["add_arguments", "run"]
 
@@ -93,7 +93,7 @@ def _links(device: str | None) -> Mapping[str, LinkModel] | None:
     """Spec link models for the pipeline-bubble rule; None on CPU traces (no links known)."""
     if device is None:
         return None
-    from mfuscope.agent.analysis import hardware
+    from mfuscope.core import hardware
 
     return hardware.default_link_models(device)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import bisect
 import math
 
-from mfuscope.agent.analysis.bandwidth import bus_factor
-from mfuscope.collector.schema import CollectiveSample, StepReport
 from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
+from mfuscope.core.bandwidth import bus_factor
+from mfuscope.core.schema import CollectiveSample, StepReport
 
 __all__ = ["CollectiveAcc", "CollectiveTerms", "HistogramAcc", "SeriesAcc"]
 

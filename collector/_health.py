@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mfuscope.collector.schema import AgentHealth
+from mfuscope.core.schema import AgentHealth
 
 __all__ = ["HEALTH_FIELDS", "HealthLedger", "health_counts"]
 

@@ -20,8 +20,8 @@ from collections import deque
 from mfuscope.collector._accumulators import CollectiveAcc
 from mfuscope.collector._sums import Contribution, Key
 from mfuscope.collector._window import StepWindow
-from mfuscope.collector.schema import ReportBatch, StepReport
-from mfuscope.collector.stragglers import WAITING_COMPONENTS
+from mfuscope.core.schema import ReportBatch, StepReport
+from mfuscope.core.stragglers import WAITING_COMPONENTS
 
 __all__ = ["RankState"]
 

@@ -27,7 +27,7 @@ from mfuscope.collector._health import HealthLedger, health_counts
 from mfuscope.collector._rank import RankState
 from mfuscope.collector._sums import REBUILD_EVERY, CountedSums
 from mfuscope.collector._window import DEFAULT_WIDTH
-from mfuscope.collector.schema import ReportBatch
+from mfuscope.core.schema import ReportBatch
 
 __all__ = ["AggregationState", "IngestResult", "StateConfig"]
 

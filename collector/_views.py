@@ -14,7 +14,6 @@ from mfuscope.collector._accumulators import CollectiveAcc, SeriesAcc
 from mfuscope.collector._rank import RankState
 from mfuscope.collector._state import AggregationState, JobState, StateConfig
 from mfuscope.collector._sums import Key
-from mfuscope.collector.schema import AgentHealth
 from mfuscope.collector.snapshot import (
     CollectiveTotals,
     CollectiveWindow,
@@ -28,7 +27,8 @@ from mfuscope.collector.snapshot import (
     Straggler,
     TierPeak,
 )
-from mfuscope.collector.stragglers import find_stragglers
+from mfuscope.core.schema import AgentHealth
+from mfuscope.core.stragglers import find_stragglers
 
 __all__ = ["build_snapshot"]
 

@@ -17,9 +17,9 @@ from mfuscope.collector._state import AggregationState, IngestResult, StateConfi
 from mfuscope.collector._views import build_snapshot
 from mfuscope.collector.clock import Clock, SystemClock
 from mfuscope.collector.errors import BadRequest, IngestError, PayloadTooLarge, UnsupportedVersion
-from mfuscope.collector.schema import ReportBatch, SchemaError, parse_batch
 from mfuscope.collector.series import metric_families
 from mfuscope.collector.snapshot import CollectorSnapshot
+from mfuscope.core.schema import ReportBatch, SchemaError, parse_batch
 from mfuscope.exporters.model import MetricFamily
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Collector", "IngestResult", "decode_batch"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mfuscope.collector.schema import AgentHealth
+from mfuscope.core.schema import AgentHealth
+from mfuscope.core.stragglers import Straggler
 
 __all__ = [
     "STEP_DURATION_BOUNDS_S",
@@ -137,15 +138,6 @@ class CollectiveWindow:
     seconds: float
     busbw_bytes_per_s: float | None
     efficiency: float | None
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """A rank whose recent step time is `ratio` times the median over the job's ranks."""
-
-    rank: int
-    step_s: float
-    ratio: float
 
 
 @dataclass(frozen=True)

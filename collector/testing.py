@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from mfuscope.collector.schema import SCHEMA_NAME, SCHEMA_VERSION
+from mfuscope.core.schema import SCHEMA_NAME, SCHEMA_VERSION
 
 __all__ = ["FakeClock", "batch_dict", "report_dict"]
 

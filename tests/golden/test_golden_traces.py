@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from mfuscope.agent.analysis import AnalysisOptions, RankAnalysis, analyze_trace, load_trace
+from mfuscope.core.trace import AnalysisOptions, RankAnalysis, analyze_trace, load_trace
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 A100 = TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz"

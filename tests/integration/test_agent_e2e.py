@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
-from mfuscope.collector.schema import ReportBatch, StepReport, batch_from_json
+from mfuscope.core.schema import ReportBatch, StepReport, batch_from_json
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import agent_helpers as helpers
+from tests.support import agent_helpers as helpers
 
 STEPS = 16
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +20,7 @@ import torch
 from mfuscope.agent import Agent
 from mfuscope.agent._agent import Seams
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import agent_helpers as helpers
+from tests.support import agent_helpers as helpers
 
 REQUEST_TIMEOUT_S = 1.0
 STEPS = 150

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mfuscope.agent.analysis import analyze_trace, load_trace
+from mfuscope.core.trace import analyze_trace, load_trace
 
 pytestmark = pytest.mark.slow
 

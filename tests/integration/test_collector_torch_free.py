@@ -1,5 +1,5 @@
-"""The collector never imports torch: a fresh interpreter builds the CLI, serves real HTTP
-(ingest, /metrics, /v1/summary), builds OTLP data, and must end without torch loaded."""
+"""The collector never imports torch nor the agent: a fresh interpreter builds the CLI, serves real
+HTTP (ingest, /metrics, /v1/summary), builds OTLP data, and must end with neither loaded."""
 
 from __future__ import annotations
 
@@ -67,5 +67,6 @@ def test_collector_never_imports_torch() -> None:
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    torch_loaded, _ = result.stdout.split()
+    torch_loaded, agent_loaded = result.stdout.split()
     assert torch_loaded == "False"
+    assert agent_loaded == "False", "the collector must never import mfuscope.agent"

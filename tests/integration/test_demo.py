@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from mfuscope.cli._report import PLOT_NAMES
+from mfuscope.cli.report.writer import PLOT_NAMES
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 240

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from mfuscope.cli import main
-from mfuscope.cli._report import PLOT_NAMES
-from mfuscope.collector.schema import (
+from mfuscope.cli.report.writer import PLOT_NAMES
+from mfuscope.core.schema import (
     AgentHealth,
     CollectiveSample,
     ComponentShare,

@@ -92,7 +92,7 @@ def test_kubernetes_scrape_config_passes_promtool(promtool: str, tmp_path: Path)
     if "field kubernetes_sd_configs not found" in result.stdout + result.stderr:
         pytest.skip(
             "this promtool lacks Kubernetes service discovery (Debian builds it without); "
-            "the file's structure is checked by tests/unit/test_deploy_*.py"
+            "the file's structure is checked by tests/unit/deploy/*.py"
         )
     assert result.returncode == 0, result.stdout + result.stderr
 

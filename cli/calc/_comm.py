@@ -1,0 +1,122 @@
+"""The communication what-if part of `mfuscope calc`: flags -> `comm_model` -> a JSON-ready dict."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from mfuscope.core.bandwidth import LinkModel
+from mfuscope.core.comm_model import (
+    CommWhatIf,
+    ParallelLayout,
+    StepWork,
+    backward_share,
+    estimate_step_comm,
+)
+from mfuscope.core.flops import TransformerShape, count_params
+from mfuscope.core.hardware import default_link_tiers, normalize_dtype
+
+__all__ = ["CalcError", "comm_what_if"]
+
+
+class CalcError(ValueError):
+    """Inputs that do not describe a computable question (reported as exit code 2)."""
+
+
+def _links(args: argparse.Namespace, device: str | None) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for tier, tabled in default_link_tiers(device).items():
+        prefix = "intra" if tier == "intra_node" else "inter"
+        bw = getattr(args, f"{prefix}_bw")
+        alpha = getattr(args, f"{prefix}_alpha")
+        out[tier] = {
+            "name": "user" if bw is not None else tabled.name,
+            "beta_bytes_per_s": bw if bw is not None else tabled.unidirectional_bytes_per_s,
+            "alpha_s": alpha if alpha is not None else tabled.alpha_s,
+        }
+    return out
+
+
+def comm_what_if(
+    args: argparse.Namespace,
+    shape: TransformerShape | None,
+    params: float | None,
+    flops: dict[str, Any],
+    devices: int,
+) -> dict[str, Any]:
+    """Per-axis bytes and time per step for the layout in `args` (see docs/calc.md)."""
+    if params is None:
+        raise CalcError("the communication what-if needs --params (or a shape with --vocab)")
+    tp, pp, ep = args.tp or 1, args.pp or 1, args.ep or 1
+    dp = args.dp or max(1, devices // (tp * pp))
+    layout = ParallelLayout(tp, pp, dp, ep, args.gpus_per_node, args.fsdp, args.sequence_parallel)
+    if layout.world_size != devices:
+        raise CalcError(f"tp*pp*dp = {layout.world_size} but --devices is {devices}")
+    dtype = normalize_dtype(args.dtype)
+    wide = 4 if dtype in ("fp32", "tf32") else 2
+    moe = shape is not None and shape.experts > 1
+    expert_params = 0.0
+    if shape is not None and moe:
+        expert_params = float(shape.layers * shape.experts * count_params(shape).mlp_per_expert)
+    work = StepWork(
+        params=params,
+        layers=shape.layers if shape else 0,
+        hidden=shape.hidden if shape else 0,
+        seq_len=args.seq_len or 0,
+        global_batch=args.global_batch or 0,
+        microbatches=args.microbatches or 1,
+        expert_params=min(expert_params, params),
+        moe_layers=shape.layers if shape is not None and moe else 0,
+        experts_per_token=shape.experts_per_token if shape else 1,
+        activation_bytes=args.act_bytes or wide,
+        grad_bytes=args.grad_bytes or wide,
+        param_bytes=wide,
+        recompute=args.recompute,
+    )
+    links = _links(args, args.device)
+    models = {t: LinkModel(v["alpha_s"], v["beta_bytes_per_s"]) for t, v in links.items()}
+    peak = flops["peak_flops"]
+    per_token = flops["hardware_flops_per_token"]
+    tokens = flops["tokens_per_step"]
+    compute_s = 0.0
+    if peak and tokens:
+        compute_s = per_token * tokens / devices / (peak * args.compute_efficiency)
+    share = backward_share(flops["model_flops_per_token"], flops["recompute_flops_per_token"])
+    what_if = estimate_step_comm(work, layout, models, compute_s, share)
+    return _comm_dict(what_if, layout, links, known_compute=bool(peak and tokens))
+
+
+def _comm_dict(
+    what_if: CommWhatIf, layout: ParallelLayout, links: dict[str, Any], known_compute: bool
+) -> dict[str, Any]:
+    return {
+        "layout": {
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "dp": layout.dp,
+            "ep": layout.ep,
+            "gpus_per_node": layout.gpus_per_node,
+            "fsdp": layout.fsdp,
+            "sequence_parallel": layout.sequence_parallel,
+        },
+        "links": links,
+        "micro_batch_size": what_if.micro_batch_size,
+        "compute_s": what_if.compute_s if known_compute else None,
+        "pipeline_bubble_fraction": what_if.pipeline_bubble_fraction,
+        "axes": [
+            {
+                "axis": a.axis,
+                "op": a.op,
+                "tier": a.tier,
+                "group_size": a.group_size,
+                "calls_per_step": a.calls_per_step,
+                "bytes_per_call": a.bytes_per_call,
+                "bytes_per_step": a.bytes_per_step,
+                "bus_bytes_per_step": a.bus_bytes_per_step,
+                "seconds_per_step": a.seconds_per_step,
+                "overlap_window_s": a.overlap_window_s if known_compute else None,
+                "hideable": a.hideable if known_compute else None,
+            }
+            for a in what_if.axes
+        ],
+    }

@@ -1,0 +1,73 @@
+"""`mfuscope report`: a self-contained HTML report from agent JSONL output or Kineto traces."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["DEFAULT_OUT_NAME", "add_arguments", "default_out_dir", "run"]
+
+DEFAULT_OUT_NAME = "mfuscope-report"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="agent JSONL files (*.jsonl) or Kineto traces (*.json[.gz]), or directories of them",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"output directory (default: {DEFAULT_OUT_NAME}/ inside the first input directory)",
+    )
+    parser.add_argument("--job", default=None, help="job to report when the input holds several")
+    parser.add_argument("--no-png", action="store_true", help="write only the HTML file")
+    traces = parser.add_argument_group("trace input (what a trace cannot say by itself)")
+    traces.add_argument("--model-flops-per-step", type=float, default=None, metavar="F")
+    traces.add_argument("--recompute-flops-per-step", type=float, default=None, metavar="F")
+    traces.add_argument(
+        "--peak-flops", type=float, default=None, metavar="P", help="dense peak FLOP/s per device"
+    )
+    traces.add_argument("--gpus-per-node", type=int, default=None, metavar="N")
+
+
+def default_out_dir(paths: list[Path]) -> Path:
+    """`mfuscope-report/` in the first input directory (or beside the first input file)."""
+    first = paths[0]
+    return (first if first.is_dir() else first.parent) / DEFAULT_OUT_NAME
+
+
+def run(args: argparse.Namespace) -> int:
+    from mfuscope.cli.report.writer import ReportInputError, TraceOptions, load_run, write_report
+
+    options = TraceOptions(
+        model_flops_per_step=args.model_flops_per_step,
+        recompute_flops_per_step=args.recompute_flops_per_step,
+        peak_flops=args.peak_flops,
+        gpus_per_node=args.gpus_per_node,
+    )
+    try:
+        loaded = load_run(args.paths, job=args.job, trace_options=options)
+    except (ReportInputError, ValueError, OSError) as exc:
+        print(f"mfuscope report: {exc}", file=sys.stderr)
+        return 2
+    for warning in loaded.warnings:
+        print(f"mfuscope report: warning: {warning}", file=sys.stderr)
+    out_dir = args.out or default_out_dir(args.paths)
+    generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    files = write_report(loaded.run, out_dir, generated, png=not args.no_png)
+    run_data = loaded.run
+    print(
+        f"report for job {run_data.job!r}: {len(run_data.ranks)} ranks, "
+        f"{run_data.step_count} steps, from {len(loaded.files)} files"
+    )
+    for plot, reason in files.missing:
+        print(f"  {plot}: not drawn ({reason})")
+    print(f"wrote {files.html}" + (f" and {len(files.pngs)} PNG files" if files.pngs else ""))
+    return 0

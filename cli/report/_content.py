@@ -1,0 +1,77 @@
+"""Everything the report shows, computed once from a `RunData` (pure)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mfuscope.cli.report._bandwidth import TierBandwidth, bandwidth_by_tier
+from mfuscope.cli.report._data import RunData
+from mfuscope.cli.report._decompose import (
+    RankDecomposition,
+    StepUtilization,
+    Waterfall,
+    decomposition_per_rank,
+    mfu_waterfall,
+    overall_utilization,
+    utilization_over_steps,
+)
+from mfuscope.cli.report._stragglers import StragglerView, straggler_view
+
+__all__ = ["PLOT_NAMES", "ReportContent", "build_content"]
+
+# The plots, in page order; each is `<figure id="plot-NAME">` in the HTML and `NAME.png`.
+PLOT_NAMES: tuple[str, ...] = (
+    "decomposition",
+    "waterfall",
+    "utilization",
+    "bandwidth",
+    "stragglers",
+)
+
+
+@dataclass(frozen=True)
+class ReportContent:
+    run: RunData
+    decomposition: tuple[RankDecomposition, ...]
+    waterfall: Waterfall | None
+    utilization: tuple[StepUtilization, ...]
+    overall: tuple[float, float] | None  # (MFU, HFU) over every step
+    bandwidth: tuple[TierBandwidth, ...]
+    stragglers: StragglerView
+    mean_step_s: float
+
+    def missing(self, plot: str) -> str | None:
+        """Why `plot` cannot be drawn, or None when it has data."""
+        flops = (
+            "model FLOPs are unknown (pass --model-flops-per-step)"
+            if not self.run.flops_known
+            else "no rank reported a peak FLOP/s (pass --peak-flops)"
+        )
+        reasons = {
+            "decomposition": None
+            if self.decomposition
+            else "no step carries a decomposition yet (no profiled window was analysed)",
+            "waterfall": None if self.waterfall else flops + " or no step is decomposed",
+            "utilization": None if self.utilization else flops,
+            "bandwidth": None
+            if self.bandwidth
+            else "no collective with a known size was observed in a profiled window",
+            "stragglers": None if self.stragglers.ranks else "no step reports",
+        }
+        return reasons[plot]
+
+
+def build_content(run: RunData) -> ReportContent:
+    """Aggregate `run` for every section of the report."""
+    walls = [s.wall_s for r in run.ranks for s in r.steps]
+    return ReportContent(
+        run=run,
+        decomposition=decomposition_per_rank(run),
+        waterfall=mfu_waterfall(run),
+        utilization=utilization_over_steps(run),
+        overall=overall_utilization(run),
+        bandwidth=bandwidth_by_tier(run),
+        stragglers=straggler_view(run),
+        mean_step_s=math.fsum(walls) / len(walls) if walls else 0.0,
+    )

@@ -1,0 +1,214 @@
+"""Where the step goes: per-rank step decomposition, the MFU waterfall, MFU/HFU per step (pure).
+
+Definitions (DESIGN §2): a step's components split its wall time into the buckets `compute`,
+`recompute`, `exposed_comm` (per axis and tier), `other`, `bubble_pipeline` and `bubble_idle`.
+With peak FLOP/s P, ``MFU = model_flops / (P * wall)`` and ``HFU = (model + recompute FLOPs) /
+(P * wall)``. Aggregates over several ranks and steps are ratios of sums, weighted by each rank's
+peak, so they equal what PromQL computes from the counters
+(``sum(rate(model_flops)) / sum(peak)``) and stay exact when devices differ.
+
+The MFU waterfall: with ``f_x = Σ P·bucket_x / Σ P·wall`` and kernel efficiency
+``model_flops / (P · compute)``, ``1 - MFU = f_exposed_comm + f_bubble + f_recompute + f_other +
+f_compute · (1 - kernel_efficiency)``, so the slices below plus MFU sum to exactly 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from mfuscope.cli.report._data import RankRun, RunData
+from mfuscope.core.schema import COMPONENTS, StepReport
+
+__all__ = [
+    "RankDecomposition",
+    "Segment",
+    "StepUtilization",
+    "Waterfall",
+    "WaterfallSlice",
+    "decomposition_per_rank",
+    "mfu_waterfall",
+    "overall_utilization",
+    "segment_label",
+    "utilization_over_steps",
+]
+
+KERNEL_INEFFICIENCY = "kernel inefficiency"
+# DESIGN §2 waterfall order: exposed communication, bubble, recompute, other, then kernels.
+_WATERFALL_ORDER = ("exposed_comm", "bubble_pipeline", "bubble_idle", "recompute", "other")
+
+
+def segment_label(component: str, axis: str = "", tier: str = "") -> str:
+    """Display label of a component; exposed communication is split by axis and tier."""
+    if component == "exposed_comm" and axis:
+        return f"exposed comm {axis}/{tier}"
+    return component.replace("_", " ")
+
+
+def _segment_key(component: str, axis: str, tier: str) -> tuple[int, str, str]:
+    return (COMPONENTS.index(component), axis, tier)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Mean seconds per step that one rank spent in one bucket (exposed comm: per axis/tier)."""
+
+    component: str
+    axis: str
+    tier: str
+    seconds: float
+
+    @property
+    def label(self) -> str:
+        return segment_label(self.component, self.axis, self.tier)
+
+
+@dataclass(frozen=True)
+class RankDecomposition:
+    """One rank's mean step over the steps that carry components (`steps` of them)."""
+
+    rank: int
+    steps: int
+    mean_step_s: float
+    segments: tuple[Segment, ...]
+
+    def fraction(self, component: str) -> float:
+        """Share of the mean step in `component` (all axes/tiers summed), a ratio 0..1."""
+        if self.mean_step_s <= 0:
+            return 0.0
+        total = math.fsum(s.seconds for s in self.segments if s.component == component)
+        return total / self.mean_step_s
+
+
+def _decomposed(rank: RankRun) -> Iterator[StepReport]:
+    return (s for s in rank.steps if s.components)
+
+
+def decomposition_per_rank(run: RunData) -> tuple[RankDecomposition, ...]:
+    """Per rank, the mean seconds per step in each bucket; every rank gets the same segment keys
+    (zeros where absent) so stacked bars share one legend. Ranks with no decomposed step are left
+    out."""
+    keys = sorted(
+        {
+            _segment_key(c.component, c.axis, c.tier)
+            for r in run.ranks
+            for s in _decomposed(r)
+            for c in s.components
+        }
+    )
+    result = []
+    for rank in run.ranks:
+        steps = list(_decomposed(rank))
+        if not steps:
+            continue
+        sums: dict[tuple[int, str, str], list[float]] = {k: [] for k in keys}
+        for step in steps:
+            for c in step.components:
+                sums[_segment_key(c.component, c.axis, c.tier)].append(c.seconds)
+        segments = tuple(
+            Segment(COMPONENTS[k[0]], k[1], k[2], math.fsum(sums[k]) / len(steps)) for k in keys
+        )
+        mean = math.fsum(s.wall_s for s in steps) / len(steps)
+        result.append(RankDecomposition(rank.rank, len(steps), mean, segments))
+    return tuple(result)
+
+
+@dataclass(frozen=True)
+class WaterfallSlice:
+    label: str
+    component: str  # a schema component, or KERNEL_INEFFICIENCY
+    fraction: float  # of the peak FLOPs the devices could have done (may be < 0, see Waterfall)
+
+
+@dataclass(frozen=True)
+class Waterfall:
+    """Slices of ``1 - MFU`` in DESIGN order; ``sum(slices) + mfu == 1`` to float rounding.
+
+    `kernel_efficiency` above 1 (a negative kernel-inefficiency slice) means compute ran faster
+    than the peak allows: the peak figure is too low (e.g. a short CPU calibration).
+    """
+
+    mfu: float
+    hfu: float
+    kernel_efficiency: float | None  # None when no compute time was observed
+    slices: tuple[WaterfallSlice, ...]
+    samples: int  # (rank, step) pairs aggregated
+
+
+def _peaked(run: RunData) -> Iterator[tuple[float, StepReport]]:
+    for rank in run.ranks:
+        if rank.peak_flops is not None:
+            yield from ((rank.peak_flops, s) for s in rank.steps)
+
+
+def mfu_waterfall(run: RunData) -> Waterfall | None:
+    """The job's MFU waterfall over all decomposed steps of ranks with a known peak.
+
+    None when FLOPs or peaks are unknown or no step carries components.
+    """
+    if not run.flops_known:
+        return None
+    samples = [(p, s) for p, s in _peaked(run) if s.components]
+    if not samples:
+        return None
+    peak_time = math.fsum(p * s.wall_s for p, s in samples)  # FLOPs the devices could have done
+    by_key: dict[tuple[int, str, str], list[float]] = {}
+    for peak, step in samples:
+        for c in step.components:
+            by_key.setdefault(_segment_key(c.component, c.axis, c.tier), []).append(
+                peak * c.seconds
+            )
+    fraction = {k: math.fsum(v) / peak_time for k, v in by_key.items()}
+    mfu = math.fsum(s.model_flops for _, s in samples) / peak_time
+    hfu = math.fsum(s.hardware_flops for _, s in samples) / peak_time
+    compute_key = _segment_key("compute", "", "")
+    f_compute = fraction.pop(compute_key, 0.0)
+    ordered = sorted(fraction, key=lambda k: (_WATERFALL_ORDER.index(COMPONENTS[k[0]]), k))
+    slices = [
+        WaterfallSlice(segment_label(COMPONENTS[k[0]], k[1], k[2]), COMPONENTS[k[0]], fraction[k])
+        for k in ordered
+    ]
+    # f_compute * (1 - model_flops / (P * compute)) == f_compute - MFU, summed over samples.
+    slices.append(WaterfallSlice(KERNEL_INEFFICIENCY, KERNEL_INEFFICIENCY, f_compute - mfu))
+    efficiency = mfu / f_compute if f_compute > 0 else None
+    return Waterfall(mfu, hfu, efficiency, tuple(slices), len(samples))
+
+
+@dataclass(frozen=True)
+class StepUtilization:
+    """Job-level MFU and HFU of one step over the `ranks` that reported it with a known peak."""
+
+    step: int
+    mfu: float
+    hfu: float
+    ranks: int
+
+
+def utilization_over_steps(run: RunData) -> tuple[StepUtilization, ...]:
+    """MFU/HFU per step (ratio of sums over ranks); empty when FLOPs or peaks are unknown."""
+    if not run.flops_known:
+        return ()
+    per_step: dict[int, list[tuple[float, StepReport]]] = {}
+    for peak, step in _peaked(run):
+        per_step.setdefault(step.step, []).append((peak, step))
+    result = []
+    for number in sorted(per_step):
+        pairs = per_step[number]
+        peak_time = math.fsum(p * s.wall_s for p, s in pairs)
+        mfu = math.fsum(s.model_flops for _, s in pairs) / peak_time
+        hfu = math.fsum(s.hardware_flops for _, s in pairs) / peak_time
+        result.append(StepUtilization(number, mfu, hfu, len(pairs)))
+    return tuple(result)
+
+
+def overall_utilization(run: RunData) -> tuple[float, float] | None:
+    """(MFU, HFU) over every step of every rank with a known peak; None when unknown."""
+    if not run.flops_known:
+        return None
+    pairs = list(_peaked(run))
+    if not pairs:
+        return None
+    peak_time = math.fsum(p * s.wall_s for p, s in pairs)
+    mfu = math.fsum(s.model_flops for _, s in pairs) / peak_time
+    return mfu, math.fsum(s.hardware_flops for _, s in pairs) / peak_time

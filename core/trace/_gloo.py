@@ -1,0 +1,187 @@
+"""CPU-only traces (gloo backend): host threads -> the normalised `Timeline`.
+
+What torch 2.x writes for a gloo job (verified on traces recorded here, see FACTS.md):
+- no ``record_param_comms`` and no kernels; each collective is a ``user_annotation``
+  ``gloo:<op>`` on a ``pt_gloo_runloop`` worker thread, lasting from when the worker picks the
+  work up until it completes (waiting for peers included); ``Input Dims`` / ``Input type`` give
+  the *input* tensors; send/recv run blocking on the calling thread;
+- the ``c10d::*`` operators on the training threads only enqueue work: they are neither compute
+  nor communication, and are cut out of the compute time of their thread;
+- process groups appear only in ``distributedInfo.pg_config``: an annotation does not say which
+  group it belongs to, so the group is known only when the trace has a single multi-rank group.
+
+Compute is the time any training thread (every thread that is not a gloo worker) runs an
+operator. Step N's window runs from the start of ``ProfilerStep#N`` to the start of the next
+one (the last step ends with its own range): on CPU the first operator launched inside a step
+starts with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from mfuscope.core.trace._collectives import (
+    BOOKKEEPING,
+    GroupInfo,
+    ProcessGroups,
+    TopologyView,
+    dtype_size,
+    normalise_op,
+)
+from mfuscope.core.trace._events import EventArgs, KinetoTrace
+from mfuscope.core.trace._intervals import Interval, Spans, subtract, union
+from mfuscope.core.trace._recompute import recompute_ranges
+from mfuscope.core.trace._scan import Event, ScannedEvents
+from mfuscope.core.trace._steps import profiler_steps
+from mfuscope.core.trace._trace_model import CommActivity, RankContext, StepWindow, Timeline
+from mfuscope.core.trace.result import AXIS_UNKNOWN, TIER_UNKNOWN
+
+__all__ = ["cpu_timeline"]
+
+_GLOO_PREFIX = "gloo:"
+_ENQUEUE_PREFIX = "c10d::"
+
+
+def _gloo_threads(scanned: ScannedEvents, step_threads: set[Any]) -> set[Any]:
+    threads: set[Any] = set()
+    for event in scanned.meta:
+        if event.name == "thread_name" and event.args is not None:
+            label = event.args.name
+            if isinstance(label, str) and "gloo" in label:
+                threads.add(event.tid)
+    for event in scanned.annotations:
+        name = event.name
+        if name.startswith(_GLOO_PREFIX):
+            op = normalise_op(name)
+            if op not in ("send", "recv") and event.tid not in step_threads:
+                threads.add(event.tid)
+    return threads
+
+
+def _input_elements(args: EventArgs | None) -> tuple[int, int] | None:
+    """(elements, bytes per element) summed over the input tensors; None if not recorded."""
+    if args is None:
+        return None
+    dims, types = args.input_dims, args.input_type
+    if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
+        return None
+    elements = 0
+    element_size: int | None = None
+    for shape, type_name in zip(dims, types, strict=True):
+        if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+            continue
+        size = dtype_size(type_name)
+        if size is None:
+            return None
+        if element_size is not None and element_size != size:
+            return None
+        element_size = size
+        elements += math.prod(shape)
+    return None if element_size is None else (elements, element_size)
+
+
+class _GlooGroup:
+    """The group of every gloo annotation: exact with one multi-rank group, else partly known."""
+
+    def __init__(self, groups: ProcessGroups, view: TopologyView) -> None:
+        candidates = groups.multi_rank_groups()
+        self.size: int | None
+        if len(candidates) == 1:
+            group = candidates[0]
+            self.axis = view.axis(group)
+            self.size = group.size or (len(group.ranks) if group.ranks else None)
+            self.tier = view.tier(group.ranks, self.size)
+            return
+        if not candidates:  # no pg_config: assume the world group
+            world = GroupInfo(name="", desc="default_pg", ranks=None, size=view.world_size)
+            world_ranks = tuple(range(view.world_size))
+            self.axis, self.size = view.axis(world), view.world_size
+            self.tier = view.tier(world_ranks, view.world_size)
+            return
+        sizes = {g.size for g in candidates}
+        tiers = {view.tier(g.ranks, g.size) for g in candidates}
+        self.axis = AXIS_UNKNOWN
+        self.size = sizes.pop() if len(sizes) == 1 else None
+        self.tier = tiers.pop() if len(tiers) == 1 else TIER_UNKNOWN
+
+
+def _comm_activity(event: Event, group: _GlooGroup) -> CommActivity:
+    start = float(event.ts)
+    duration = float(event.dur or 0.0)
+    op = normalise_op(event.name)
+    counted = _input_elements(event.args)
+    size: int | None = None
+    if counted is not None and op != BOOKKEEPING:
+        elements, element_size = counted
+        size = elements * element_size
+        if op == "all_gather":  # the annotation records one rank's input; S is the gathered array
+            size = size * group.size if group.size is not None else None
+    return CommActivity(
+        start=start,
+        end=start + duration,
+        duration=duration,
+        op=op,
+        axis=group.axis,
+        tier=group.tier,
+        group_size=group.size,
+        bytes=size,
+    )
+
+
+def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
+    steps = profiler_steps(scanned)
+    windows = tuple(
+        StepWindow(step.step, step.start, steps[i + 1].start if i + 1 < len(steps) else step.end)
+        for i, step in enumerate(steps)
+    )
+    windows = tuple(w for w in windows if w.end > w.start)
+    step_threads = {e.tid for e in scanned.annotations if e.name.startswith("ProfilerStep#")}
+    workers = _gloo_threads(scanned, step_threads)
+    group = _GlooGroup(context.groups, context.view)
+
+    comms: list[CommActivity] = []
+    ops: dict[Any, list[Interval]] = defaultdict(list)
+    holes: dict[Any, list[Interval]] = defaultdict(list)
+    for event in scanned.annotations:
+        name = event.name
+        if name.startswith(_GLOO_PREFIX):
+            comms.append(_comm_activity(event, group))
+            start = float(event.ts)
+            holes[event.tid].append((start, start + float(event.dur or 0.0)))
+    for event in scanned.cpu_ops:
+        tid = event.tid
+        if tid in workers:
+            continue
+        start = event.ts
+        interval = (start, start + event.dur)
+        name = event.name
+        if name.startswith(_ENQUEUE_PREFIX) or name == "record_param_comms":
+            holes[tid].append(interval)
+        else:
+            ops[tid].append(interval)
+
+    recompute = recompute_ranges(scanned)
+    compute: list[Interval] = []
+    recomputed: list[Interval] = []
+    for tid, intervals in ops.items():
+        busy = subtract(union(intervals), union(holes.get(tid, ())))
+        ranges = recompute.by_thread.get(tid)
+        if ranges:
+            not_recompute = subtract(busy, ranges)
+            compute.extend(not_recompute)
+            recomputed.extend(subtract(busy, not_recompute))
+        else:
+            compute.extend(busy)
+    return Timeline(
+        rank=context.rank,
+        world_size=context.world_size,
+        device="cpu",
+        clock_offset_s=context.clock_offset_s,
+        windows=windows,
+        compute=Spans.from_pairs(compute),
+        recompute=Spans.from_pairs(recomputed),
+        other=Spans.empty(),
+        comms=tuple(comms),
+    )

@@ -1,0 +1,421 @@
+"""GPU traces (NCCL / RCCL): device events -> the normalised `Timeline`.
+
+The device timeline is every kernel, memcpy and memset on the rank's device (all streams).
+A device event is linked to the host call that launched it by its ``correlation`` id (the
+flow events ``ac2g`` / ``async_cpu_to_gpu`` are absent from some traces; the id never is).
+
+Step windows (issue 2): step N's window starts when the first device event *launched inside*
+the CPU ``ProfilerStep#N`` range starts on the device, and ends when step N+1's window starts;
+the last step ends when the last device event launched inside it ends. Steps that launched
+nothing are skipped.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import operator
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import msgspec
+import numpy as np
+from mfuscope.core.trace._collectives import (
+    GroupInfo,
+    ProcessGroups,
+    TopologyView,
+    dtype_size,
+    group_from_args,
+    normalise_op,
+    op_from_kernel_name,
+)
+from mfuscope.core.trace._columns import (
+    DeviceColumns,
+    EventColumns,
+    LaunchIndex,
+)
+from mfuscope.core.trace._events import EventArgs, KinetoTrace
+from mfuscope.core.trace._intervals import FloatArray, Spans
+from mfuscope.core.trace._recompute import RecomputeRanges, recompute_ranges
+from mfuscope.core.trace._scan import Event, ScannedEvents, named
+from mfuscope.core.trace._steps import CpuStep, profiler_steps
+from mfuscope.core.trace._trace_model import (
+    CommActivity,
+    RankContext,
+    StepWindow,
+    Timeline,
+    TraceError,
+)
+from mfuscope.core.trace.result import AXIS_UNKNOWN, TIER_UNKNOWN
+from numpy.typing import NDArray
+
+__all__ = ["COMM_KERNEL_SUBSTRINGS", "OPERATOR_PREFIXES", "gpu_timeline", "is_comm_kernel"]
+
+DEFAULT_GPUS_PER_NODE = 8  # a GPU trace's ranks per host unless told (`build_timeline`)
+# A kernel whose lower-cased name holds one of these is communication (NCCL, RCCL).
+COMM_KERNEL_SUBSTRINGS = ("nccl", "rccl")
+_RECORD_PARAM_COMMS = "record_param_comms"
+OPERATOR_PREFIXES = (_RECORD_PARAM_COMMS,)  # the operators a GPU timeline reads
+_PID = operator.attrgetter("pid")
+_TID = operator.attrgetter("tid")
+_TS = operator.attrgetter("ts")
+_DUR = operator.attrgetter("dur")
+_NAME = operator.attrgetter("name")
+_CORRELATION = operator.attrgetter("args.correlation")
+_comm_name_cache: dict[str, bool] = {}
+_NO_ARGS = EventArgs()
+_encode = msgspec.json.Encoder().encode
+
+
+def is_comm_kernel(name: str) -> bool:
+    """NCCL (``ncclKernel_*``, ``ncclDevKernel_*``) and RCCL kernels are communication."""
+    known = _comm_name_cache.get(name)
+    if known is None:
+        lowered = name.lower()
+        known = any(part in lowered for part in COMM_KERNEL_SUBSTRINGS)
+        _comm_name_cache[name] = known
+    return known
+
+
+def _device_pid(scanned: ScannedEvents) -> Any:
+    """The device with the most kernels (memcpys if none): the rank's own device."""
+    counts = Counter(map(_PID, scanned.kernels or scanned.memops))
+    return counts.most_common(1)[0][0]
+
+
+def _device_name(trace: KinetoTrace, pid: Any) -> str:
+    for prop in trace.device_properties or ():
+        if isinstance(prop, dict) and prop.get("id") == pid and isinstance(prop.get("name"), str):
+            return str(prop["name"])
+    return f"gpu {pid}"
+
+
+class _CommResolver:
+    """Collective metadata of an NCCL kernel: its own args, else its ``record_param_comms``."""
+
+    def __init__(self, scanned: ScannedEvents, view: TopologyView, groups: ProcessGroups) -> None:
+        self.view = view
+        self.groups = groups
+        # (group as the args name it) -> (group, axis, tier): a trace has a handful of groups
+        # but thousands of collectives.
+        self._group_cache: dict[bytes, tuple[GroupInfo, str, str]] = {}
+        self.by_external_id: dict[Any, Event] = {}
+        by_thread: dict[Any, list[Event]] = {}
+        for event in named(scanned.cpu_ops, _RECORD_PARAM_COMMS):
+            external_id = None if event.args is None else event.args.external_id
+            self.by_external_id[external_id] = event
+            by_thread.setdefault(event.tid, []).append(event)
+        self.by_thread = {
+            tid: sorted(events, key=lambda e: float(e.ts)) for tid, events in by_thread.items()
+        }
+        self.starts = {tid: [float(e.ts) for e in evs] for tid, evs in self.by_thread.items()}
+
+    def _enclosing(self, launch: Event) -> Event | None:
+        tid = launch.tid
+        starts = self.starts.get(tid)
+        if not starts:
+            return None
+        t = float(launch.ts)
+        i = bisect.bisect_right(starts, t) - 1
+        while i >= 0:
+            candidate = self.by_thread[tid][i]
+            if t <= float(candidate.ts) + float(candidate.dur or 0.0):
+                return candidate
+            i -= 1
+            if i >= 0 and t - starts[i] > 10_000_000.0:  # nothing spans 10 s: stop looking
+                break
+        return None
+
+    def metadata(self, kernel: Event, launch: Event | None) -> EventArgs | None:
+        args = kernel.args
+        if args is not None and args.collective_name is not None:
+            return args
+        if launch is None:
+            return None
+        rpc = self.by_external_id.get(None if launch.args is None else launch.args.external_id)
+        if rpc is None:
+            rpc = self._enclosing(launch)
+        return None if rpc is None else (rpc.args or _NO_ARGS)
+
+    def _group(self, meta: EventArgs) -> tuple[GroupInfo, str, str]:
+        # Keyed by the JSON text of the args that name the group: exact (1 and true differ)
+        # and fine for lists, which are not hashable.
+        named_by = (
+            meta.pg_name,
+            meta.pg_desc,
+            meta.group_size,
+            meta.pg_ranks,
+            meta.global_rank_start,
+            meta.global_rank_stride,
+        )
+        try:
+            key: bytes | None = _encode(named_by)
+        except (TypeError, msgspec.EncodeError):  # a non-JSON value in a dict built in memory
+            key = None
+        resolved = None if key is None else self._group_cache.get(key)
+        if resolved is None:
+            group = group_from_args(meta, self.groups)
+            resolved = (group, self.view.axis(group), self.view.tier(group.ranks, group.size))
+            if key is not None:
+                self._group_cache[key] = resolved
+        return resolved
+
+    def activity(
+        self, kernel: Event, launch: Event | None, start: float, end: float
+    ) -> CommActivity:
+        meta = self.metadata(kernel, launch)
+        duration = float(kernel.dur)
+        if meta is None:
+            return CommActivity(
+                start=start,
+                end=end,
+                duration=duration,
+                op=op_from_kernel_name(kernel.name),
+                axis=AXIS_UNKNOWN,
+                tier=TIER_UNKNOWN,
+                group_size=None,
+                bytes=None,
+            )
+        group, axis, tier = self._group(meta)
+        name = meta.collective_name
+        op = normalise_op("" if name is None else str(name))
+        if op is None:
+            op = op_from_kernel_name(kernel.name)
+        size_of = dtype_size(meta.dtype)
+        n_in, n_out = meta.in_msg_nelems, meta.out_msg_nelems
+        counts = [n for n in (n_in, n_out) if isinstance(n, int) and not isinstance(n, bool)]
+        # nccl-tests S: the full array, i.e. the larger of input and output (all_gather's
+        # gathered output, reduce_scatter's full input, the buffer itself otherwise).
+        size = max(counts) * size_of if counts and size_of is not None else None
+        return CommActivity(
+            start=start,
+            end=end,
+            duration=duration,
+            op=op,
+            axis=axis,
+            tier=tier,
+            group_size=group.size,
+            bytes=size,
+        )
+
+
+def _correlations(events: Sequence[Event]) -> list[Any]:
+    """Each event's ``args.correlation`` (None without args), read in C when all have args."""
+    try:
+        return list(map(_CORRELATION, events))
+    except AttributeError:  # some event without args
+        return [None if (args := event.args) is None else args.correlation for event in events]
+
+
+def _launch_index(runtime: list[Event]) -> dict[Any, int]:
+    """Position in `runtime` of the host launch of each correlation id (a later duplicate
+    wins, as a dict build does)."""
+    launches = dict(zip(_correlations(runtime), range(len(runtime)), strict=True))
+    launches.pop(None, None)  # no correlation id links nothing
+    return launches
+
+
+def _floats(events: Sequence[Event], field: operator.attrgetter[Any]) -> FloatArray:
+    values = np.fromiter(map(field, events), dtype=np.float64, count=len(events))
+    # numpy reads a missing value (None) as NaN, which JSON cannot hold: a malformed event.
+    if np.isnan(values).any():
+        raise TypeError(f"a device or runtime event without a number in {field!r}")
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class _DeviceEvents:
+    """The rank's kernels or memory ops: times, and the launch row of each (-1: none)."""
+
+    starts: FloatArray
+    ends: FloatArray
+    launch: NDArray[np.intp]
+
+
+@dataclass(frozen=True, slots=True)
+class _Device:
+    """What the timeline needs of the rank's device: its events and their launches."""
+
+    pid: Any
+    kernels: _DeviceEvents
+    memops: _DeviceEvents
+    launch_ts: FloatArray  # per launch row, then NaN for row -1 (no launch)
+    launch_tids: Callable[[], list[Any]]  # per launch row (read only when recompute is known)
+    is_comm: NDArray[np.bool_]  # per kernel
+    comm_kernels: list[Event]  # the decoded kernels where is_comm, in order
+    comm_launches: list[Event | None]  # and their decoded launches
+
+
+def _device_from_events(scanned: ScannedEvents) -> _Device:
+    """Everything read from the decoded events."""
+    pid = _device_pid(scanned)
+    runtime = scanned.runtime
+    launch_index = _launch_index(runtime)
+
+    def on_device(events: list[Event]) -> tuple[_DeviceEvents, list[Event]]:
+        mine = np.fromiter(map(operator.eq, map(_PID, events), repeat(pid)), bool, len(events))
+        chosen = np.fromiter(events, dtype=object, count=len(events))[mine]
+        starts = _floats(chosen, _TS)
+        launch = np.fromiter(
+            map(launch_index.get, _correlations(chosen), repeat(-1)), np.intp, len(chosen)
+        )
+        return _DeviceEvents(starts, starts + _floats(chosen, _DUR), launch), chosen.tolist()
+
+    kernels, kernel_events = on_device(scanned.kernels)
+    memops, _ = on_device(scanned.memops)
+    is_comm = np.fromiter(map(is_comm_kernel, map(_NAME, kernel_events)), bool, len(kernels.starts))
+    comm_rows = np.flatnonzero(is_comm).tolist()
+    return _Device(
+        pid=pid,
+        kernels=kernels,
+        memops=memops,
+        # NaN at position -1: "launched by nothing".
+        launch_ts=np.append(_floats(runtime, _TS) if launch_index else np.empty(0), np.nan),
+        launch_tids=lambda: list(map(_TID, runtime)),
+        is_comm=is_comm,
+        comm_kernels=[kernel_events[k] for k in comm_rows],
+        comm_launches=[runtime[j] if j >= 0 else None for j in kernels.launch[comm_rows].tolist()],
+    )
+
+
+def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Device:
+    """The numbers from the columns; the decoded events only for communication kernels."""
+    kernel_rows, memop_rows, launch_rows = columns.kernels, columns.memops, columns.launches
+    pid = _most_common_pid((kernel_rows if len(kernel_rows) else memop_rows).pid)
+    launches = LaunchIndex(launch_rows)
+    kernel_launch = launches.lookup(kernel_rows)
+    mine = kernel_rows.pid == pid
+
+    def on_device(rows: EventColumns, launch: NDArray[np.intp]) -> _DeviceEvents:
+        chosen = rows.pid == pid
+        starts = rows.ts[chosen]
+        return _DeviceEvents(starts, starts + rows.dur[chosen], launch[chosen])
+
+    kernels = on_device(kernel_rows, kernel_launch)
+    memops = on_device(memop_rows, launches.lookup(memop_rows))
+    # Decoded kernels line up with the rows marked decoded; the others are no communication.
+    decoded_rows = np.flatnonzero(kernel_rows.decoded)
+    names = map(_NAME, scanned.kernels)
+    comm_everywhere = np.zeros(len(kernel_rows), dtype=bool)
+    comm_everywhere[decoded_rows] = np.fromiter(map(is_comm_kernel, names), bool, len(decoded_rows))
+    comm_rows = np.flatnonzero(comm_everywhere & mine)
+    decoded_position = (np.cumsum(kernel_rows.decoded) - 1)[comm_rows].tolist()
+    # The selection keeps in the document every launch a decoded kernel names.
+    comm_launch_rows = kernel_launch[comm_rows]
+    named = comm_launch_rows[comm_launch_rows >= 0]
+    if not launch_rows.decoded[named].all():
+        raise TraceError(None, "the trace's device columns do not match its events")
+    launch_position = np.cumsum(launch_rows.decoded) - 1
+    runtime = scanned.runtime
+    return _Device(
+        pid=pid,
+        kernels=kernels,
+        memops=memops,
+        launch_ts=np.append(launch_rows.ts, np.nan),
+        launch_tids=lambda: launch_rows.tid.tolist(),
+        is_comm=comm_everywhere[mine],
+        comm_kernels=[scanned.kernels[i] for i in decoded_position],
+        comm_launches=[
+            runtime[launch_position[r]] if r >= 0 else None for r in comm_launch_rows.tolist()
+        ],
+    )
+
+
+def _most_common_pid(pids: NDArray[np.int64]) -> int:
+    """`_device_pid` on a column: the most frequent, the first seen among equals."""
+    values, first, counts = np.unique(pids, return_index=True, return_counts=True)
+    tied = counts == counts.max()
+    return int(values[tied][np.argmin(first[tied])])
+
+
+def _recomputed(
+    device: _Device, candidates: NDArray[np.bool_], recompute: RecomputeRanges
+) -> NDArray[np.bool_]:
+    """Which `candidates` (kernels) were launched inside a recompute range of their launching
+    thread."""
+    kernel_launch = device.kernels.launch
+    thread_code = {tid: code for code, tid in enumerate(recompute.by_thread)}
+    tids = device.launch_tids()
+    launch_thread = np.fromiter(map(thread_code.get, tids, repeat(-1)), np.intp, len(tids))
+    thread = np.append(launch_thread, -1)[kernel_launch]  # launch -1: no thread
+    launched_at = device.launch_ts[kernel_launch]
+    out = np.zeros(len(candidates), dtype=bool)
+    for tid, code in thread_code.items():
+        chosen = candidates & (thread == code)
+        out[chosen] = recompute.contains_each(tid, launched_at[chosen])
+    return out
+
+
+def _step_windows(
+    steps: list[CpuStep], devices: tuple[_DeviceEvents, ...], runtime_ts: FloatArray
+) -> tuple[StepWindow, ...]:
+    """The step windows (see the module docstring): device events assigned to the step whose
+    CPU range holds their launch, i.e. the latest step starting at or before the launch, if
+    the launch is not after that step's end."""
+    step_starts = np.array([step.start for step in steps])
+    step_ends = np.array([step.end for step in steps])
+    first_start = np.full(len(steps), np.inf)
+    last_end = np.full(len(steps), -np.inf)
+    for device in devices:
+        launched = device.launch >= 0
+        at = runtime_ts[device.launch[launched]]
+        step = np.searchsorted(step_starts, at, side="right") - 1
+        inside = (step >= 0) & (at <= step_ends[np.maximum(step, 0)])
+        step = step[inside]
+        np.minimum.at(first_start, step, device.starts[launched][inside])
+        np.maximum.at(last_end, step, device.ends[launched][inside])
+
+    windows: list[StepWindow] = []
+    firsts, lasts = first_start.tolist(), last_end.tolist()
+    live = [i for i, first in enumerate(firsts) if first < math.inf]
+    previous_end = -math.inf
+    for position, i in enumerate(live):
+        # Clipping to the previous window keeps windows disjoint even if a later step's first
+        # device event starts before an earlier one's (possible across streams).
+        start = max(firsts[i], previous_end)
+        end = firsts[live[position + 1]] if position + 1 < len(live) else lasts[i]
+        if end > start:
+            windows.append(StepWindow(steps[i].step, start, end))
+            previous_end = end
+    return tuple(windows)
+
+
+def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
+    steps = profiler_steps(scanned)
+    resolver = _CommResolver(scanned, context.view, context.groups)
+    recompute = recompute_ranges(scanned)
+
+    if context.columns is not None:
+        device = _device_from_columns(context.columns, scanned)
+    else:
+        device = _device_from_events(scanned)
+    kernels, is_comm = device.kernels, device.is_comm
+    windows = _step_windows(steps, (kernels, device.memops), device.launch_ts)
+    comms = tuple(
+        resolver.activity(kernel, launch, start, end)
+        for kernel, launch, start, end in zip(
+            device.comm_kernels,
+            device.comm_launches,
+            kernels.starts[is_comm].tolist(),
+            kernels.ends[is_comm].tolist(),
+            strict=True,
+        )
+    )
+    recomputed = np.zeros(len(is_comm), dtype=bool)
+    if recompute:
+        recomputed = _recomputed(device, ~is_comm & (kernels.launch >= 0), recompute)
+    compute = ~is_comm & ~recomputed
+    return Timeline(
+        rank=context.rank,
+        world_size=context.world_size,
+        device=_device_name(trace, device.pid),
+        clock_offset_s=context.clock_offset_s,
+        windows=windows,
+        compute=Spans(kernels.starts[compute], kernels.ends[compute]),
+        recompute=Spans(kernels.starts[recomputed], kernels.ends[recomputed]),
+        other=Spans(device.memops.starts, device.memops.ends),
+        comms=comms,
+    )

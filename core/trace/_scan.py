@@ -1,0 +1,87 @@
+"""One pass over ``traceEvents`` that sorts event references into the categories we use.
+
+No event is copied or converted here: the lists hold the trace's own `TraceEvent` Structs, so
+the pass costs an attribute read and a dict lookup per event. Category names cover current
+Kineto (``kernel``, ``cuda_runtime``, ...) and the older PyTorch 1.8-era names (``Kernel``,
+``Runtime``, ``Operator``, ...).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from mfuscope.core.trace._events import TraceEvent
+
+__all__ = [
+    "ANNOTATION_CATEGORIES",
+    "KERNEL_CATEGORIES",
+    "MEMOP_CATEGORIES",
+    "OPERATOR_CATEGORIES",
+    "PYTHON_CATEGORIES",
+    "RUNTIME_CATEGORIES",
+    "Event",
+    "ScannedEvents",
+    "named",
+    "scan_events",
+]
+
+Event = TraceEvent
+_NAME = operator.attrgetter("name")
+
+# The categories the analysis reads; events of any other category are never looked at.
+KERNEL_CATEGORIES = ("kernel", "Kernel")
+MEMOP_CATEGORIES = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime")
+OPERATOR_CATEGORIES = ("cpu_op", "Operator")
+ANNOTATION_CATEGORIES = ("user_annotation",)
+PYTHON_CATEGORIES = ("python_function",)
+
+
+@dataclass
+class ScannedEvents:
+    kernels: list[Event] = field(default_factory=list)
+    memops: list[Event] = field(default_factory=list)
+    runtime: list[Event] = field(default_factory=list)
+    cpu_ops: list[Event] = field(default_factory=list)
+    annotations: list[Event] = field(default_factory=list)
+    python: list[Event] = field(default_factory=list)
+    meta: list[Event] = field(default_factory=list)
+
+
+def scan_events(events: Sequence[Event]) -> ScannedEvents:
+    """Bucket events by category, in file order; metadata (``M``) events carry no category."""
+    out = ScannedEvents()
+    uncategorised: list[Event] = []
+    buckets = (
+        (KERNEL_CATEGORIES, out.kernels),
+        (MEMOP_CATEGORIES, out.memops),
+        (RUNTIME_CATEGORIES, out.runtime),
+        (OPERATOR_CATEGORIES, out.cpu_ops),
+        (ANNOTATION_CATEGORIES, out.annotations),
+        (PYTHON_CATEGORIES, out.python),
+    )
+    appenders: dict[str | None, Callable[[Event], None]] = {None: uncategorised.append}
+    for categories, bucket in buckets:
+        appenders.update(dict.fromkeys(categories, bucket.append))
+    get_appender = appenders.get
+    for event in events:
+        append = get_appender(event.cat)
+        if append is not None:
+            append(event)
+    out.meta.extend(e for e in uncategorised if e.ph == "M")
+    return out
+
+
+def named(events: list[Event], name: str) -> list[Event]:
+    """The events called `name`, in file order.
+
+    Compared with ``==`` rather than looked up in a set (the names are fresh strings whose hash
+    nothing else needs; unequal lengths fail ``==`` at once), and selected by C-level iterator
+    tools rather than a comprehension: this runs over every operator of the trace.
+    """
+    return list(
+        itertools.compress(events, map(operator.eq, map(_NAME, events), itertools.repeat(name)))
+    )

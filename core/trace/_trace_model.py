@@ -1,0 +1,99 @@
+"""The normalised timeline one rank's trace becomes before it is decomposed.
+
+Times stay in the trace's unit (microseconds on the trace clock) until the decomposition
+converts its results to seconds: no per-event unit conversion on the hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mfuscope.core.trace._intervals import Spans
+
+if TYPE_CHECKING:  # annotations only: both modules import this one
+    from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
+    from mfuscope.core.trace._columns import DeviceColumns
+
+__all__ = ["CommActivity", "RankContext", "StepWindow", "Timeline", "TraceError"]
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read or analysed. `path` names the file (None: not known here)."""
+
+    def __init__(self, path: object, message: str) -> None:
+        self.path = None if path is None else str(path)
+        self.message = message
+        super().__init__(message if self.path is None else f"{self.path}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class CommActivity:
+    """One communication interval on the timeline: an NCCL/RCCL kernel or a gloo work item.
+
+    `op` is an nccl-tests op name, `_collectives.BOOKKEEPING` (barrier: it occupies the timeline
+    but is no collective record) or None (a kernel whose op the trace does not say).
+    `group_size` and `bytes` are None when unknown. `duration` is the event's own ``dur``
+    (``end - start`` of two timestamps near 1e12 µs would lose a nanosecond to rounding).
+    """
+
+    start: float
+    end: float
+    duration: float
+    op: str | None
+    axis: str
+    tier: str
+    group_size: int | None
+    bytes: int | None
+
+    def sort_key(self) -> tuple[float, float, str, str, str, int, int]:
+        return (
+            self.start,
+            self.end,
+            self.op or "",
+            self.axis,
+            self.tier,
+            self.group_size or 0,
+            -1 if self.bytes is None else self.bytes,
+        )
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What both timelines (`_kineto`, `_gloo`) take besides the events: who the trace is from,
+    how its groups map to axes and tiers, and the columns `read_trace` read (None: none)."""
+
+    rank: int
+    world_size: int
+    clock_offset_s: float
+    view: TopologyView
+    groups: ProcessGroups
+    columns: DeviceColumns | None
+
+
+@dataclass(frozen=True, slots=True)
+class StepWindow:
+    """The timeline window ``[start, end)`` of profiler step `step`."""
+
+    step: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Everything the decomposition needs from one rank's trace.
+
+    `compute`, `recompute` and `other` are raw intervals (they may overlap and be unsorted);
+    `clock_offset_s` turns a trace timestamp into `start_s`: ``ts * 1e-6 + clock_offset_s``.
+    """
+
+    rank: int
+    world_size: int
+    device: str
+    clock_offset_s: float
+    windows: tuple[StepWindow, ...]
+    compute: Spans
+    recompute: Spans
+    other: Spans
+    comms: tuple[CommActivity, ...]

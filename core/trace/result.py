@@ -1,0 +1,160 @@
+"""Public data model of the step decomposition: options in, per-rank results out.
+
+All times are seconds, sizes bytes, rates bytes/s or FLOP/s, ratios 0..1 (DESIGN §2-3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from mfuscope.core.bandwidth import LinkModel
+
+__all__ = [
+    "AXIS_UNKNOWN",
+    "TIERS",
+    "TIER_INTER_NODE",
+    "TIER_INTRA_NODE",
+    "TIER_UNKNOWN",
+    "AnalysisOptions",
+    "CollectiveRecord",
+    "ExposedComm",
+    "RankAnalysis",
+    "StepDecomposition",
+]
+
+TIER_INTRA_NODE = "intra_node"
+TIER_INTER_NODE = "inter_node"
+TIER_UNKNOWN = "unknown"
+TIERS: tuple[str, ...] = (TIER_INTRA_NODE, TIER_INTER_NODE, TIER_UNKNOWN)
+AXIS_UNKNOWN = "unknown"
+
+
+def _check_optional_float(name: str, value: float | None, *, positive: bool) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number or None, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """How to read a trace: topology facts and the FLOPs needed for MFU/HFU.
+
+    - `gpus_per_node`: ranks per host used to tell intra- from inter-node groups
+      (rank r lives on host ``r // gpus_per_node``). None: 8 for GPU traces; for CPU-only (gloo)
+      traces all ranks are taken to share one host.
+    - `host_of_rank`: global rank -> host name; authoritative when given (the live agent knows it).
+    - `axis_overrides`: process-group name or description -> axis name (e.g. ``{"3": "tp"}``).
+    - `model_flops_per_step` / `recompute_flops_per_step`: this rank's FLOPs per step.
+    - `peak_flops`: dense peak FLOP/s of this rank's device for the training dtype.
+    - `links`: tier -> alpha-beta model, for the ideal time of pipeline p2p transfers (DESIGN §2).
+    """
+
+    gpus_per_node: int | None = None
+    host_of_rank: Mapping[int, str] | None = None
+    axis_overrides: Mapping[str, str] = field(default_factory=dict)
+    model_flops_per_step: float | None = None
+    recompute_flops_per_step: float | None = None
+    peak_flops: float | None = None
+    links: Mapping[str, LinkModel] | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node is not None and (
+            isinstance(self.gpus_per_node, bool)
+            or not isinstance(self.gpus_per_node, int)
+            or self.gpus_per_node < 1
+        ):
+            raise ValueError(f"gpus_per_node must be an integer >= 1, got {self.gpus_per_node!r}")
+        _check_optional_float("model_flops_per_step", self.model_flops_per_step, positive=False)
+        _check_optional_float(
+            "recompute_flops_per_step", self.recompute_flops_per_step, positive=False
+        )
+        _check_optional_float("peak_flops", self.peak_flops, positive=True)
+        for key, axis in self.axis_overrides.items():
+            if not isinstance(key, str) or not isinstance(axis, str) or not axis:
+                raise ValueError(f"axis_overrides entries must be str -> non-empty str: {key!r}")
+        if self.links is not None:
+            for tier, link in self.links.items():
+                if not isinstance(link, LinkModel):
+                    raise ValueError(f"links[{tier!r}] must be a LinkModel, got {link!r}")
+
+
+@dataclass(frozen=True)
+class ExposedComm:
+    """Exposed communication time of one step attributed to one (axis, tier), in seconds."""
+
+    axis: str
+    tier: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One collective or p2p operation observed in a step (DESIGN §3).
+
+    `bytes` is the full array size S as nccl-tests defines it (None when the trace does not say);
+    `seconds` the duration of its kernel (GPU) or gloo work (CPU), including any wait for peers;
+    `algbw = S / seconds`, `busbw = algbw * bus_factor(op, group_size)` (None when S or the group
+    is unknown); `overlapped_ratio` the fraction of `seconds` hidden under compute or recompute.
+    """
+
+    op: str
+    axis: str
+    tier: str
+    group_size: int
+    bytes: int | None
+    seconds: float
+    algbw_bytes_per_s: float | None
+    busbw_bytes_per_s: float | None
+    overlapped_ratio: float
+
+
+@dataclass(frozen=True)
+class StepDecomposition:
+    """One step window ``[start, start + wall)`` split into the DESIGN §2 buckets.
+
+    ``compute_s + recompute_s + exposed_comm_s + other_s + bubble_s == wall_s`` to float
+    rounding, ``bubble_s == bubble_pipeline_s + bubble_idle_s`` and ``exposed_comm_s`` is the
+    sum of `exposed_comm`. `overlapped_comm_s` (communication hidden under compute) lies beside
+    the buckets. `start_s` is Unix seconds when the trace carries ``baseTimeNanoseconds``,
+    otherwise seconds on the trace's own clock. `mfu`/`hfu` are None when FLOPs or peak are
+    unknown (`hfu` also when the step recomputes but no recompute FLOPs were given).
+    """
+
+    step: int
+    start_s: float
+    wall_s: float
+    compute_s: float
+    recompute_s: float
+    exposed_comm_s: float
+    other_s: float
+    bubble_s: float
+    bubble_pipeline_s: float
+    bubble_idle_s: float
+    overlapped_comm_s: float
+    exposed_comm: tuple[ExposedComm, ...]
+    collectives: tuple[CollectiveRecord, ...]
+    mfu: float | None
+    hfu: float | None
+
+
+@dataclass(frozen=True)
+class RankAnalysis:
+    """The decomposition of every profiled step of one rank's trace.
+
+    `device` is the device name from the trace (e.g. ``NVIDIA A100-PG509-200``) or ``cpu`` for
+    CPU-only traces.
+    """
+
+    rank: int
+    world_size: int
+    device: str
+    steps: tuple[StepDecomposition, ...]

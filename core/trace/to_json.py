@@ -1,0 +1,75 @@
+"""`analysis_to_json`: the ``mfuscope.analysis/1`` JSON document (`mfuscope analyze --json`).
+
+The shape is a public contract (issue 2): keys are stable, values in base units (seconds,
+bytes, bytes/s), ``null`` for unknown ``mfu`` / ``hfu`` / ``bytes`` / bandwidths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mfuscope.core.trace.result import (
+    CollectiveRecord,
+    ExposedComm,
+    RankAnalysis,
+    StepDecomposition,
+)
+
+__all__ = ["ANALYSIS_SCHEMA", "analysis_to_json"]
+
+ANALYSIS_SCHEMA = "mfuscope.analysis/1"
+
+
+def _exposed(entry: ExposedComm) -> dict[str, Any]:
+    return {"axis": entry.axis, "tier": entry.tier, "seconds": entry.seconds}
+
+
+def _collective(record: CollectiveRecord) -> dict[str, Any]:
+    return {
+        "op": record.op,
+        "axis": record.axis,
+        "tier": record.tier,
+        "group_size": record.group_size,
+        "bytes": record.bytes,
+        "seconds": record.seconds,
+        "algbw_bytes_per_s": record.algbw_bytes_per_s,
+        "busbw_bytes_per_s": record.busbw_bytes_per_s,
+        "overlapped_ratio": record.overlapped_ratio,
+    }
+
+
+def _step(step: StepDecomposition) -> dict[str, Any]:
+    return {
+        "step": step.step,
+        "start_s": step.start_s,
+        "wall_s": step.wall_s,
+        "compute_s": step.compute_s,
+        "recompute_s": step.recompute_s,
+        "exposed_comm_s": step.exposed_comm_s,
+        "other_s": step.other_s,
+        "bubble_s": step.bubble_s,
+        "bubble_pipeline_s": step.bubble_pipeline_s,
+        "bubble_idle_s": step.bubble_idle_s,
+        "overlapped_comm_s": step.overlapped_comm_s,
+        "exposed_comm": [_exposed(e) for e in step.exposed_comm],
+        "collectives": [_collective(c) for c in step.collectives],
+        "mfu": step.mfu,
+        "hfu": step.hfu,
+    }
+
+
+def analysis_to_json(ranks: Sequence[RankAnalysis]) -> dict[str, Any]:
+    """The JSON-ready document for the analyses of one or more ranks, in the given order."""
+    return {
+        "schema": ANALYSIS_SCHEMA,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "world_size": r.world_size,
+                "device": r.device,
+                "steps": [_step(s) for s in r.steps],
+            }
+            for r in ranks
+        ],
+    }

@@ -1,0 +1,1 @@
+"""The mfuscope test suite (`tests.support` holds the shared builders and fakes)."""

@@ -1,0 +1,3 @@
+"""Builders, fakes and helpers shared by the tests: `trace_builder` (synthetic Kineto traces from
+real event shapes), `agent_fakes` (stand-ins at the agent's boundaries), `agent_helpers` (stub
+collectors and the 2-rank torchrun job of `agent_job`)."""

@@ -1,0 +1,122 @@
+"""The demo's GPT model trained with DDP over gloo, instrumented with the mfuscope agent.
+
+Run under torchrun (the agent tests and `benchmarks/agent_overhead.py` do):
+
+    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/support/agent_job.py \
+        --steps 20 --jsonl /tmp/out.jsonl --collector-url http://127.0.0.1:PORT
+
+The model and data are the packaged demo's (`mfuscope.agent.examples.tiny_gpt`): every other
+block is activation-checkpointed with `checkpoint_context()`, so the profiled windows hold
+recomputation. Unlike `mfuscope demo` there is no DeviceMesh (the group's axis is `world`) and
+the agent takes test options (`--option`, `--fail-profiler`). Each rank writes its own step
+times (measured here, outside the agent) to `--times PATH` (`{rank}` replaced) as JSON, for the
+fault tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from mfuscope.agent import Agent, checkpoint_context
+from mfuscope.agent._agent import Seams
+from mfuscope.agent.examples.tiny_gpt import GPTConfig, GPTStage, MarkovTokens
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+CONFIG = GPTConfig(
+    vocab_size=512, seq_len=64, d_model=64, n_heads=4, n_layers=4, checkpoint_every=2
+)
+BATCH = 8
+DATA = MarkovTokens(CONFIG)
+
+
+def build(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    # Small buckets: several all-reduces per step, most of them overlapping the backward pass.
+    model = DistributedDataParallel(
+        GPTStage(CONFIG, context_fn=checkpoint_context), bucket_cap_mb=0.25
+    )
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    inputs, targets = DATA.batch(step, dist.get_rank(), BATCH)
+    model(inputs, targets).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+class _FailingProfiler:
+    """Stands in for torch.profiler when the fault test asks for a profiler that fails."""
+
+    def start(self) -> None:
+        raise RuntimeError("injected profiler failure")
+
+    def stop(self) -> None:
+        return None
+
+    def export_chrome_trace(self, path: str) -> Any:
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--job", default="agent-e2e")
+    parser.add_argument("--jsonl")
+    parser.add_argument("--collector-url")
+    parser.add_argument("--times", help="write this rank's step times (s) as JSON here")
+    parser.add_argument("--fail-profiler", action="store_true")
+    parser.add_argument("--close-timeout-s", type=float, default=10.0)
+    parser.add_argument("--option", action="append", default=[], help="agent NAME=VALUE")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    model, optimizer = build()
+    options: dict[str, object] = dict(item.split("=", 1) for item in args.option)
+    seams = Seams(profiler_factory=_FailingProfiler) if args.fail_profiler else None
+    agent = Agent(
+        job=args.job,
+        collector_url=args.collector_url,
+        model=model,
+        jsonl_path=args.jsonl,
+        seams=seams,
+        **options,  # strings: the agent parses them as it parses MFUSCOPE_* variables
+    )
+    times = []
+    for step in range(args.steps):
+        started = time.perf_counter()
+        with agent.step():
+            train_step(model, optimizer, step)
+        times.append(time.perf_counter() - started)
+    closing = time.perf_counter()
+    agent.close(args.close_timeout_s)
+    close_s = time.perf_counter() - closing
+    if args.times:
+        path = args.times.replace("{rank}", str(dist.get_rank()))
+        with open(path, "w") as handle:
+            json.dump({"step_s": times, "close_s": close_s, "health": _health(agent)}, handle)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _health(agent: Agent) -> dict[str, int]:
+    snapshot = agent.health.snapshot()
+    return {
+        "reports_dropped_total": snapshot.reports_dropped_total,
+        "send_failures_total": snapshot.send_failures_total,
+        "profiler_failures_total": snapshot.profiler_failures_total,
+        "windows_analysed_total": snapshot.windows_analysed_total,
+        "internal_errors": agent.health.internal_errors,
+    }
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

@@ -1,0 +1,181 @@
+"""Report building: breakdown fractions, components that sum to wall_s, collective aggregation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mfuscope.agent.reports import (
+    breakdown_from_steps,
+    collective_samples,
+    components_for,
+    make_report,
+)
+from mfuscope.core.schema import (
+    CollectiveSample,
+    ReportBatch,
+    batch_from_json,
+    batch_to_json,
+)
+
+from tests.support.agent_fakes import Decomposition, Exposed, Record
+
+
+def _step(step: int = 1, **kwargs: float) -> Decomposition:
+    values = {"compute_s": 0.6, "recompute_s": 0.1, "other_s": 0.05, "bubble_idle_s": 0.05}
+    values.update(kwargs)
+    exposed = values.pop("exposed", 0.2)
+    wall = math.fsum(values.values()) + exposed - values.get("overlapped_comm_s", 0.0)
+    return Decomposition(
+        step=step,
+        wall_s=wall,
+        exposed_comm_s=exposed,
+        exposed_comm=(
+            Exposed("dp", "inter_node", exposed * 0.75),
+            Exposed("tp", "intra_node", exposed * 0.25),
+        ),
+        **values,
+    )
+
+
+def test_breakdown_fractions_and_scaling() -> None:
+    breakdown = breakdown_from_steps([_step(overlapped_comm_s=0.0)], 1)
+    assert breakdown is not None and breakdown.step == 1
+    shares = {(s.component, s.axis, s.tier): s.fraction for s in breakdown.shares}
+    assert shares == pytest.approx(
+        {
+            ("compute", "", ""): 0.6,
+            ("recompute", "", ""): 0.1,
+            ("other", "", ""): 0.05,
+            ("bubble_idle", "", ""): 0.05,
+            ("exposed_comm", "dp", "inter_node"): 0.15,
+            ("exposed_comm", "tp", "intra_node"): 0.05,
+        }
+    )
+    components = components_for(breakdown, 2.0)
+    assert math.fsum(c.seconds for c in components) == 2.0
+    by_key = {(c.component, c.axis): c.seconds for c in components}
+    assert by_key[("compute", "")] == pytest.approx(1.2)
+    assert by_key[("exposed_comm", "dp")] == pytest.approx(0.3)
+
+
+def test_unattributed_exposed_time_keeps_an_unknown_axis() -> None:
+    step = Decomposition(
+        step=3,
+        wall_s=1.0,
+        compute_s=0.5,
+        exposed_comm_s=0.5,
+        exposed_comm=(Exposed("dp", "weird-tier", 0.2),),
+    )
+    breakdown = breakdown_from_steps([step], 3)
+    assert breakdown is not None
+    shares = {(s.component, s.axis, s.tier): s.fraction for s in breakdown.shares}
+    assert shares[("exposed_comm", "dp", "unknown")] == pytest.approx(0.2)
+    assert shares[("exposed_comm", "unknown", "unknown")] == pytest.approx(0.3)
+
+
+def test_empty_windows_give_no_breakdown() -> None:
+    assert breakdown_from_steps([], 1) is None
+    assert breakdown_from_steps([Decomposition(step=1, wall_s=0.0, compute_s=0.0)], 1) is None
+
+
+def test_collectives_aggregate_per_key_and_skip_unknown_ops() -> None:
+    records = [
+        Record("all_reduce", "dp", "inter_node", 16, 1000, 0.5, 0.5),
+        Record("all_reduce", "dp", "inter_node", 16, 1000, 0.25, 1.0),
+        Record("all_reduce", "dp", "inter_node", 16, 2000, 0.1, 0.0),
+        Record("all_gather", "", "intra_node", 8, None, 0.2, float("nan")),
+        Record("barrier", "dp", "inter_node", 16, 0, 0.1, 0.0),
+        Record("send", "pp", "inter_node", 0, 10, 0.1, 0.0),
+    ]
+    assert collective_samples(records) == (
+        CollectiveSample("all_gather", "unknown", "intra_node", 8, None, 1, 0.2, 0.0),
+        CollectiveSample("all_reduce", "dp", "inter_node", 16, 1000, 2, 0.75, 0.5),
+        CollectiveSample("all_reduce", "dp", "inter_node", 16, 2000, 1, 0.1, 0.0),
+    )
+
+
+bucket = st.floats(min_value=0.0, max_value=5.0, allow_nan=False)
+
+
+@given(
+    compute=bucket,
+    recompute=bucket,
+    other=bucket,
+    pipeline=bucket,
+    idle=bucket,
+    exposed=st.lists(
+        st.tuples(
+            st.sampled_from(["dp", "tp", "pp", ""]),
+            st.sampled_from(["intra_node", "inter_node", "x"]),
+            bucket,
+        ),
+        max_size=4,
+    ),
+    wall=st.floats(min_value=1e-6, max_value=86_000.0),
+)
+def test_components_always_sum_to_the_step_and_pass_the_schema(
+    compute: float,
+    recompute: float,
+    other: float,
+    pipeline: float,
+    idle: float,
+    exposed: list[tuple[str, str, float]],
+    wall: float,
+) -> None:
+    parts = tuple(Exposed(a, t, s) for a, t, s in exposed)
+    total_exposed = math.fsum(p.seconds for p in parts)
+    step = Decomposition(
+        step=5,
+        wall_s=compute + recompute + other + pipeline + idle + total_exposed,
+        compute_s=compute,
+        recompute_s=recompute,
+        other_s=other,
+        bubble_pipeline_s=pipeline,
+        bubble_idle_s=idle,
+        exposed_comm_s=total_exposed,
+        exposed_comm=parts,
+    )
+    breakdown = breakdown_from_steps([step], 5)
+    report = make_report(
+        step=9,
+        start_unix_ns=1,
+        wall_s=wall,
+        model_flops=1e12,
+        recompute_flops=1e11,
+        breakdown=breakdown,
+    )
+    if breakdown is None:
+        assert report.components == ()
+        return
+    assert math.isclose(math.fsum(c.seconds for c in report.components), wall, rel_tol=1e-9)
+    assert all(c.seconds >= 0 for c in report.components)
+    batch = ReportBatch(
+        job="j",
+        rank=0,
+        world_size=1,
+        host="h",
+        device="cpu",
+        peak_flops=1e12,
+        peak_source="measured",
+        sent_unix_ns=1,
+        reports=(report,),
+    )
+    assert batch_from_json(batch_to_json(batch)).reports[0].components == report.components
+
+
+@given(st.permutations(list(range(6))))
+def test_collective_aggregation_is_independent_of_order(order: list[int]) -> None:
+    records = [
+        Record("all_reduce", "dp", "inter_node", 4, 100 * (i % 2), 0.1 * (i + 1), 0.5)
+        for i in range(6)
+    ]
+    shuffled = [records[i] for i in order]
+    left, right = collective_samples(records), collective_samples(shuffled)
+    assert [(s.op, s.bytes, s.count) for s in left] == [(s.op, s.bytes, s.count) for s in right]
+    for a, b in zip(left, right, strict=True):
+        assert a.seconds == pytest.approx(b.seconds) and a.overlapped_s == pytest.approx(
+            b.overlapped_s
+        )

@@ -1,0 +1,247 @@
+"""Profiled windows: the schedule, the recorder, the off-thread analyser and the coordinator."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._windows import WindowCoordinator
+from mfuscope.agent.sampler import WindowAnalyser, WindowRecorder, WindowSchedule
+
+from tests.support.agent_fakes import EMPTY_TRACE, Decomposition, FakeProfiler
+
+
+@pytest.mark.parametrize(
+    ("steps", "times", "cost_s", "expected"),
+    [
+        # (step, now) pairs asked after a first window at step 2, t=0 (every 5 steps / 100 s)
+        ([3, 6, 7], [1.0, 2.0, 3.0], 0.0, [False, False, True]),
+        ([3, 4], [100.0, 101.0], 0.0, [True, True]),
+        ([100], [10.0], 0.5, [False]),  # the 0.5 s window at 1% budget needs 50 s
+        ([100], [50.0], 0.5, [True]),
+    ],
+)
+def test_schedule(
+    steps: list[int], times: list[float], cost_s: float, expected: list[bool]
+) -> None:
+    schedule = WindowSchedule(first_step=2, every_steps=5, every_s=100.0, max_overhead_ratio=0.01)
+    assert not schedule.due(1, 0.0)
+    assert schedule.due(2, 0.0)
+    schedule.started(2, 0.0)
+    schedule.record_cost(cost_s)
+    assert [schedule.due(s, t) for s, t in zip(steps, times, strict=True)] == expected
+
+
+def _annotate(log: list[str]) -> Any:
+    @contextlib.contextmanager
+    def annotate(name: str) -> Iterator[None]:
+        log.append(f"enter {name}")
+        yield
+        log.append(f"exit {name}")
+
+    return annotate
+
+
+def test_recorder_brackets_steps_and_returns_the_stopped_profiler() -> None:
+    log: list[str] = []
+    recorder = WindowRecorder(lambda: FakeProfiler(log), annotate=_annotate(log))
+    recorder.begin_step(7, first=True)
+    assert recorder.end_step(last=False) is None
+    recorder.begin_step(8, first=False)
+    assert recorder.end_step(last=True) is not None
+    assert log == [
+        "start",
+        "enter ProfilerStep#7",
+        "exit ProfilerStep#7",
+        "enter ProfilerStep#8",
+        "exit ProfilerStep#8",
+        "stop",
+    ]
+    assert not recorder.active
+
+
+# A profiled step of 1 s: 50% compute, 10% recompute, 40% idle; 0.2 s of hidden communication.
+_step = functools.partial(
+    Decomposition,
+    wall_s=1.0,
+    compute_s=0.5,
+    recompute_s=0.1,
+    bubble_idle_s=0.4,
+    overlapped_comm_s=0.2,
+)
+
+
+def test_analyser_exports_analyses_and_deletes_the_trace(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def analyse(path: str) -> Sequence[Any]:
+        seen.append(path)
+        assert Path(path).read_text() == EMPTY_TRACE
+        return [_step(3)]
+
+    analyser = WindowAnalyser(analyse, temp_dir=str(tmp_path))
+    analyser.submit(FakeProfiler([]), (3,))
+    outcome = analyser.wait(10.0)
+    assert outcome is not None and outcome.error is None
+    assert [d.step for d in outcome.decompositions] == [3]
+    assert outcome.cpu_s >= 0
+    assert len(seen) == 1 and not os.path.exists(seen[0])
+    assert list(tmp_path.iterdir()) == []
+    analyser.close(1.0)
+
+
+def test_analyser_reports_errors_and_still_deletes(tmp_path: Path) -> None:
+    def analyse(path: str) -> Sequence[Any]:
+        raise ValueError("not a trace")
+
+    analyser = WindowAnalyser(analyse, temp_dir=str(tmp_path))
+    analyser.submit(FakeProfiler([], fail="export"), (1,))
+    analyser.submit(FakeProfiler([]), (2,))
+    first, second = analyser.wait(10.0), analyser.wait(10.0)
+    assert first is not None and "injected export failure" in (first.error or "")
+    assert second is not None and "not a trace" in (second.error or "")
+    assert list(tmp_path.iterdir()) == []
+    analyser.close(1.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _coordinator(
+    tmp_path: Path,
+    analyse: Any,
+    fail: str = "",
+    clock: Clock | None = None,
+    timeout_s: float = 60.0,
+) -> tuple[WindowCoordinator, HealthCounters, list[str]]:
+    log: list[str] = []
+    health = HealthCounters()
+    coordinator = WindowCoordinator(
+        schedule=WindowSchedule(first_step=2, every_steps=4, every_s=1e9, max_overhead_ratio=1.0),
+        recorder=WindowRecorder(lambda: FakeProfiler(log, fail), annotate=_annotate(log)),
+        analyser=WindowAnalyser(analyse, temp_dir=str(tmp_path)),
+        window_steps=2,
+        analysis_timeout_s=timeout_s,
+        health=health,
+        log=RateLimitedLog(60.0),
+        clock=clock or Clock(),
+    )
+    return coordinator, health, log
+
+
+def _run_steps(coordinator: WindowCoordinator, steps: range, clock: Clock | None = None) -> None:
+    for step in steps:
+        coordinator.begin_step(step, allowed=True)
+        coordinator.end_step(step)
+        coordinator.observe_wall(step, 1.0)
+        if clock is not None:
+            clock.now += 1.0
+
+
+def _wait_resolved(coordinator: WindowCoordinator) -> tuple[int, ...]:
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        resolved = coordinator.poll()
+        if resolved:
+            return resolved
+        time.sleep(0.005)
+    return ()
+
+
+def test_coordinator_holds_window_steps_until_their_analysis(tmp_path: Path) -> None:
+    def analyse(path: str) -> Sequence[Any]:
+        return [_step(2, compute_s=0.6, bubble_idle_s=0.3), _step(3)]
+
+    clock = Clock()
+    coordinator, health, log = _coordinator(tmp_path, analyse, clock=clock)
+    _run_steps(coordinator, range(0, 2), clock)
+    assert log == [] and not coordinator.holds(1)
+    _run_steps(coordinator, range(2, 4), clock)
+    assert coordinator.holds(2) and coordinator.holds(3) and not coordinator.holds(4)
+    assert _wait_resolved(coordinator) == (2, 3)
+    assert not coordinator.holds(2)
+    own = coordinator.take_resolved(2)
+    assert own is not None and own.breakdown is not None and own.breakdown.step == 2
+    fractions = {s.component: s.fraction for s in own.breakdown.shares}
+    assert fractions["compute"] == pytest.approx(0.6)
+    assert coordinator.breakdown is not None and coordinator.breakdown.step == 3
+    assert health.snapshot().windows_analysed_total == 1
+    assert coordinator.last_cost_s is not None
+    # the next window opens 4 steps after the last one started
+    _run_steps(coordinator, range(4, 6), clock)
+    assert not coordinator.holds(5)
+    _run_steps(coordinator, range(6, 7), clock)
+    assert coordinator.holds(6)
+
+
+def test_coordinator_counts_a_failing_profiler_and_moves_on(tmp_path: Path) -> None:
+    coordinator, health, log = _coordinator(tmp_path, lambda path: [], fail="start")
+    _run_steps(coordinator, range(0, 4))
+    assert health.snapshot().profiler_failures_total == 1
+    assert log.count("start") == 1
+    assert not any(coordinator.holds(s) for s in range(4))
+
+
+def test_coordinator_gives_up_on_a_slow_analysis(tmp_path: Path) -> None:
+    clock = Clock()
+    release = __import__("threading").Event()
+
+    def analyse(path: str) -> Sequence[Any]:
+        release.wait(10.0)
+        return [_step(2), _step(3)]
+
+    coordinator, health, _ = _coordinator(tmp_path, analyse, clock=clock, timeout_s=5.0)
+    _run_steps(coordinator, range(0, 4))
+    assert coordinator.poll() == ()
+    clock.now += 6.0
+    assert coordinator.poll() == (2, 3)
+    assert health.snapshot().profiler_failures_total == 1
+    release.set()
+    # the late answer is ignored
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and coordinator.poll() == ():
+        if not coordinator._analyser.busy:
+            break
+        time.sleep(0.005)
+    assert health.snapshot().windows_analysed_total == 0
+
+
+def test_a_user_profiler_makes_the_window_skip_without_failure(tmp_path: Path) -> None:
+    log: list[str] = []
+    health = HealthCounters()
+    coordinator = WindowCoordinator(
+        schedule=WindowSchedule(first_step=0, every_steps=1, every_s=1e9, max_overhead_ratio=1.0),
+        recorder=WindowRecorder(lambda: FakeProfiler(log), busy=lambda: True),
+        analyser=WindowAnalyser(lambda path: [], temp_dir=str(tmp_path)),
+        window_steps=2,
+        analysis_timeout_s=60.0,
+        health=health,
+        log=RateLimitedLog(60.0),
+        clock=Clock(),
+    )
+    _run_steps(coordinator, range(0, 3))
+    assert log == []
+    assert health.snapshot().profiler_failures_total == 0
+    assert not any(coordinator.holds(s) for s in range(3))
+
+
+def test_torch_profiler_busy_sees_a_running_profiler() -> None:
+    import torch
+    from mfuscope.agent.sampler import torch_profiler_busy
+
+    assert not torch_profiler_busy()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert torch_profiler_busy()
+    assert not torch_profiler_busy()

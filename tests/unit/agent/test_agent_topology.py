@@ -1,0 +1,92 @@
+"""Topology: axis names from mesh dims / group descriptions, tiers from hosts, tp spanning hosts."""
+
+from __future__ import annotations
+
+import pytest
+from mfuscope.agent.topology import GroupSpec, axis_of_group, build_topology
+
+
+@pytest.mark.parametrize(
+    ("spec", "mesh_axes", "expected"),
+    [
+        (GroupSpec("0", "default_pg", (0, 1)), {}, "world"),
+        (GroupSpec("2", "mesh_tp", (0, 1)), {}, "tp"),
+        (GroupSpec("0", "default_pg", (0, 1)), {"0": "dp"}, "dp"),  # a mesh dim reusing world
+        (GroupSpec("3", "dp", (0, 1)), {}, "dp"),
+        (GroupSpec("4", "undefined", (0,)), {}, "pg4"),
+        (GroupSpec("5", "", (0,)), {}, "pg5"),
+        (GroupSpec("6", "mesh_", (0,)), {}, "mesh_"),
+    ],
+)
+def test_axis_of_group(spec: GroupSpec, mesh_axes: dict[str, str], expected: str) -> None:
+    assert axis_of_group(spec, mesh_axes) == expected
+
+
+def test_tiers_and_tp_spanning_hosts() -> None:
+    hosts = ["a", "a", "b", "b"]
+    topology = build_topology(
+        rank=1,
+        local_rank=1,
+        hosts=hosts,
+        groups=[
+            GroupSpec("0", "default_pg", (0, 1, 2, 3)),
+            GroupSpec("1", "mesh_tp", (0, 1)),
+            GroupSpec("2", "mesh_dp", (1, 3)),
+        ],
+    )
+    assert topology.host == "a" and topology.world_size == 4
+    assert [(g.axis, g.tier, g.spans_hosts) for g in topology.groups] == [
+        ("world", "inter_node", True),
+        ("tp", "intra_node", False),
+        ("dp", "inter_node", True),
+    ]
+    assert not topology.tp_spans_hosts
+    assert topology.axis_of_group_name == {"0": "world", "1": "tp", "2": "dp"}
+    schema = topology.to_schema({"intra_node": 4.5e11, "inter_node": 5e10})
+    assert [(g.axis, g.size, g.link_peak_bytes_per_s) for g in schema.groups] == [
+        ("world", 4, 5e10),
+        ("tp", 2, 4.5e11),
+        ("dp", 2, 5e10),
+    ]
+
+
+def test_tp_group_across_hosts_is_flagged() -> None:
+    topology = build_topology(
+        rank=0, local_rank=0, hosts=["a", "b"], groups=[GroupSpec("1", "mesh_tp", (0, 1))]
+    )
+    assert topology.tp_spans_hosts
+    assert topology.to_schema().tp_spans_hosts
+
+
+def test_unknown_hosts_give_unknown_tier_and_duplicates_collapse() -> None:
+    topology = build_topology(
+        rank=0,
+        local_rank=0,
+        hosts=["a", None],
+        groups=[GroupSpec("1", "dp", (0, 1)), GroupSpec("2", "dp", (0, 1))],
+    )
+    assert {g.tier for g in topology.groups} == {"unknown"}
+    assert len(topology.to_schema().groups) == 1
+    assert topology.host_of_rank == {0: "a"}
+
+
+def test_rank_outside_world_is_refused() -> None:
+    with pytest.raises(ValueError):
+        build_topology(rank=2, local_rank=0, hosts=["a", "a"], groups=())
+
+
+@pytest.mark.parametrize(
+    ("desc", "axis"),
+    [
+        ("mesh_tp", "tp"),
+        ("default_pg", "world"),
+        ("experts", "experts"),
+        ("undefined", None),
+        ("", None),
+        ("mesh_", "mesh_"),
+    ],
+)
+def test_axis_from_description(desc: str, axis: str | None) -> None:
+    from mfuscope.core.vocabulary import axis_from_description
+
+    assert axis_from_description(desc) == axis

@@ -1,0 +1,295 @@
+"""Transport: bounded buffer, batching, retries with backoff, close with timeout; the sinks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent.sinks import HttpSink, JsonlSink, SendError
+from mfuscope.agent.transport import RetryPolicy, Transport, backoff_delay_s
+from mfuscope.collector.testing import batch_dict
+from mfuscope.core.schema import StepReport
+
+from tests.support import agent_helpers as helpers
+
+
+def _report(step: int) -> StepReport:
+    return StepReport(step=step, start_unix_ns=1, wall_s=0.1, model_flops=1e9, recompute_flops=0.0)
+
+
+def _encode(reports: Sequence[StepReport]) -> bytes:
+    return json.dumps([r.step for r in reports]).encode()
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.005)
+    return condition()
+
+
+class FakeSink:
+    """Records delivered step lists; `failures` scripts errors for the next calls."""
+
+    def __init__(self, failures: Sequence[SendError] = (), gate: threading.Event | None = None):
+        self.delivered: list[list[int]] = []
+        self.calls = 0
+        self.failures = list(failures)
+        self.gate = gate
+        self.closed = False
+
+    def describe(self) -> str:
+        return "fake"
+
+    def send(self, body: bytes, timeout_s: float) -> None:
+        self.calls += 1
+        if self.gate is not None:
+            self.gate.wait(timeout_s)
+            if not self.gate.is_set():
+                raise SendError("timed out", retryable=True)
+        if self.failures:
+            raise self.failures.pop(0)
+        self.delivered.append(json.loads(body))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _transport(
+    sink: FakeSink,
+    health: HealthCounters,
+    *,
+    log: RateLimitedLog | None = None,
+    retry: RetryPolicy | None = None,
+    **kwargs: object,
+) -> Transport:
+    options: dict[str, object] = {"flush_interval_s": 60.0, "max_batch_reports": 4}
+    options.update(kwargs)
+    return Transport(
+        sink,
+        _encode,
+        health,
+        log or RateLimitedLog(60.0),
+        retry=retry or RetryPolicy(max_attempts=3, base_s=0.001, max_s=0.002),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_delivers_everything_in_order_in_bounded_batches() -> None:
+    sink, health = FakeSink(), HealthCounters()
+    transport = _transport(sink, health)
+    for step in range(10):
+        transport.submit(_report(step))
+    assert transport.close(5.0) is True
+    assert [s for batch in sink.delivered for s in batch] == list(range(10))
+    assert max(len(batch) for batch in sink.delivered) <= 4
+    assert health.snapshot().reports_dropped_total == 0
+    assert transport.sent_reports == 10
+    assert sink.closed
+
+
+def test_flush_interval_sends_a_partial_batch_without_close() -> None:
+    sink, health = FakeSink(), HealthCounters()
+    transport = _transport(sink, health, flush_interval_s=0.02, max_batch_reports=100)
+    transport.submit(_report(1))
+    assert _wait_for(lambda: sink.delivered == [[1]])
+    transport.close(1.0)
+
+
+def test_full_buffer_drops_oldest_and_counts() -> None:
+    gate = threading.Event()
+    sink, health = FakeSink(gate=gate), HealthCounters()
+    transport = _transport(sink, health, max_queue_reports=5, max_batch_reports=1)
+    transport.submit(_report(0))
+    assert _wait_for(lambda: sink.calls == 1)  # report 0 is in flight, blocked on the gate
+    for step in range(1, 11):
+        transport.submit(_report(step))
+    assert health.snapshot().reports_dropped_total == 5
+    gate.set()
+    assert transport.close(5.0) is True
+    assert [s for batch in sink.delivered for s in batch] == [0, 6, 7, 8, 9, 10]
+
+
+def test_retryable_failures_are_retried_and_counted() -> None:
+    failures = [SendError("refused", retryable=True), SendError("HTTP 500", retryable=True)]
+    sink, health = FakeSink(failures), HealthCounters()
+    transport = _transport(sink, health)
+    transport.submit(_report(7))
+    assert transport.close(5.0) is True
+    assert sink.delivered == [[7]]
+    assert health.snapshot().send_failures_total == 2
+    assert health.snapshot().reports_dropped_total == 0
+
+
+def test_permanent_failure_drops_the_batch_without_retry() -> None:
+    sink, health = FakeSink([SendError("HTTP 400", retryable=False, status=400)]), HealthCounters()
+    transport = _transport(sink, health)
+    transport.submit(_report(1))
+    transport.submit(_report(2))
+    transport.close(5.0)
+    assert sink.calls == 1
+    assert health.snapshot().send_failures_total == 1
+    assert health.snapshot().reports_dropped_total == 2
+
+
+def test_exhausted_retries_drop_and_log_once() -> None:
+    handler = ListHandler()
+    logger = logging.getLogger("test.agent.transport.once")
+    logger.addHandler(handler)
+    logger.propagate = False
+    failures = [SendError("refused", retryable=True) for _ in range(9)]
+    sink, health = FakeSink(failures), HealthCounters()
+    transport = _transport(sink, health, log=RateLimitedLog(60.0, logger=logger))
+    for step in range(3):
+        transport.submit(_report(step))
+        transport.flush_now()
+        expected_calls = 3 * (step + 1)
+        assert _wait_for(lambda: sink.calls >= expected_calls)  # noqa: B023
+    transport.close(5.0)
+    assert health.snapshot().send_failures_total == 9
+    assert health.snapshot().reports_dropped_total == 3
+    assert len([r for r in handler.records if "failed" in r.getMessage()]) == 1
+
+
+def test_close_gives_up_at_the_deadline_and_counts_leftovers() -> None:
+    gate = threading.Event()  # never set: the sink hangs until its timeout
+    sink, health = FakeSink(gate=gate), HealthCounters()
+    transport = _transport(
+        sink, health, retry=RetryPolicy(max_attempts=5, base_s=0.01, request_timeout_s=30.0)
+    )
+    for step in range(6):
+        transport.submit(_report(step))
+    started = time.monotonic()
+    assert transport.close(0.3) is False
+    assert time.monotonic() - started < 2.0
+    assert health.snapshot().reports_dropped_total == 6
+
+
+def test_submit_after_close_is_counted_not_raised() -> None:
+    sink, health = FakeSink(), HealthCounters()
+    transport = _transport(sink, health)
+    transport.close(1.0)
+    transport.submit(_report(1))
+    assert health.snapshot().reports_dropped_total == 1
+
+
+@pytest.mark.parametrize(
+    ("attempt", "base", "cap", "expected"),
+    [
+        (1, 0.5, 30.0, 0.5),
+        (2, 0.5, 30.0, 1.0),
+        (3, 0.5, 30.0, 2.0),
+        (7, 0.5, 30.0, 30.0),
+        (200, 0.5, 30.0, 30.0),
+        (1, 0.0, 30.0, 0.0),
+    ],
+)
+def test_backoff_delays(attempt: int, base: float, cap: float, expected: float) -> None:
+    assert backoff_delay_s(attempt, base, cap) == expected
+
+
+def test_rate_limited_log_counts_suppressed_messages() -> None:
+    handler = ListHandler()
+    logger = logging.getLogger("test.agent.ratelimit")
+    logger.addHandler(handler)
+    logger.propagate = False
+    now = [100.0]
+    log = RateLimitedLog(10.0, logger=logger, clock=lambda: now[0])
+    assert log.warning("k", "first") is True
+    assert log.warning("k", "second") is False
+    assert log.warning("other", "other kind") is True
+    now[0] += 10.0
+    assert log.warning("k", "third") is True
+    assert [r.getMessage() for r in handler.records] == [
+        "first",
+        "other kind",
+        "third (1 similar messages suppressed)",
+    ]
+
+
+# --- the real sinks ----------------------------------------------------------------------------
+
+
+def _batch(steps: Sequence[int]) -> bytes:
+    return json.dumps(batch_dict(steps=list(steps))).encode()
+
+
+def test_http_sink_posts_gzip_and_bearer_token() -> None:
+    stub = helpers.StubCollector(token="s3cret")
+    try:
+        HttpSink(stub.url, token="s3cret").send(_batch([1]), 2.0)
+        HttpSink(stub.url + "/", token="s3cret").send(_batch(range(2, 200)), 2.0)
+        assert [len(b.reports) for b in stub.batches] == [1, 198]
+        assert stub.gzip_bodies == 1  # only the large body is compressed
+        with pytest.raises(SendError) as caught:
+            HttpSink(stub.url, token="wrong").send(_batch([1]), 2.0)
+        assert (caught.value.status, caught.value.retryable) == (401, False)
+    finally:
+        stub.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "retryable"), [(500, True), (503, True), (429, True), (400, False), (413, False)]
+)
+def test_http_sink_error_statuses(status: int, retryable: bool) -> None:
+    stub = helpers.StubCollector(status=status)
+    try:
+        with pytest.raises(SendError) as caught:
+            HttpSink(stub.url).send(_batch([1]), 2.0)
+        assert caught.value.status == status
+        assert caught.value.retryable is retryable
+        assert "injected failure" in str(caught.value)
+    finally:
+        stub.close()
+
+
+def test_http_sink_absent_collector_is_retryable() -> None:
+    with pytest.raises(SendError) as caught:
+        HttpSink(helpers.closed_port_url()).send(_batch([1]), 2.0)
+    assert caught.value.retryable and caught.value.status is None
+
+
+def test_http_sink_hanging_collector_times_out() -> None:
+    hanging = helpers.HangingCollector()
+    try:
+        started = time.monotonic()
+        with pytest.raises(SendError) as caught:
+            HttpSink(hanging.url).send(_batch([1]), 0.2)
+        assert caught.value.retryable
+        assert 0.15 < time.monotonic() - started < 2.0
+    finally:
+        hanging.close()
+
+
+def test_http_sink_rejects_bad_urls() -> None:
+    with pytest.raises(ValueError):
+        HttpSink("ftp://example.org")
+
+
+def test_jsonl_sink_appends_one_line_per_batch_and_shares_files(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "out.jsonl"
+    first, second = JsonlSink(str(path)), JsonlSink(str(path))
+    first.send(_batch([1]), 1.0)
+    second.send(_batch([2]), 1.0)
+    first.send(_batch([3]) + b"\n", 1.0)
+    first.close()
+    second.close()
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["reports"][0]["step"] for line in lines] == [1, 2, 3]

@@ -1,0 +1,187 @@
+"""FLOPs counted with torch's FlopCounterMode over real CPU training steps, recompute apart."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+from mfuscope.agent.flop_counting import (
+    RecomputeCounter,
+    StepFlopCount,
+    StepFlops,
+    count_step_flops,
+    cpu_attention_flop_mapping,
+    recompute_context_fn,
+)
+from mfuscope.core.flops import TransformerShape, transformer_flops_per_token
+from torch import nn
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+from torch.utils.flop_counter import FlopCounterMode
+
+B, T, H, HEADS, V, LAYERS = 2, 32, 64, 4, 96, 2
+
+
+class Block(nn.Module):
+    """Pre-norm decoder block: q/k/v/o projections, CPU SDPA, a 4h MLP; no biases."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(H)
+        self.qkv = nn.Linear(H, 3 * H, bias=False)
+        self.out = nn.Linear(H, H, bias=False)
+        self.norm2 = nn.LayerNorm(H)
+        self.up = nn.Linear(H, 4 * H, bias=False)
+        self.down = nn.Linear(4 * H, H, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.norm1(x)).split(H, dim=-1)
+        q, k, v = (t.view(B, T, HEADS, H // HEADS).transpose(1, 2) for t in (q, k, v))
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(attn.transpose(1, 2).reshape(B, T, H))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, checkpointed: bool = False, counter: RecomputeCounter | None = None):
+        super().__init__()
+        self.embed = nn.Embedding(V, H)
+        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.head = nn.Linear(H, V, bias=False)
+        self.checkpointed = checkpointed
+        self.context_fn = recompute_context_fn(counter or RecomputeCounter())
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            if self.checkpointed:
+                x = checkpoint(block, x, use_reentrant=False, context_fn=self.context_fn)
+            else:
+                x = block(x)
+        return self.head(x)
+
+
+def _train_step(model: TinyGPT) -> None:
+    torch.manual_seed(0)
+    tokens = torch.randint(0, V, (B, T))
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.reshape(-1, V), tokens.reshape(-1))
+    loss.backward()
+    with torch.no_grad():  # plain SGD (torch.optim costs a second of imports; no FLOPs counted)
+        for p in model.parameters():
+            if p.grad is not None:
+                p -= 0.1 * p.grad
+
+
+SHAPE = TransformerShape(layers=LAYERS, hidden=H, heads=HEADS, vocab=V)
+# FlashAttention's backward recomputes the score matrix internally (2 * b * H * T^2 * Q per call):
+# FlopCounterMode counts it, the analytical conventions do not. Per layer: 2 * B * T^2 * H.
+FLASH_BACKWARD_SCORES = LAYERS * 2 * B * T * T * H
+
+
+@pytest.fixture(scope="module")
+def plain() -> StepFlops:
+    """One counted step without checkpointing (counted once: each step costs ~0.1-1 s here)."""
+    return count_step_flops(lambda: _train_step(TinyGPT()))
+
+
+def test_counted_step_matches_the_analytical_count(plain: StepFlops) -> None:
+    step = plain
+    analytical = transformer_flops_per_token(SHAPE, seq_len=T, convention="megatron").model
+    assert step.recompute_flops == 0
+    assert step.model_flops == analytical * B * T + FLASH_BACKWARD_SCORES
+
+
+def test_cpu_attention_is_registered() -> None:
+    # Without the mapping FlopCounterMode misses the CPU SDPA forward and backward entirely.
+    def step() -> None:
+        _train_step(TinyGPT())
+
+    with FlopCounterMode(display=False) as plain:
+        step()
+    with FlopCounterMode(display=False, custom_mapping=cpu_attention_flop_mapping()) as ours:
+        step()
+    attention_fwd = LAYERS * 4 * B * T * T * H
+    attention_bwd = LAYERS * 10 * B * T * T * H  # 5 bmm in torch's sdpa backward formula
+    assert ours.get_total_flops() - plain.get_total_flops() == attention_fwd + attention_bwd
+
+
+def test_recompute_is_counted_apart_and_excluded_from_model_flops(plain: StepFlops) -> None:
+    counter = RecomputeCounter()
+    with set_checkpoint_early_stop(False):  # recompute each whole block (torch stops early else)
+        step = count_step_flops(lambda: _train_step(TinyGPT(checkpointed=True, counter=counter)))
+    assert step.model_flops == plain.model_flops
+    # one forward of every block, exactly what the analytical "full" mode adds
+    full = transformer_flops_per_token(SHAPE, seq_len=T, recompute="full", convention="megatron")
+    assert step.recompute_flops == full.recompute * B * T
+    assert counter.total_flops == step.recompute_flops
+    assert step.hardware_flops == plain.model_flops + step.recompute_flops
+
+
+def test_early_stopping_recompute_is_still_apart(plain: StepFlops) -> None:
+    # torch's default non-reentrant checkpoint stops recomputing once the saved tensors are back,
+    # so it recomputes less than a full forward; the split must still be exact.
+    step = count_step_flops(lambda: _train_step(TinyGPT(checkpointed=True)))
+    assert step.model_flops == plain.model_flops
+    forward = transformer_flops_per_token(SHAPE, seq_len=T, recompute="full", convention="megatron")
+    assert 0 < step.recompute_flops <= forward.recompute * B * T
+
+
+def test_counter_keeps_counting_between_steps() -> None:
+    counter = RecomputeCounter()
+    model = TinyGPT(checkpointed=True, counter=counter)
+    _train_step(model)  # outside count_step_flops
+    first = counter.total_flops
+    assert first > 0
+    step = count_step_flops(lambda: _train_step(model))
+    assert counter.total_flops == first + step.recompute_flops
+
+
+def test_count_step_flops_is_not_reentrant() -> None:
+    with pytest.raises(RuntimeError, match="reentrant"):
+        count_step_flops(lambda: count_step_flops(lambda: None))
+    # and the registry is released after the failure
+    assert count_step_flops(lambda: None).model_flops == 0
+
+
+def test_recompute_on_another_thread_is_attributed_to_the_step() -> None:
+    # On GPU the backward (and the recomputation) runs on autograd's device threads; the
+    # registry is process-wide so the step still sees it.
+    counter = RecomputeCounter()
+    x = torch.randn(8, 16)
+    w = torch.randn(16, 16, requires_grad=True)
+
+    def step() -> None:
+        def recompute_elsewhere() -> None:
+            with counter.context():
+                _ = x @ w  # 2 * 8 * 16 * 16 FLOPs
+
+        worker = threading.Thread(target=recompute_elsewhere)
+        worker.start()
+        worker.join()
+
+    result = count_step_flops(step)
+    assert result.recompute_flops == 2 * 8 * 16 * 16
+    assert counter.total_flops == 2 * 8 * 16 * 16
+    # A plain thread does not inherit the step counter's dispatch mode, so its FLOPs were never
+    # in the step total and nothing is subtracted (model FLOPs never go negative).
+    assert result.model_flops == 0
+
+
+def test_begin_end_form_matches_the_function_form(plain: StepFlops) -> None:
+    model = TinyGPT(checkpointed=True)
+    with StepFlopCount() as count:
+        with pytest.raises(RuntimeError, match="not been counted"):
+            _ = count.result
+        _train_step(model)
+    assert count.result.model_flops == plain.model_flops
+    assert count.result.recompute_flops > 0
+
+
+def test_context_fn_shape() -> None:
+    forward_ctx, recompute_ctx = recompute_context_fn(RecomputeCounter())()
+    assert isinstance(forward_ctx, contextlib.nullcontext)
+    with recompute_ctx:
+        pass

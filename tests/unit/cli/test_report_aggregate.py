@@ -1,0 +1,372 @@
+"""The report's pure aggregation: merging batches, decomposition, waterfall, MFU, stragglers,
+bandwidth (cli/_report)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mfuscope.cli.report._bandwidth import bandwidth_by_tier
+from mfuscope.cli.report._data import ReportInputError, RunData, merge_batches
+from mfuscope.cli.report._decompose import (
+    KERNEL_INEFFICIENCY,
+    decomposition_per_rank,
+    mfu_waterfall,
+    overall_utilization,
+    utilization_over_steps,
+)
+from mfuscope.cli.report._stragglers import straggler_view
+from mfuscope.core.bandwidth import LinkModel, busbw_bytes_per_s, ideal_transfer_s
+from mfuscope.core.schema import (
+    AgentHealth,
+    CollectiveSample,
+    ComponentShare,
+    GroupInfo,
+    ReportBatch,
+    StepReport,
+    Topology,
+)
+
+
+def _step(
+    n: int,
+    wall: float,
+    parts: dict[str, float] | None = None,
+    *,
+    flops: float = 0.0,
+    recompute: float = 0.0,
+    comm: tuple[tuple[str, str, float], ...] = (),
+    collectives: tuple[CollectiveSample, ...] = (),
+) -> StepReport:
+    """`parts` maps components to seconds; the rest of the wall time is bubble_idle."""
+    components: list[ComponentShare] = []
+    if parts is not None or comm:
+        given_parts = dict(parts or {})
+        components = [ComponentShare(c, s) for c, s in given_parts.items()]
+        components += [ComponentShare("exposed_comm", s, axis=a, tier=t) for a, t, s in comm]
+        rest = wall - sum(c.seconds for c in components)
+        components.append(ComponentShare("bubble_idle", rest))
+    return StepReport(
+        step=n,
+        start_unix_ns=n * 1_000_000,
+        wall_s=wall,
+        model_flops=flops,
+        recompute_flops=recompute,
+        components=tuple(components),
+        collectives=collectives,
+    )
+
+
+def _batch(
+    rank: int,
+    steps: list[StepReport],
+    *,
+    job: str = "j",
+    world: int = 2,
+    peak: float | None = 1e12,
+    sent: int = 0,
+    health: AgentHealth | None = None,
+    topology: Topology | None = None,
+) -> ReportBatch:
+    return ReportBatch(
+        job=job,
+        rank=rank,
+        world_size=world,
+        host=f"h{rank}",
+        device="dev",
+        peak_flops=peak,
+        peak_source="spec" if peak else "unknown",
+        sent_unix_ns=sent,
+        reports=tuple(steps),
+        health=health or AgentHealth(),
+        topology=topology,
+    )
+
+
+# --- merging ---------------------------------------------------------------------------------
+
+
+def test_merge_dedupes_on_rank_and_step_first_copy_wins() -> None:
+    first = _batch(0, [_step(1, 1.0), _step(2, 2.0)], sent=1)
+    resent = _batch(0, [_step(2, 9.0), _step(3, 3.0)], sent=2, health=AgentHealth(3, 1, 0, 2))
+    run = merge_batches([first, resent, _batch(1, [_step(1, 1.0)])])
+    (r0, r1) = run.ranks
+    assert [s.step for s in r0.steps] == [1, 2, 3]
+    assert [s.wall_s for s in r0.steps] == [1.0, 2.0, 3.0]
+    assert r0.health == AgentHealth(3, 1, 0, 2)  # the latest batch's cumulative counters
+    assert r1.rank == 1 and run.step_count == 3 and run.world_size == 2
+
+
+def test_merge_needs_a_job_choice_when_several_are_present() -> None:
+    batches = [_batch(0, [_step(1, 1.0)], job="a"), _batch(0, [_step(1, 1.0)], job="b")]
+    with pytest.raises(ReportInputError, match="several jobs"):
+        merge_batches(batches)
+    assert merge_batches(batches, job="b").job == "b"
+    with pytest.raises(ReportInputError, match="not in the input"):
+        merge_batches(batches, job="c")
+    with pytest.raises(ReportInputError, match="no agent batches"):
+        merge_batches([])
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_merge_does_not_depend_on_batch_order(seed: int) -> None:
+    batches = [
+        _batch(r, [_step(s, 0.1 + r + s / 10, {"compute": 0.05})], sent=s)
+        for r in range(3)
+        for s in range(5)
+    ]
+    shuffled = batches[:]
+    random.Random(seed).shuffle(shuffled)
+    assert merge_batches(shuffled) == merge_batches(batches)
+
+
+# --- decomposition and waterfall ---------------------------------------------------------------
+
+
+def test_decomposition_is_the_mean_per_step_with_shared_segments() -> None:
+    run = merge_batches(
+        [
+            _batch(
+                0,
+                [
+                    _step(0, 1.0),
+                    _step(1, 1.0, {"compute": 0.6}, comm=(("dp", "intra_node", 0.1),)),
+                    _step(2, 2.0, {"compute": 1.0}, comm=(("dp", "intra_node", 0.5),)),
+                ],
+            ),
+            _batch(1, [_step(1, 1.0, {"compute": 0.9, "recompute": 0.1})]),
+        ]
+    )
+    r0, r1 = decomposition_per_rank(run)
+    assert (r0.steps, r0.mean_step_s) == (2, 1.5)  # step 0 has no components: left out
+    seconds0 = {s.label: s.seconds for s in r0.segments}
+    assert seconds0 == pytest.approx(
+        {"compute": 0.8, "recompute": 0.0, "exposed comm dp/intra_node": 0.3, "bubble idle": 0.4}
+    )
+    assert [s.label for s in r1.segments] == [s.label for s in r0.segments]
+    assert r1.fraction("compute") == pytest.approx(0.9)
+    assert r1.fraction("exposed_comm") == 0.0
+
+
+def test_waterfall_known_values() -> None:
+    # 1 s at 1 TFLOP/s peak: compute 0.5 s doing 0.25 TFLOP, exposed comm 0.2 s, idle 0.3 s.
+    step = _step(
+        0,
+        1.0,
+        {"compute": 0.5},
+        comm=(("dp", "intra_node", 0.2),),
+        flops=0.25e12,
+        recompute=0.05e12,
+    )
+    w = mfu_waterfall(merge_batches([_batch(0, [step], world=1)]))
+    assert w is not None
+    assert w.mfu == pytest.approx(0.25) and w.hfu == pytest.approx(0.30)
+    assert w.kernel_efficiency == pytest.approx(0.5)
+    slices = {s.label: s.fraction for s in w.slices}
+    assert slices == pytest.approx(
+        {"exposed comm dp/intra_node": 0.2, "bubble idle": 0.3, KERNEL_INEFFICIENCY: 0.25}
+    )
+    assert [s.component for s in w.slices] == ["exposed_comm", "bubble_idle", KERNEL_INEFFICIENCY]
+
+
+def test_waterfall_weights_ranks_by_their_peak() -> None:
+    # Rank 0 (peak 3) is fully busy at MFU 1; rank 1 (peak 1) is idle. Job MFU = 3/4, as
+    # sum(model_flops) / sum(peak * wall) gives, not the mean of per-rank MFUs (1/2).
+    busy = _batch(0, [_step(0, 1.0, {"compute": 1.0}, flops=3.0)], peak=3.0)
+    idle = _batch(1, [_step(0, 1.0, {})], peak=1.0)
+    w = mfu_waterfall(merge_batches([busy, idle]))
+    assert w is not None
+    assert w.mfu == pytest.approx(0.75)
+    assert {s.label: s.fraction for s in w.slices} == pytest.approx(
+        {"bubble idle": 0.25, KERNEL_INEFFICIENCY: 0.0}
+    )
+
+
+_COMPONENTS = st.fixed_dictionaries(
+    {c: st.floats(0.0, 1.0) for c in ("compute", "recompute", "other", "bubble_pipeline")}
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ranks=st.lists(
+        st.tuples(
+            st.floats(1e9, 1e15),  # peak
+            st.lists(
+                st.tuples(
+                    st.floats(1e-3, 10.0),
+                    _COMPONENTS,
+                    st.floats(0, 1),
+                    st.floats(0, 1),
+                    st.floats(0, 0.5),
+                ),
+                min_size=1,
+                max_size=5,
+            ),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_waterfall_slices_and_mfu_sum_to_one(
+    ranks: list[tuple[float, list[tuple[float, dict[str, float], float, float, float]]]],
+) -> None:
+    batches = []
+    for rank, (peak, steps) in enumerate(ranks):
+        reports = []
+        for n, (wall, weights, comm, efficiency, recompute_share) in enumerate(steps):
+            total = sum(weights.values()) + comm + 1.0  # +1: some idle time always
+            parts = {c: wall * v / total for c, v in weights.items()}
+            comm_s = wall * comm / total
+            flops = peak * parts["compute"] * efficiency
+            reports.append(
+                _step(
+                    n,
+                    wall,
+                    parts,
+                    comm=(("dp", "intra_node", comm_s),),
+                    flops=flops,
+                    recompute=flops * recompute_share,
+                )
+            )
+        batches.append(_batch(rank, reports, world=len(ranks), peak=peak))
+    run = merge_batches(batches)
+    w = mfu_waterfall(run)
+    assert w is not None
+    assert math.fsum(s.fraction for s in w.slices) + w.mfu == pytest.approx(1.0, abs=1e-9)
+    assert 0 <= w.mfu <= w.hfu + 1e-12
+    assert all(s.fraction >= -1e-12 for s in w.slices)  # efficiency <= 1 here
+    overall = overall_utilization(run)
+    assert overall is not None and overall[0] == pytest.approx(w.mfu)
+    for rank in decomposition_per_rank(run):
+        assert math.fsum(s.seconds for s in rank.segments) == pytest.approx(rank.mean_step_s)
+
+
+def test_waterfall_and_mfu_are_unknown_without_flops_or_peaks() -> None:
+    step = _step(0, 1.0, {"compute": 1.0}, flops=1.0)
+    no_peak = merge_batches([_batch(0, [step], peak=None)])
+    assert mfu_waterfall(no_peak) is None
+    assert utilization_over_steps(no_peak) == ()
+    assert overall_utilization(no_peak) is None
+    with_peak = merge_batches([_batch(0, [step])])
+    no_flops = RunData(with_peak.job, 1, with_peak.ranks, "traces", flops_known=False)
+    assert mfu_waterfall(no_flops) is None and overall_utilization(no_flops) is None
+
+
+def test_utilization_per_step_is_a_ratio_of_sums() -> None:
+    run = merge_batches(
+        [
+            _batch(
+                0, [_step(0, 1.0, flops=2.0, recompute=1.0), _step(1, 2.0, flops=2.0)], peak=4.0
+            ),
+            _batch(1, [_step(0, 1.0, flops=1.0)], peak=1.0),
+        ]
+    )
+    s0, s1 = utilization_over_steps(run)
+    assert (s0.step, s0.ranks) == (0, 2)
+    assert s0.mfu == pytest.approx(3.0 / 5.0) and s0.hfu == pytest.approx(4.0 / 5.0)
+    assert (s1.step, s1.ranks, s1.mfu) == (1, 1, pytest.approx(2.0 / 8.0))
+
+
+# --- stragglers --------------------------------------------------------------------------------
+
+
+def test_straggler_view_finds_the_busy_rank() -> None:
+    # Rank 1 computes 0.9 s per 1 s step; the others compute 0.5 s and wait the rest.
+    batches = [
+        _batch(
+            r,
+            [
+                _step(n, 1.0 + 0.01 * (r == 1), {"compute": 0.9 if r == 1 else 0.5})
+                for n in range(4)
+                if not (r == 2 and n == 3)
+            ],
+            world=3,
+        )
+        for r in range(3)
+    ]
+    view = straggler_view(merge_batches(batches))
+    paces = {p.rank: p for p in view.ranks}
+    assert paces[1].busy_ratio == pytest.approx(1.8)
+    assert paces[0].busy_ratio == pytest.approx(1.0)
+    assert paces[1].step_ratio == pytest.approx(1.01)
+    assert view.slowest is not None and view.slowest.rank == 1
+    assert view.steps == (0, 1, 2, 3)
+    assert view.relative_step_time[2][3] is None  # rank 2 never reported step 3
+    assert view.relative_step_time[1][0] == pytest.approx(1.01)
+
+
+def test_straggler_busy_is_unknown_without_components() -> None:
+    view = straggler_view(merge_batches([_batch(0, [_step(0, 1.0)]), _batch(1, [_step(0, 3.0)])]))
+    assert [p.busy_ratio for p in view.ranks] == [None, None]
+    assert [p.step_ratio for p in view.ranks] == pytest.approx([0.5, 1.5])
+
+
+# --- bandwidth ---------------------------------------------------------------------------------
+
+
+def _allreduce(size: int, count: int, seconds: float, tier: str = "intra_node") -> CollectiveSample:
+    return CollectiveSample("all_reduce", "dp", tier, 4, size, count, seconds, 0.0)
+
+
+def test_bandwidth_merges_calls_and_follows_nccl_tests() -> None:
+    topo = Topology((GroupInfo("dp", "intra_node", 4, False, 4.5e11),))
+    run = merge_batches(
+        [
+            _batch(
+                0,
+                [_step(0, 1.0, collectives=(_allreduce(1 << 20, 2, 4e-3),))],
+                world=4,
+                topology=topo,
+            ),
+            _batch(
+                1,
+                [
+                    _step(
+                        0,
+                        1.0,
+                        collectives=(
+                            _allreduce(1 << 20, 1, 5e-3),
+                            CollectiveSample(
+                                "all_gather", "dp", "intra_node", 4, None, 1, 1e-3, 0.0
+                            ),
+                            _allreduce(1 << 10, 1, 0.0),
+                        ),
+                    )
+                ],
+                world=4,
+            ),
+        ]
+    )
+    (tier,) = bandwidth_by_tier(run)
+    (point,) = tier.points  # unknown size and zero duration are left out
+    assert (point.calls, point.seconds_per_call) == (3, pytest.approx(3e-3))
+    assert point.busbw_bytes_per_s == pytest.approx(
+        busbw_bytes_per_s("all_reduce", 4, 1 << 20, 3e-3)
+    )
+    assert point.bus_bytes == pytest.approx((1 << 20) * 1.5)
+    assert tier.specs == (("dp", 4.5e11),)
+    assert tier.fit is None  # one size only
+
+
+def test_bandwidth_fit_recovers_the_tier_model() -> None:
+    truth = LinkModel(30e-6, 2e10)
+    sizes = [1 << k for k in range(12, 28, 3)]
+    reports = [
+        _step(
+            0,
+            1.0,
+            collectives=tuple(
+                _allreduce(s, 2, 2 * ideal_transfer_s(truth, s * 1.5), "inter_node") for s in sizes
+            ),
+        )
+    ]
+    (tier,) = bandwidth_by_tier(merge_batches([_batch(0, reports, world=4)]))
+    assert tier.tier == "inter_node" and tier.specs == ()
+    assert tier.fit is not None
+    assert tier.fit.link.alpha_s == pytest.approx(30e-6, rel=1e-6)
+    assert tier.fit.link.beta_bytes_per_s == pytest.approx(2e10, rel=1e-6)

@@ -1,0 +1,175 @@
+"""Prometheus rules and scrape configs: structure, naming, runbooks, and promtool test coverage.
+
+promtool itself runs in tests/integration/prometheus/test_promtool.py; these checks need no binary.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+PROMETHEUS = ROOT / "deploy" / "prometheus"
+RULE_FILES = sorted((PROMETHEUS / "rules").glob("*.yml"))
+RECORDING_TESTS = PROMETHEUS / "tests" / "recording_test.yml"
+ALERT_TESTS = PROMETHEUS / "tests" / "alerts_test.yml"
+OPERATIONS = ROOT / "docs" / "operations.md"
+SCRAPE_CONFIGS = [
+    PROMETHEUS / "prometheus.yml",
+    ROOT / "deploy" / "compose" / "prometheus.yml",
+    ROOT / "deploy" / "kubernetes" / "prometheus-scrape-config.yml",
+]
+SEVERITIES = {"critical", "warning", "info"}
+# Prometheus's level:metric:operations convention, with our prefix on the metric part.
+RECORD_NAME = re.compile(r"^[a-z_]+:mfuscope_[a-z0-9_]+:[a-z0-9_]+$")
+
+Rule = dict[str, Any]
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _rules() -> list[Rule]:
+    return [
+        rule for path in RULE_FILES for group in _yaml(path)["groups"] for rule in group["rules"]
+    ]
+
+
+def _recording_rules() -> list[Rule]:
+    return [r for r in _rules() if "record" in r]
+
+
+def _alert_rules() -> list[Rule]:
+    return [r for r in _rules() if "alert" in r]
+
+
+def _github_anchors(markdown: str) -> set[str]:
+    """Heading anchors as GitHub renders them: lower case, punctuation dropped, spaces -> '-'."""
+    anchors = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", markdown, flags=re.MULTILINE):
+        anchors.add(re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_rule_files_are_the_two_we_document() -> None:
+    assert [p.name for p in RULE_FILES] == ["mfuscope-alerts.yml", "mfuscope-recording.yml"]
+    assert len(_recording_rules()) >= 20 and len(_alert_rules()) >= 13
+
+
+@pytest.mark.parametrize("rule", _recording_rules(), ids=lambda r: r["record"])
+def test_recording_rule_naming(rule: Rule) -> None:
+    name = rule["record"]
+    assert RECORD_NAME.match(name), f"{name} does not follow level:metric:operations"
+    level = name.split(":")[0]
+    # Every label the level names is kept by the expression: grouped by, or carried by the
+    # recorded series it reads (whose level names it), or set by the rule.
+    words = set(re.split(r"[^a-z]+", rule["expr"])) | set(rule.get("labels", {}))
+    for label in level.split("_"):
+        assert label in ("job", "component", "axis", "tier", "op", "quantile"), (name, label)
+        assert label in words, f"{name}: level names {label!r} but the expression never keeps it"
+
+
+def test_recording_rule_names_are_unique_up_to_their_labels() -> None:
+    keys = [(r["record"], tuple(sorted(r.get("labels", {}).items()))) for r in _recording_rules()]
+    assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize(
+    "rule", _alert_rules(), ids=lambda r: f"{r['alert']}-{r['labels']['severity']}"
+)
+def test_alert_has_severity_and_annotations_on_call_can_use(rule: Rule) -> None:
+    assert rule["alert"].startswith("MFUScope"), (
+        "the Fleet dashboard lists ALERTS{alertname=~'MFUScope.*'}"
+    )
+    assert rule["labels"]["severity"] in SEVERITIES
+    annotations = rule["annotations"]
+    assert set(annotations) == {"summary", "description", "runbook"}
+    assert len(annotations["summary"]) <= 160 and "\n" not in annotations["summary"]
+    assert len(annotations["description"]) >= 120, "say what the numbers mean"
+    assert len(annotations["runbook"]) >= 100, "say what to check first"
+    # `for:` only on alerts whose condition can flicker; health counters fire at once.
+    duration = rule.get("for", "0m")
+    assert re.fullmatch(r"\d+[smh]", duration), duration
+
+
+def test_runbook_links_point_at_sections_of_the_operations_guide() -> None:
+    anchors = _github_anchors(OPERATIONS.read_text(encoding="utf-8"))
+    for rule in _alert_rules():
+        links = re.findall(r"docs/operations\.md#([a-z0-9_-]+)", rule["annotations"]["runbook"])
+        assert links == [rule["alert"].lower()], (rule["alert"], links)
+        assert links[0] in anchors, f"docs/operations.md has no section for {rule['alert']}"
+
+
+def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
+    tests = _yaml(RECORDING_TESTS)["tests"]
+    checked_exprs = [t["expr"] for test in tests for t in test.get("promql_expr_test", [])]
+    untested = [
+        r["record"]
+        for r in _recording_rules()
+        if not any(re.search(rf"{re.escape(r['record'])}(?![a-z0-9_:])", e) for e in checked_exprs)
+    ]
+    assert not untested, untested
+    # Every check states its expected samples (an empty list is a deliberate absence check).
+    assert all("exp_samples" in t for test in tests for t in test["promql_expr_test"])
+
+
+def test_every_alert_is_tested_firing_and_not_firing() -> None:
+    firing: set[tuple[str, str]] = set()
+    silent: set[str] = set()
+    for test in _yaml(ALERT_TESTS)["tests"]:
+        for case in test.get("alert_rule_test", []):
+            if case["exp_alerts"]:
+                for alert in case["exp_alerts"]:
+                    firing.add((case["alertname"], alert["exp_labels"]["severity"]))
+                    assert set(alert["exp_annotations"]) == {"summary", "description", "runbook"}
+            else:
+                silent.add(case["alertname"])
+    for rule in _alert_rules():
+        assert (rule["alert"], rule["labels"]["severity"]) in firing, f"{rule['alert']} never fires"
+        assert rule["alert"] in silent, f"{rule['alert']} has no not-firing case"
+
+
+def test_promtool_test_files_load_the_project_rules() -> None:
+    for path in (RECORDING_TESTS, ALERT_TESTS):
+        for rule_file in _yaml(path)["rule_files"]:
+            assert (path.parent / rule_file).resolve() in [p.resolve() for p in RULE_FILES]
+
+
+@pytest.mark.parametrize("path", SCRAPE_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_scrape_configs_keep_the_training_job_label(path: Path) -> None:
+    jobs = _yaml(path)["scrape_configs"]
+    assert jobs
+    for job in jobs:
+        assert job["honor_labels"] is True, f"{job['job_name']}: the collector's job label is lost"
+        assert "mfuscope" in job["job_name"], (
+            "MFUScopeCollectorDown selects up{job=~'.*mfuscope.*'}"
+        )
+        assert job.get("metrics_path", "/metrics") == "/metrics"
+
+
+def test_plain_prometheus_config_loads_exactly_the_project_rules() -> None:
+    config = _yaml(PROMETHEUS / "prometheus.yml")
+    loaded = sorted((PROMETHEUS / f).resolve() for f in config["rule_files"])
+    assert loaded == [p.resolve() for p in RULE_FILES]
+    assert config["scrape_configs"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9464"]
+
+
+def test_alert_thresholds_fire_before_the_collector_forgets_silent_ranks() -> None:
+    """The collector drops ranks silent for expire_after_s (default 300 s), and their age series
+    with them: the silence alerts must be able to fire before that."""
+    from mfuscope.collector.app import CollectorConfig
+
+    expire_s = CollectorConfig().expire_after_s
+    seconds = {"s": 1, "m": 60, "h": 3600}
+    for rule in _alert_rules():
+        if "mfuscope_last_report_age_seconds" not in rule["expr"]:
+            continue
+        threshold = float(re.search(r"mfuscope_last_report_age_seconds\) > (\d+)", rule["expr"])[1])
+        wait = int(rule["for"][:-1]) * seconds[rule["for"][-1]]
+        # + one 15 s scrape interval and one 15 s rule evaluation
+        assert threshold + wait + 30 < expire_s, rule["alert"]

@@ -1,0 +1,298 @@
+"""Exposition: exact Prometheus text for a known input, format negotiation, and the data model."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from mfuscope.collector import BadRequest, Collector, StateConfig
+from mfuscope.collector.routes import HttpRequest, Routes
+from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
+from mfuscope.exporters.model import HistogramSample, MetricFamily, Sample
+from mfuscope.exporters.prometheus import new_registry, render
+
+COLLECTIVES = [
+    {
+        "op": "all_reduce",
+        "axis": "dp",
+        "tier": "inter_node",
+        "group_size": 2,
+        "bytes": 1000,
+        "count": 2,
+        "seconds": 0.25,
+        "overlapped_s": 0.125,
+    }
+]
+TOPOLOGY = {
+    "groups": [
+        {
+            "axis": "dp",
+            "tier": "inter_node",
+            "size": 2,
+            "spans_hosts": True,
+            "link_peak_bytes_per_s": 16000.0,
+        }
+    ]
+}
+
+
+def known_collector(**config: bool) -> tuple[Collector, FakeClock]:
+    """Two ranks of job "train": rank 0 sends steps 1-2 (step 1 profiled), rank 1 sends step 1
+    twice (one duplicate), and one batch is refused."""
+    clock = FakeClock()
+    collector = Collector(StateConfig(**config), clock=clock)
+    rank0 = batch_dict(
+        job="train",
+        rank=0,
+        reports=[report_dict(1, collectives=COLLECTIVES), report_dict(2, wall_s=0.5)],
+        topology=TOPOLOGY,
+        health={"reports_dropped_total": 2, "windows_analysed_total": 1},
+    )
+    collector.ingest(json.dumps(rank0).encode())
+    clock.advance(2)
+    rank1 = batch_dict(
+        job="train",
+        rank=1,
+        reports=[report_dict(1, wall_s=2.0, compute_fraction=0.5)],
+        topology=TOPOLOGY,
+    )
+    collector.ingest(json.dumps(rank1).encode())
+    collector.ingest(json.dumps(rank1).encode())
+    with pytest.raises(BadRequest, match="schema"):
+        collector.ingest(b"{}")
+    clock.advance(1)
+    return collector, clock
+
+
+# Hand-checked: MFU = (8e11 FLOP / 1.5 s + 4e11 / 2 s) / 2e12 FLOP/s; the straggler is rank 1,
+# whose own time (2 s - 1 s exposed) is 1.28x the median of 0.5625 s (rank 0) and 1 s.
+EXPECTED = """\
+# HELP mfuscope_steps_total step reports accepted
+# TYPE mfuscope_steps_total counter
+mfuscope_steps_total{job="train"} 3.0
+# HELP mfuscope_step_seconds_total sum of step wall time over ranks, seconds
+# TYPE mfuscope_step_seconds_total counter
+mfuscope_step_seconds_total{job="train"} 3.5
+# HELP mfuscope_model_flops_total model FLOPs (the MFU numerator)
+# TYPE mfuscope_model_flops_total counter
+mfuscope_model_flops_total{job="train"} 1.2e+12
+# HELP mfuscope_hardware_flops_total model + recompute FLOPs (the HFU numerator)
+# TYPE mfuscope_hardware_flops_total counter
+mfuscope_hardware_flops_total{job="train"} 1.5e+12
+# HELP mfuscope_overlapped_comm_seconds_total communication hidden under compute, seconds
+# TYPE mfuscope_overlapped_comm_seconds_total counter
+mfuscope_overlapped_comm_seconds_total{job="train"} 0.0
+# HELP mfuscope_reports_duplicate_total re-sent step reports acknowledged and not counted
+# TYPE mfuscope_reports_duplicate_total counter
+mfuscope_reports_duplicate_total{job="train"} 1.0
+# HELP mfuscope_step_component_seconds_total step time per DESIGN bucket (compute, recompute, exposed_comm, other, bubble_pipeline, bubble_idle); axis and tier set on exposed_comm only, seconds
+# TYPE mfuscope_step_component_seconds_total counter
+mfuscope_step_component_seconds_total{axis="",component="compute",job="train",tier=""} 2.125
+mfuscope_step_component_seconds_total{axis="dp",component="exposed_comm",job="train",tier="intra_node"} 1.375
+# HELP mfuscope_collective_calls_total collective calls observed in profiled windows
+# TYPE mfuscope_collective_calls_total counter
+mfuscope_collective_calls_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 2.0
+# HELP mfuscope_collective_bytes_total collective size S (nccl-tests definition), bytes
+# TYPE mfuscope_collective_bytes_total counter
+mfuscope_collective_bytes_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 2000.0
+# HELP mfuscope_collective_bus_bytes_total collective size S x nccl-tests bus factor, bytes
+# TYPE mfuscope_collective_bus_bytes_total counter
+mfuscope_collective_bus_bytes_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 2000.0
+# HELP mfuscope_collective_seconds_total collective duration (all calls), seconds
+# TYPE mfuscope_collective_seconds_total counter
+mfuscope_collective_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.25
+# HELP mfuscope_collective_sized_seconds_total duration of the collective calls whose size is known (the busbw denominator), seconds
+# TYPE mfuscope_collective_sized_seconds_total counter
+mfuscope_collective_sized_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.25
+# HELP mfuscope_collective_overlapped_seconds_total collective time hidden under compute, seconds
+# TYPE mfuscope_collective_overlapped_seconds_total counter
+mfuscope_collective_overlapped_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.125
+# HELP mfuscope_step_duration_seconds per-rank step wall time, seconds
+# TYPE mfuscope_step_duration_seconds histogram
+mfuscope_step_duration_seconds_bucket{job="train",le="0.01"} 0.0
+mfuscope_step_duration_seconds_bucket{job="train",le="0.025"} 0.0
+mfuscope_step_duration_seconds_bucket{job="train",le="0.05"} 0.0
+mfuscope_step_duration_seconds_bucket{job="train",le="0.1"} 0.0
+mfuscope_step_duration_seconds_bucket{job="train",le="0.25"} 0.0
+mfuscope_step_duration_seconds_bucket{job="train",le="0.5"} 1.0
+mfuscope_step_duration_seconds_bucket{job="train",le="1.0"} 2.0
+mfuscope_step_duration_seconds_bucket{job="train",le="2.5"} 3.0
+mfuscope_step_duration_seconds_bucket{job="train",le="5.0"} 3.0
+mfuscope_step_duration_seconds_bucket{job="train",le="10.0"} 3.0
+mfuscope_step_duration_seconds_bucket{job="train",le="30.0"} 3.0
+mfuscope_step_duration_seconds_bucket{job="train",le="60.0"} 3.0
+mfuscope_step_duration_seconds_bucket{job="train",le="120.0"} 3.0
+mfuscope_step_duration_seconds_bucket{job="train",le="300.0"} 3.0
+mfuscope_step_duration_seconds_bucket{job="train",le="+Inf"} 3.0
+mfuscope_step_duration_seconds_count{job="train"} 3.0
+mfuscope_step_duration_seconds_sum{job="train"} 3.5
+# HELP mfuscope_reports_dropped_total reports the agents dropped (the agents' cumulative counts, kept across rank expiry and agent restarts)
+# TYPE mfuscope_reports_dropped_total counter
+mfuscope_reports_dropped_total{job="train"} 2.0
+# HELP mfuscope_agent_send_failures_total send attempts of the agents that failed (the agents' cumulative counts, kept across rank expiry and agent restarts)
+# TYPE mfuscope_agent_send_failures_total counter
+mfuscope_agent_send_failures_total{job="train"} 0.0
+# HELP mfuscope_profiler_failures_total profiled windows the agents failed to analyse (the agents' cumulative counts, kept across rank expiry and agent restarts)
+# TYPE mfuscope_profiler_failures_total counter
+mfuscope_profiler_failures_total{job="train"} 0.0
+# HELP mfuscope_agent_windows_analysed_total profiled windows the agents analysed (the agents' cumulative counts, kept across rank expiry and agent restarts)
+# TYPE mfuscope_agent_windows_analysed_total counter
+mfuscope_agent_windows_analysed_total{job="train"} 1.0
+# HELP mfuscope_peak_flops dense peak FLOP/s of the live ranks' devices (summed per job)
+# TYPE mfuscope_peak_flops gauge
+mfuscope_peak_flops{job="train"} 2e+12
+# HELP mfuscope_last_report_age_seconds seconds since the latest report of the most silent live rank
+# TYPE mfuscope_last_report_age_seconds gauge
+mfuscope_last_report_age_seconds{job="train"} 3.0
+# HELP mfuscope_ranks live ranks reporting to this collector
+# TYPE mfuscope_ranks gauge
+mfuscope_ranks{job="train"} 2.0
+# HELP mfuscope_world_size world size the ranks report
+# TYPE mfuscope_world_size gauge
+mfuscope_world_size{job="train"} 2.0
+# HELP mfuscope_peak_flops_unknown_ranks live ranks whose device peak FLOP/s is unknown
+# TYPE mfuscope_peak_flops_unknown_ranks gauge
+mfuscope_peak_flops_unknown_ranks{job="train"} 0.0
+# HELP mfuscope_tp_spans_hosts 1 when a tensor-parallel group spans hosts
+# TYPE mfuscope_tp_spans_hosts gauge
+mfuscope_tp_spans_hosts{job="train"} 0.0
+# HELP mfuscope_mfu_ratio MFU over each live rank's latest window of steps
+# TYPE mfuscope_mfu_ratio gauge
+mfuscope_mfu_ratio{job="train"} 0.36666666666666664
+# HELP mfuscope_hfu_ratio HFU over each live rank's latest window of steps
+# TYPE mfuscope_hfu_ratio gauge
+mfuscope_hfu_ratio{job="train"} 0.4583333333333333
+# HELP mfuscope_step_component_ratio fraction of step time per DESIGN bucket, from each rank's latest breakdown
+# TYPE mfuscope_step_component_ratio gauge
+mfuscope_step_component_ratio{axis="",component="compute",job="train",tier=""} 0.55
+mfuscope_step_component_ratio{axis="dp",component="exposed_comm",job="train",tier="intra_node"} 0.45
+# HELP mfuscope_tier_peak_bandwidth_bytes_per_second spec unidirectional link rate of the groups on this axis and tier, bytes/s
+# TYPE mfuscope_tier_peak_bandwidth_bytes_per_second gauge
+mfuscope_tier_peak_bandwidth_bytes_per_second{axis="dp",job="train",tier="inter_node"} 16000.0
+# HELP mfuscope_collective_bus_bandwidth_bytes_per_second nccl-tests bus bandwidth over each rank's latest profiled step, bytes/s
+# TYPE mfuscope_collective_bus_bandwidth_bytes_per_second gauge
+mfuscope_collective_bus_bandwidth_bytes_per_second{axis="dp",job="train",tier="inter_node"} 8000.0
+# HELP mfuscope_collective_bus_bandwidth_ratio bus bandwidth / the tier's spec peak (only where the peak is known)
+# TYPE mfuscope_collective_bus_bandwidth_ratio gauge
+mfuscope_collective_bus_bandwidth_ratio{axis="dp",job="train",tier="inter_node"} 0.5
+# HELP mfuscope_straggler_ratio recent step time of the slowest ranks / median over the job's ranks
+# TYPE mfuscope_straggler_ratio gauge
+mfuscope_straggler_ratio{job="train",rank="1"} 1.28
+# HELP mfuscope_reports_rejected_total batches the collector refused, by reason
+# TYPE mfuscope_reports_rejected_total counter
+mfuscope_reports_rejected_total{reason="invalid"} 1.0
+mfuscope_reports_rejected_total{reason="rate_limited"} 0.0
+mfuscope_reports_rejected_total{reason="too_large"} 0.0
+mfuscope_reports_rejected_total{reason="unauthorized"} 0.0
+mfuscope_reports_rejected_total{reason="version"} 0.0
+"""  # noqa: E501
+
+
+def test_exact_exposition_text_for_a_known_input() -> None:
+    collector, _ = known_collector()
+    response = Routes(collector).handle(HttpRequest("GET", "/metrics", "127.0.0.1"), b"")
+    assert response.content_type == "text/plain; version=0.0.4; charset=utf-8"
+    assert response.body.decode() == EXPECTED
+
+
+def test_openmetrics_when_the_scraper_asks_for_it() -> None:
+    collector, _ = known_collector()
+    request = HttpRequest(
+        "GET", "/metrics", "127.0.0.1", accept="application/openmetrics-text; version=1.0.0"
+    )
+    response = Routes(collector).handle(request, b"")
+    text = response.body.decode()
+    assert response.content_type.startswith("application/openmetrics-text; version=1.0.0")
+    assert text.endswith("# EOF\n")
+    assert 'mfuscope_steps_total{job="train"} 3.0' in text
+
+
+def test_per_rank_labels_split_counters_by_rank() -> None:
+    collector, _ = known_collector(per_rank_labels=True)
+    text, _ = render(new_registry(collector.families))
+    lines = text.decode().splitlines()
+    assert 'mfuscope_steps_total{job="train",rank="0"} 2.0' in lines
+    assert 'mfuscope_steps_total{job="train",rank="1"} 1.0' in lines
+    assert 'mfuscope_reports_dropped_total{job="train",rank="0"} 2.0' in lines
+    assert 'mfuscope_last_report_age_seconds{job="train",rank="1"} 1.0' in lines
+    assert 'mfuscope_ranks{job="train"} 2.0' in lines  # job-level gauges keep job only
+
+
+def test_histogram_buckets_render_cumulatively() -> None:
+    family = MetricFamily(
+        name="x_seconds",
+        kind="histogram",
+        help="h",
+        unit="s",
+        label_names=("job",),
+        bounds=(0.5, 1.0),
+        histogram_samples=(HistogramSample(("j",), (1, 0, 2), sum=7.5, min=0.1, max=3.0),),
+    )
+    text, _ = render(new_registry(lambda: [family]))
+    assert text.decode().splitlines()[2:] == [
+        'x_seconds_bucket{job="j",le="0.5"} 1.0',
+        'x_seconds_bucket{job="j",le="1.0"} 1.0',
+        'x_seconds_bucket{job="j",le="+Inf"} 3.0',
+        'x_seconds_count{job="j"} 3.0',
+        'x_seconds_sum{job="j"} 7.5',
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": "bad-name", "kind": "gauge"}, "invalid metric name"),
+        ({"name": "x", "kind": "counter"}, "_total"),
+        ({"name": "x_total", "kind": "gauge"}, "_total"),
+        ({"name": "x", "kind": "gauge", "label_names": ("le",)}, "label"),
+        ({"name": "x", "kind": "gauge", "samples": (Sample(("a",), 1.0),)}, "sample labels"),
+        ({"name": "x", "kind": "histogram", "bounds": (1.0, 0.5)}, "increasing"),
+        ({"name": "x", "kind": "gauge", "bounds": (1.0,)}, "only histograms"),
+        (
+            {
+                "name": "x",
+                "kind": "histogram",
+                "bounds": (1.0,),
+                "histogram_samples": (HistogramSample((), (1,), 1.0, 1.0, 1.0),),
+            },
+            "buckets",
+        ),
+    ],
+)
+def test_family_misuse_raises_at_once(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        MetricFamily(help="h", unit="1", **{"label_names": (), **kwargs})  # type: ignore[arg-type]
+
+
+def test_otlp_names_drop_the_counter_suffix() -> None:
+    counter = MetricFamily("a_total", "counter", "h", "1", ())
+    gauge = MetricFamily("b_ratio", "gauge", "h", "1", ())
+    assert (counter.otlp_name, gauge.otlp_name) == ("a", "b_ratio")
+
+
+def _readme_contract() -> dict[str, tuple[str, frozenset[str]]]:
+    """The README's metric contract: name -> (type, labels)."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(
+        r"^\| `(mfuscope_[a-z0-9_]+)` \| (\w+) \| ([a-z_, ]*) \|", readme, flags=re.MULTILINE
+    )
+    return {
+        name: (kind, frozenset(label.strip() for label in labels.split(",") if label.strip()))
+        for name, kind, labels in rows
+    }
+
+
+def test_exposed_families_are_exactly_the_readme_contract() -> None:
+    # The README's table is the public contract: every family the collector exposes is in it with
+    # the same type and labels (rank only with per-rank labels), and nothing in it is missing.
+    contract = _readme_contract()
+    for per_rank in (False, True):
+        collector, _ = known_collector(per_rank_labels=per_rank)
+        exposed = {f.name: (f.kind, set(f.label_names)) for f in collector.families()}
+        assert set(exposed) == set(contract)
+        for name, (kind, labels) in exposed.items():
+            assert kind == contract[name][0], name
+            assert labels - {"rank"} == contract[name][1] - {"rank"}, name
+            assert per_rank or "rank" not in labels or "rank" in contract[name][1], name
