@@ -1,7 +1,7 @@
 """Assembles an Agent's parts once at construction (imports torch; never at package import).
 
-Peak precedence (DESIGN §2, issue 3): `peak_flops` given (source ``user``) > the hardware table
-for the detected device and `dtype` (``spec``) > on CPU a short matmul calibration
+Peak precedence (docs/definitions.md#peak-flops): `peak_flops` given (source ``user``) > the
+hardware table for the detected device and `dtype` (``spec``) > on CPU a short matmul calibration
 (``measured``) > unknown (reports carry ``peak_flops=None``, and the agent logs once how to pass
 it). Link peaks: detected links first, then the device's defaults (`hardware.link_for_tier`).
 """
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Runtime", "build_runtime"]
 
-# Long enough for a stable best-of-batches matmul rate, short enough for start-up (issue 3 default).
+# Long enough for a stable best-of-batches matmul rate, short enough for start-up.
 CALIBRATION_S = 0.5
 
 

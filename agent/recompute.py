@@ -5,7 +5,8 @@ use_reentrant=False, context_fn=checkpoint_context)` expects: nothing around the
 and around the recomputation in backward
 
 - a `mfuscope::recompute` profiler range, by which the engine tells recompute kernels from
-  compute (DESIGN §2, bucket 2), entered only while a profiler is recording; and
+  compute (docs/definitions.md#compute-and-recompute), entered only while a profiler is
+  recording; and
 - the agent's recompute FLOP counter while the agent is counting a step, so recomputation FLOPs
   go to HFU and never to MFU.
 

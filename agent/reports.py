@@ -1,6 +1,6 @@
 """From engine results to schema step reports (pure: plain data in, plain data out).
 
-A profiled window gives, per profiled step, the DESIGN §2 buckets on that step's device window
+A profiled window gives, per profiled step, the step buckets on that step's device window
 and the collectives seen in it. The agent turns them into:
 
 - a `Breakdown`: each bucket's *fraction* of the window's total time (summed over its steps),

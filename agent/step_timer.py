@@ -1,9 +1,9 @@
 """Step wall time, every step, without slowing the step down.
 
 A step's wall time is the *period* from its start to the next step's start, the same window the
-engine uses on the device timeline (DESIGN §2): time spent between two `with agent.step()`
-blocks (data loading, logging) belongs to the step before it, as bubble. The last step ends at its
-own end.
+engine uses on the device timeline (docs/definitions.md#step-window): time spent between two
+`with agent.step()` blocks (data loading, logging) belongs to the step before it, as bubble. The
+last step ends at its own end.
 
 - CPU: a monotonic clock read at each step boundary.
 - GPU: a CUDA event recorded on the current stream at each step boundary; events are read with

@@ -9,7 +9,7 @@ and tier:
   traces); else `pg<name>`.
 - tier: `intra_node` when all the group's ranks share one host, else `inter_node`
   (`unknown` when a rank's host is unknown). A `tp` group on several hosts is flagged: tensor
-  parallelism has spilled past the NVLink boundary (DESIGN §3).
+  parallelism has spilled past the NVLink boundary (docs/definitions.md#tp-spanning-hosts).
 """
 
 from __future__ import annotations

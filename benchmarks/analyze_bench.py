@@ -2,7 +2,7 @@
 
 For each trace (the real ones in ../shared/traces and a generated one of >= 2M events), best
 of `--repeat` runs each, all reading the file (through gzip for .gz):
-- ``json s`` (the floor, issue 2): a bare standard-library ``json.load``, GC as Python ships
+- ``json s`` (the floor): a bare standard-library ``json.load``, GC as Python ships
   it; ``nogc s`` the same with the cyclic GC paused;
 - ``msgspec s``: a bare ``msgspec.json.decode`` of the file (the library the engine decodes
   with) into plain dicts and lists, GC paused: the same parse with the chosen library;

@@ -18,8 +18,9 @@ bare ``json.loads`` of every batch in a fresh interpreter. Printed per size:
   window of `--window-steps` = 20 steps fills during the first 20 s, so judge growth on runs of
   `--duration 120`), vs the baseline process holding one decoded batch per rank.
 
-Targets (issue 5): 4,096 ranks sustained on one core, p99 ingest < 50 ms, /metrics < 250 ms,
-RSS < 300 MB, no growth. The machine is shared and has 2 cores: numbers are noisy, run twice.
+Targets (docs/collector.md#performance): 4,096 ranks sustained on one core, p99 ingest < 50 ms,
+/metrics < 250 ms, RSS < 300 MB, no growth. The machine is shared and has 2 cores: numbers are
+noisy, run twice.
 
     .venv/bin/python benchmarks/collector_load.py                  # 20 s per size, aiohttp
     .venv/bin/python benchmarks/collector_load.py --stacks aiohttp,stdlib --duration 60

@@ -1,9 +1,10 @@
 """The metric contract: a snapshot turned into the exported metric families.
 
 Names, types and labels here are public (README "Metric contract", docs/collector.md). Counters
-are the primary series (DESIGN §5): they aggregate exactly with PromQL ``sum``/``rate`` across
-ranks, nodes and collectors. Gauges describe the latest window and do not aggregate that way.
-``rank`` is a label only with per-rank labels on, except on `mfuscope_straggler_ratio`.
+are the primary series (docs/definitions.md#counters-and-gauges): they aggregate exactly with
+PromQL ``sum``/``rate`` across ranks, nodes and collectors. Gauges describe the latest window and do
+not aggregate that way. ``rank`` is a label only with per-rank labels on, except on
+`mfuscope_straggler_ratio`.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         "mfuscope_step_component_seconds_total",
         "counter",
         "s",
-        "step time per DESIGN bucket (compute, recompute, exposed_comm, other, bubble_pipeline, "
+        "step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, "
         "bubble_idle); axis and tier set on exposed_comm only, seconds",
         (*b.who_labels, "component", "axis", "tier"),
         [
@@ -314,7 +315,7 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         "mfuscope_step_component_ratio",
         "gauge",
         "1",
-        "fraction of step time per DESIGN bucket, from each rank's latest breakdown",
+        "fraction of step time per bucket, from each rank's latest breakdown",
         ("job", "component", "axis", "tier"),
         [Sample((j.job, c, a, t), f) for j in jobs for c, a, t, f in j.latest.component_fractions],
     )

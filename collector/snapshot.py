@@ -50,7 +50,7 @@ STEP_DURATION_BOUNDS_S: tuple[float, ...] = (
 
 @dataclass(frozen=True)
 class ComponentTotals:
-    """Cumulative step time in one DESIGN §2 bucket, s."""
+    """Cumulative step time in one step bucket (docs/definitions.md#step-buckets), s."""
 
     component: str
     axis: str

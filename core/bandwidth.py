@@ -1,7 +1,7 @@
 """Collective bandwidth exactly as nccl-tests defines it, and the alpha-beta transfer model.
 
-Source: NVIDIA nccl-tests, doc/PERFORMANCE.md ("algbw" and "busbw"); see also
-`../shared/seeds/` (nccl-tests bus bandwidth, alpha-beta model).
+Source: NVIDIA nccl-tests, doc/PERFORMANCE.md ("algbw" and "busbw"); definitions in
+docs/definitions.md#bus-bandwidth and docs/definitions.md#alpha-beta-model.
 
 - ``algbw = S / t`` where S is the full array size in bytes as nccl-tests counts it (for
   all_gather / reduce_scatter the *gathered* size, for all_reduce the buffer size).

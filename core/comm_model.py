@@ -14,7 +14,7 @@ Model (per rank, per training step; sources in comments below):
 - TP (Megatron, Shoeybi et al. 2019): 2 all-reduces of the layer activation ``b*T*h`` per layer in
   the forward pass and 2 in the backward pass; full recomputation re-runs the forward ones (2 more).
   With sequence parallelism each all-reduce becomes a reduce-scatter plus an all-gather of the same
-  S (same bus bytes). Seed check: "Interconnect - the bandwidth pyramid" (70B, 80 layers, 320
+  S (same bus bytes). Cross-checked with "Interconnect - the bandwidth pyramid" (70B, 80 layers, 320
   all-reduces of ~50 MB per step).
 - DP: one all-reduce of the gradients per step (DDP), S = parameters on this rank x grad bytes.
   FSDP / ZeRO-3: an all-gather of the parameters before the forward and before the backward of each
@@ -24,7 +24,7 @@ Model (per rank, per training step; sources in comments below):
 - EP (MoE): per MoE layer and micro-batch, 2 all-to-alls forward (dispatch, combine) and 2 backward
   (+2 with full recomputation), S = ``b*T*h*k`` elements (each token goes to k experts).
 - Pipeline bubble (GPipe / 1F1B): the idle share of a step is ``(p-1) / (m+p-1)`` for m
-  micro-batches over p stages (seed: "The Memory Hierarchy of a Cluster").
+  micro-batches over p stages (source: "The Memory Hierarchy of a Cluster").
 
 Hiding: the overlap window of an axis is the compute it can run under: the gradient reductions of
 DP / FSDP only the backward pass (and the recomputation inside it); TP, FSDP gathers, PP sends and

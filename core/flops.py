@@ -36,7 +36,7 @@ hardware work, never model work: it goes to `recompute` (HFU numerator), not to 
   P_layer is the layer's active matmul weights (the logit layer is not recomputed: eq. 3's
   V/(16*l*h) term is 6*B*s*h*V = 3 passes, not 4). With only N known (no shape) the whole model
   is taken as recomputed, 2N per token: the "4 instead of 3" rule of the BLOOM/ml-engineering
-  TFLOPs formula (seed: ml-engineering "Networking", "Calculating TFLOPS").
+  TFLOPs formula (source: ml-engineering "Networking", "Calculating TFLOPS").
 - ``selective`` (Korthikanti et al. 2022, arXiv 2205.05198): only the attention core (Q*K^T,
   softmax, scores*V) is recomputed: 4*L*H*Q*T per token. Needs the shape.
 

@@ -11,24 +11,24 @@ magnitude. Sources, by family:
 
 - NVLink: per link 25 GB/s per direction for generations 2, 3 and 4 (4 lanes x 6.25 GB/s), 20 GB/s
   for NVLink 1, 50 GB/s for NVLink 5. 6 / 12 / 18 links per V100 / A100 / H100 (SXM) GPU give 150
-  / 300 / 450 GB/s unidirectional (300 / 600 / 900 GB/s bidirectional). Seeds: ml-engineering
-  "Networking" NVLink table (`../shared/seeds/`); hwloc issue #574 (per-link rate of v3/v4).
+  / 300 / 450 GB/s unidirectional (300 / 600 / 900 GB/s bidirectional). Source: the ml-engineering
+  book, "Networking" chapter, NVLink table; hwloc issue #574 (per-link rate of v3/v4).
   NVLink 5 (Blackwell): 18 links, 1.8 TB/s bidirectional per GPU (NVIDIA GB200 NVL72 / HGX B200
   datasheets), so 900 GB/s per direction.
 - AMD xGMI (Infinity Fabric): MI250X 7 x 50 GB/s = 350 GB/s, MI300X 7 x 64 GB/s = 448 GB/s per
-  direction (seed: ml-engineering "Networking", Infinity Fabric table).
+  direction (source: ml-engineering "Networking", Infinity Fabric table).
 - PCIe x16 per direction: Gen3 15.75, Gen4 31.5, Gen5 63, Gen6 121, Gen7 242 GB/s (PCI-SIG
-  transfer rates after 128b/130b or FLIT encoding; seed: ml-engineering PCIe table, 31 / 63 / 121 /
-  242 GB/s).
+  transfer rates after 128b/130b or FLIT encoding; source: ml-engineering PCIe table, 31 / 63 /
+  121 / 242 GB/s).
 - InfiniBand, one 4X port per direction: EDR 100, HDR 200, NDR 400, XDR 800 Gb/s (IBTA signalling
-  rates; seed: ml-engineering InfiniBand table, "4 links" row).
+  rates; source: ml-engineering InfiniBand table, "4 links" row).
 - Ethernet / RoCE: the port speed per direction (100/200/400/800 GbE).
 
-Default latencies: NVLink ~1 us and InfiniBand ~2 us (seed: "The Memory Hierarchy of a Cluster",
-alpha-beta table; seed: "Interconnect - the bandwidth pyramid", ~2 us RDMA). PCIe 2 us is our
+Default latencies: NVLink ~1 us and InfiniBand ~2 us (source: "The Memory Hierarchy of a Cluster",
+alpha-beta table; source: "Interconnect - the bandwidth pyramid", ~2 us RDMA). PCIe 2 us is our
 assumption (about twice NVLink; NCCL's own tuning model, src/graph/tuning.cc hwLat, puts PCI ring
 latency at ~1.7x NVLink's). RoCE 3 us: IB plus the "slight overhead" of Ethernet framing the
-ml-engineering seed describes (assumption). Plain TCP Ethernet 10 us: the low end of the seed's
+ml-engineering book describes (assumption). Plain TCP Ethernet 10 us: the low end of that book's
 "~10-50 us" for 100G Ethernet.
 """
 
@@ -220,7 +220,7 @@ def detected_intra_node_link(links: DetectedLinks) -> LinkTier | None:
 def detected_inter_node_link(links: DetectedLinks) -> LinkTier | None:
     """The inter-node link from the detected NIC ports, or None if none is active.
 
-    One NIC port per GPU is assumed (rail-optimised clusters, DESIGN §3 "per-NIC rate"), so the
+    One NIC port per GPU is assumed (rail-optimised clusters, docs/definitions.md#tiers), so the
     tier is the fastest active port, not the sum of the node's ports.
     """
     rates = [r for r in links.nic_rates_bits_per_s if r > 0]

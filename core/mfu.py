@@ -1,4 +1,4 @@
-"""MFU, HFU and the MFU waterfall: the DESIGN §2 formulas, in one place.
+"""MFU, HFU and the MFU waterfall (docs/definitions.md#mfu-and-hfu, #mfu-waterfall), in one place.
 
 For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device of dense peak
 ``P`` (FLOP/s):
@@ -7,7 +7,7 @@ For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device o
   could have done. Recomputation is not in the numerator.
 - ``HFU = (model_flops + recompute_flops) / (P * W)``: everything the hardware actually computed
   (activation recomputation included). HFU >= MFU always.
-- The waterfall explains the gap. With the DESIGN §2 buckets (which partition W exactly),
+- The waterfall explains the gap. With the step buckets (which partition W exactly),
   ``f_x = bucket_x / W`` and ``kernel_efficiency = model_flops / (P * compute)``:
 
       1 - MFU = f_exposed_comm + f_bubble + f_recompute + f_other
@@ -70,7 +70,7 @@ def hfu(model_flops: float, recompute_flops: float, peak_flops: float, wall_s: f
 
 @dataclass(frozen=True)
 class StepBuckets:
-    """One window split into the DESIGN §2 buckets, in seconds; they sum to the window."""
+    """One window split into the step buckets, in seconds; they sum to the window."""
 
     compute_s: float
     recompute_s: float = 0.0
@@ -136,7 +136,7 @@ class MfuWaterfall:
 
 
 def mfu_waterfall(model_flops: float, peak_flops: float, buckets: StepBuckets) -> MfuWaterfall:
-    """The DESIGN §2 waterfall of one window (see the module docstring for the identity).
+    """The MFU waterfall of one window (see the module docstring for the identity).
 
     Raises ValueError when `model_flops` > 0 but no compute time was observed: the FLOPs and the
     timeline then disagree and no split of the gap would be honest.

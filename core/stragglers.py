@@ -3,7 +3,8 @@
 Which step time: in a synchronous job every rank's *wall* time per step is the same (the fast ranks
 wait for the slow one inside a collective), so wall time alone cannot show a straggler. The time a
 rank spends *not waiting for its peers* can: ``self_s = wall_s - exposed_comm - bubble_pipeline``
-(DESIGN §2 buckets; exposed communication and pipeline bubble are where a rank waits on others).
+(docs/definitions.md#own-time: exposed communication and pipeline bubble are where a rank waits
+on others).
 A rank with a slow GPU has more compute; a rank with a slow data loader has more ``bubble_idle``;
 either way its `self_s` exceeds the median while its peers' waiting grows instead. When a rank has
 no breakdown yet (no profiled window), the job falls back to wall time for all its ranks.

@@ -4,9 +4,9 @@ The collector turns its aggregated state into these families once per scrape or 
 Prometheus and OTLP exporters only render them. One model for both keeps the two outputs the same
 series by construction.
 
-Names follow Prometheus conventions (DESIGN §5): counters end in ``_total``; `otlp_name` drops
-that suffix because OTLP carries the type separately and an OpenTelemetry Collector's Prometheus
-exporter adds ``_total`` back to monotonic sums.
+Names follow Prometheus conventions (docs/definitions.md#counters-and-gauges): counters end in
+``_total``; `otlp_name` drops that suffix because OTLP carries the type separately and an
+OpenTelemetry Collector's Prometheus exporter adds ``_total`` back to monotonic sums.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from rich.text import Text
 
 __all__ = ["BUCKET_STYLES", "DemoState", "decomposition_bar", "render", "status_line"]
 
-# (summary component key, label, style); the order of DESIGN §2.
+# (summary component key, label, style); the bucket order of docs/definitions.md#step-buckets.
 BUCKET_STYLES: tuple[tuple[str, str, str], ...] = (
     ("compute", "compute", "blue"),
     ("recompute", "recompute", "magenta"),

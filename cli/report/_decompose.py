@@ -1,10 +1,10 @@
 """Where the step goes: per-rank step decomposition, the MFU waterfall, MFU/HFU per step (pure).
 
-Definitions (DESIGN §2): a step's components split its wall time into the buckets `compute`,
-`recompute`, `exposed_comm` (per axis and tier), `other`, `bubble_pipeline` and `bubble_idle`.
-With peak FLOP/s P, ``MFU = model_flops / (P * wall)`` and ``HFU = (model + recompute FLOPs) /
-(P * wall)``. Aggregates over several ranks and steps are ratios of sums, weighted by each rank's
-peak, so they equal what PromQL computes from the counters
+Definitions (docs/definitions.md#step-buckets and #mfu-and-hfu): a step's components split its
+wall time into the buckets `compute`, `recompute`, `exposed_comm` (per axis and tier), `other`,
+`bubble_pipeline` and `bubble_idle`. With peak FLOP/s P, ``MFU = model_flops / (P * wall)`` and
+``HFU = (model + recompute FLOPs) / (P * wall)``. Aggregates over several ranks and steps are ratios
+of sums, weighted by each rank's peak, so they equal what PromQL computes from the counters
 (``sum(rate(model_flops)) / sum(peak)``) and stay exact when devices differ.
 
 The MFU waterfall: with ``f_x = Σ P·bucket_x / Σ P·wall`` and kernel efficiency
@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 KERNEL_INEFFICIENCY = "kernel inefficiency"
-# DESIGN §2 waterfall order: exposed communication, bubble, recompute, other, then kernels.
+# Waterfall order (docs/definitions.md#mfu-waterfall): exposed communication, bubble,
+# recompute, other, then kernels.
 _WATERFALL_ORDER = ("exposed_comm", "bubble_pipeline", "bubble_idle", "recompute", "other")
 
 
@@ -123,7 +124,7 @@ class WaterfallSlice:
 
 @dataclass(frozen=True)
 class Waterfall:
-    """Slices of ``1 - MFU`` in DESIGN order; ``sum(slices) + mfu == 1`` to float rounding.
+    """Slices of ``1 - MFU`` in waterfall order; ``sum(slices) + mfu == 1`` to float rounding.
 
     `kernel_efficiency` above 1 (a negative kernel-inefficiency slice) means compute ran faster
     than the peak allows: the peak figure is too low (e.g. a short CPU calibration).

@@ -37,7 +37,7 @@ _TITLES = {
 }
 
 _CAPTIONS = {
-    "decomposition": "Mean step time of each rank, split into the DESIGN buckets: every instant "
+    "decomposition": "Mean step time of each rank, split into the step buckets: every instant "
     "of a step is compute, else recompute, else exposed communication (by axis/tier), else "
     "other (memory copies), else bubble (pipeline or idle). The buckets sum to the step.",
     "waterfall": "1 − MFU = exposed comm + bubble + recompute + other + compute × (1 − kernel "

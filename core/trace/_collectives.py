@@ -40,7 +40,7 @@ __all__ = [
     "parse_ranks",
 ]
 
-# Entries that record_param_comms emits but that move no data of their own (DESIGN §3).
+# Entries that record_param_comms emits but that move no data of their own.
 BOOKKEEPING = "bookkeeping"
 
 _OP_ALIASES: dict[str, str] = {
@@ -229,7 +229,8 @@ def group_from_args(args: EventArgs, groups: ProcessGroups) -> GroupInfo:
 
 
 class TopologyView:
-    """Maps a process group to its axis and tier under the analysis options (DESIGN §3)."""
+    """Maps a process group to its axis and tier under the analysis options
+    (docs/definitions.md#tiers)."""
 
     def __init__(
         self,

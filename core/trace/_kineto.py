@@ -4,10 +4,10 @@ The device timeline is every kernel, memcpy and memset on the rank's device (all
 A device event is linked to the host call that launched it by its ``correlation`` id (the
 flow events ``ac2g`` / ``async_cpu_to_gpu`` are absent from some traces; the id never is).
 
-Step windows (issue 2): step N's window starts when the first device event *launched inside*
-the CPU ``ProfilerStep#N`` range starts on the device, and ends when step N+1's window starts;
-the last step ends when the last device event launched inside it ends. Steps that launched
-nothing are skipped.
+Step windows (docs/analyze.md#definitions): step N's window starts when the first device event
+*launched inside* the CPU ``ProfilerStep#N`` range starts on the device, and ends when step N+1's
+window starts; the last step ends when the last device event launched inside it ends. Steps that
+launched nothing are skipped.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """CPU-side ``ProfilerStep#N`` ranges, the anchor of every step window.
 
 GPU-side step annotations (``gpu_user_annotation ProfilerStep#N``) are not used: on some traces
-(the MI300X one in ``../shared/traces``) they are a few microseconds long and say nothing about
+(a TraceLens MI300X ResNet trace, for one) they are a few microseconds long and say nothing about
 where the step's device work lies. The CPU ranges plus the launch of each kernel do.
 """
 

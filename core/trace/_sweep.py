@@ -1,4 +1,6 @@
-"""The DESIGN §2 decomposition of a normalised `Timeline` into per-step buckets.
+"""The decomposition of a normalised `Timeline` into per-step buckets.
+
+Definitions: docs/definitions.md#step-buckets.
 
 Every instant of a step window belongs to the first bucket that applies:
 compute > recompute > exposed_comm > other > bubble. With C the union of compute, R of
@@ -144,7 +146,7 @@ def _flops_ratios(
 def decompose_timeline(
     timeline: Timeline, options: AnalysisOptions
 ) -> tuple[StepDecomposition, ...]:
-    """Split every step window of `timeline` into the DESIGN §2 buckets (seconds)."""
+    """Split every step window of `timeline` into the step buckets (seconds)."""
     windows = timeline.windows
     compute = union_spans(timeline.compute)
     recompute = subtract_spans(union_spans(timeline.recompute), compute)

@@ -73,7 +73,7 @@ _DEFAULT_OPTIONS = AnalysisOptions()  # frozen: safe to share as a default
 def analyze_trace(
     trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOptions = _DEFAULT_OPTIONS
 ) -> RankAnalysis:
-    """Decompose every profiled step of one rank's trace (DESIGN §2-3).
+    """Decompose every profiled step of one rank's trace (docs/definitions.md#step-buckets).
 
     `trace` is a `KinetoTrace` from `read_trace` or a decoded Kineto JSON dict (`load_trace`,
     or built in memory). Raises `TraceError` (with ``path=None``) for input that is not a

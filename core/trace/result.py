@@ -1,6 +1,7 @@
 """Public data model of the step decomposition: options in, per-rank results out.
 
-All times are seconds, sizes bytes, rates bytes/s or FLOP/s, ratios 0..1 (DESIGN §2-3).
+All times are seconds, sizes bytes, rates bytes/s or FLOP/s, ratios 0..1 (definitions:
+docs/definitions.md).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class AnalysisOptions:
     - `axis_overrides`: process-group name or description -> axis name (e.g. ``{"3": "tp"}``).
     - `model_flops_per_step` / `recompute_flops_per_step`: this rank's FLOPs per step.
     - `peak_flops`: dense peak FLOP/s of this rank's device for the training dtype.
-    - `links`: tier -> alpha-beta model, for the ideal time of pipeline p2p transfers (DESIGN §2).
+    - `links`: tier -> alpha-beta model, for the ideal time of pipeline p2p transfers
+      (docs/definitions.md#pipeline-bubble).
     """
 
     gpus_per_node: int | None = None
@@ -98,7 +100,7 @@ class ExposedComm:
 
 @dataclass(frozen=True)
 class CollectiveRecord:
-    """One collective or p2p operation observed in a step (DESIGN §3).
+    """One collective or p2p operation observed in a step (docs/definitions.md#bus-bandwidth).
 
     `bytes` is the full array size S as nccl-tests defines it (None when the trace does not say);
     `seconds` the duration of its kernel (GPU) or gloo work (CPU), including any wait for peers;
@@ -119,7 +121,8 @@ class CollectiveRecord:
 
 @dataclass(frozen=True)
 class StepDecomposition:
-    """One step window ``[start, start + wall)`` split into the DESIGN §2 buckets.
+    """One step window ``[start, start + wall)`` split into the step buckets
+    (docs/definitions.md#step-buckets).
 
     ``compute_s + recompute_s + exposed_comm_s + other_s + bubble_s == wall_s`` to float
     rounding, ``bubble_s == bubble_pipeline_s + bubble_idle_s`` and ``exposed_comm_s`` is the

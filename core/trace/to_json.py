@@ -1,6 +1,6 @@
 """`analysis_to_json`: the ``mfuscope.analysis/1`` JSON document (`mfuscope analyze --json`).
 
-The shape is a public contract (issue 2): keys are stable, values in base units (seconds,
+The shape is a public contract (docs/analyze.md): keys are stable, values in base units (seconds,
 bytes, bytes/s), ``null`` for unknown ``mfu`` / ``hfu`` / ``bytes`` / bandwidths.
 """
 

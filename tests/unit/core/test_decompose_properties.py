@@ -1,8 +1,9 @@
 """Hypothesis properties of the decomposition against a brute-force oracle.
 
-The oracle below is written from DESIGN §2 and the issue's step-window rule only: it walks every
-microsecond of every window (all synthetic times are whole microseconds, so classifying the
-midpoint of each microsecond is exact) and never touches the engine's code.
+The oracle below is written from docs/definitions.md#step-buckets and the step-window rule of
+docs/analyze.md only: it walks every microsecond of every window (all synthetic times are whole
+microseconds, so classifying the midpoint of each microsecond is exact) and never touches the
+engine's code.
 """
 
 from __future__ import annotations

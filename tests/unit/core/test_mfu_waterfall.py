@@ -1,4 +1,4 @@
-"""MFU / HFU formulas and the DESIGN §2 waterfall identity."""
+"""MFU / HFU formulas and the waterfall identity (docs/definitions.md#why-the-waterfall-holds)."""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ mfuscope_overlapped_comm_seconds_total{job="train"} 0.0
 # HELP mfuscope_reports_duplicate_total re-sent step reports acknowledged and not counted
 # TYPE mfuscope_reports_duplicate_total counter
 mfuscope_reports_duplicate_total{job="train"} 1.0
-# HELP mfuscope_step_component_seconds_total step time per DESIGN bucket (compute, recompute, exposed_comm, other, bubble_pipeline, bubble_idle); axis and tier set on exposed_comm only, seconds
+# HELP mfuscope_step_component_seconds_total step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, bubble_idle); axis and tier set on exposed_comm only, seconds
 # TYPE mfuscope_step_component_seconds_total counter
 mfuscope_step_component_seconds_total{axis="",component="compute",job="train",tier=""} 2.125
 mfuscope_step_component_seconds_total{axis="dp",component="exposed_comm",job="train",tier="intra_node"} 1.375
@@ -164,7 +164,7 @@ mfuscope_mfu_ratio{job="train"} 0.36666666666666664
 # HELP mfuscope_hfu_ratio HFU over each live rank's latest window of steps
 # TYPE mfuscope_hfu_ratio gauge
 mfuscope_hfu_ratio{job="train"} 0.4583333333333333
-# HELP mfuscope_step_component_ratio fraction of step time per DESIGN bucket, from each rank's latest breakdown
+# HELP mfuscope_step_component_ratio fraction of step time per bucket, from each rank's latest breakdown
 # TYPE mfuscope_step_component_ratio gauge
 mfuscope_step_component_ratio{axis="",component="compute",job="train",tier=""} 0.55
 mfuscope_step_component_ratio{axis="dp",component="exposed_comm",job="train",tier="intra_node"} 0.45
