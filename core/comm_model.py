@@ -10,7 +10,7 @@ Model (per rank, per training step; sources in comments below):
 - Collective time follows nccl-tests: a collective of size S (nccl-tests' S: the buffer for
   all_reduce, the gathered size for all_gather / reduce_scatter) reaches busbw at best, so
   ``t = alpha + bus_factor(op, n) * S / beta`` with beta the tier's unidirectional rate
-  (`bandwidth.py`). One alpha per collective: the per-tier alpha of the collector's fit.
+  (`bandwidth.py`), one alpha per collective (docs/definitions.md#alpha-beta-model).
 - TP (Megatron, Shoeybi et al. 2019): 2 all-reduces of the layer activation ``b*T*h`` per layer in
   the forward pass and 2 in the backward pass; full recomputation re-runs the forward ones (2 more).
   With sequence parallelism each all-reduce becomes a reduce-scatter plus an all-gather of the same

@@ -5,9 +5,9 @@ Unidirectional is the comparison figure everywhere (nccl-tests busbw is compared
 `LinkTier.bidirectional_bytes_per_s` is there for display only.
 
 Rates are in bytes/s (1 GB/s = 1e9 bytes/s; network rates in Gb/s are divided by 8). Latencies
-(`alpha_s`) are defaults for the alpha-beta model (`time = alpha + bytes / beta`); the collector's
-per-tier fit replaces them with observed values, so they only need to be the right order of
-magnitude. Sources, by family:
+(`alpha_s`) are defaults for the alpha-beta model (`time = alpha + bytes / beta`); the report's
+per-tier fit (docs/definitions.md#alpha-beta-fit) measures the observed values, so these only need
+to be the right order of magnitude. Sources, by family:
 
 - NVLink: per link 25 GB/s per direction for generations 2, 3 and 4 (4 lanes x 6.25 GB/s), 20 GB/s
   for NVLink 1, 50 GB/s for NVLink 5. 6 / 12 / 18 links per V100 / A100 / H100 (SXM) GPU give 150
