@@ -1,4 +1,6 @@
-"""MFU, HFU and the MFU waterfall (docs/definitions.md#mfu-and-hfu, #mfu-waterfall), in one place.
+"""MFU, HFU and the MFU waterfall, in one place.
+
+Definitions: docs/definitions.md#mfu-and-hfu and docs/definitions.md#mfu-waterfall.
 
 For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device of dense peak
 ``P`` (FLOP/s):

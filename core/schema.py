@@ -24,10 +24,9 @@ Wire format (JSON, optionally gzip-compressed on the wire), one *batch* per POST
 Semantics:
 - ``model_flops`` / ``recompute_flops`` are this rank's FLOPs for the step (recompute is the
   forward work redone under activation checkpointing: it counts for HFU, never for MFU).
-- ``components`` split the step's ``wall_s`` into the step buckets
-  (docs/definitions.md#step-buckets); they come from the latest profiled window (``breakdown_step``)
-  scaled to this step's wall time, so they sum to ``wall_s``. Empty means "no profiled window yet".
-  ``axis``/``tier`` are set on ``exposed_comm`` only.
+- ``components`` split the step's ``wall_s`` into the step buckets; they come from the latest
+  profiled window (``breakdown_step``) scaled to this step's wall time, so they sum to ``wall_s``.
+  Empty means "no profiled window yet". ``axis``/``tier`` are set on ``exposed_comm`` only.
 - ``collectives`` appear only on the report of a profiled step, once per observed
   ``(op, axis, tier, group_size, bytes)``, so counters built from them never double count.
 - ``health`` counters are cumulative for the rank's agent process (monotonic).
@@ -70,8 +69,7 @@ SCHEMA_NAME = "mfuscope.report"
 SCHEMA_VERSION = "1.0"
 _MAJOR = 1
 
-# The step buckets (docs/definitions.md#step-buckets); `bubble` is split into its two parts so
-# the sum is exact.
+# The step buckets (docs/definitions.md#step-buckets); `bubble` split in two so the sum is exact.
 COMPONENTS: tuple[str, ...] = (
     "compute",
     "recompute",

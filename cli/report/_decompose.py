@@ -1,10 +1,11 @@
 """Where the step goes: per-rank step decomposition, the MFU waterfall, MFU/HFU per step (pure).
 
-Definitions (docs/definitions.md#step-buckets and #mfu-and-hfu): a step's components split its
-wall time into the buckets `compute`, `recompute`, `exposed_comm` (per axis and tier), `other`,
-`bubble_pipeline` and `bubble_idle`. With peak FLOP/s P, ``MFU = model_flops / (P * wall)`` and
-``HFU = (model + recompute FLOPs) / (P * wall)``. Aggregates over several ranks and steps are ratios
-of sums, weighted by each rank's peak, so they equal what PromQL computes from the counters
+Definitions: docs/definitions.md#step-buckets, docs/definitions.md#mfu-and-hfu.
+A step's components split its wall time into the buckets `compute`,
+`recompute`, `exposed_comm` (per axis and tier), `other`, `bubble_pipeline` and `bubble_idle`.
+With peak FLOP/s P, ``MFU = model_flops / (P * wall)`` and ``HFU = (model + recompute FLOPs) /
+(P * wall)``. Aggregates over several ranks and steps are ratios of sums, weighted by each rank's
+peak, so they equal what PromQL computes from the counters
 (``sum(rate(model_flops)) / sum(peak)``) and stay exact when devices differ.
 
 The MFU waterfall: with ``f_x = Σ P·bucket_x / Σ P·wall`` and kernel efficiency

@@ -1,7 +1,6 @@
 """Public data model of the step decomposition: options in, per-rank results out.
 
-All times are seconds, sizes bytes, rates bytes/s or FLOP/s, ratios 0..1 (definitions:
-docs/definitions.md).
+All times are seconds, sizes bytes, rates bytes/s or FLOP/s, ratios 0..1 (docs/definitions.md).
 """
 
 from __future__ import annotations
