@@ -57,15 +57,25 @@ INLINE_CODE = re.compile(r"`[^`\n]+`")
 def _repository_files() -> list[str]:
     """The repository's files: tracked plus untracked, not ignored (no venv, caches, outputs)."""
     git = shutil.which("git")
-    assert git, "git lists the repository's files"
-    listed = subprocess.run(
-        [git, "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return listed.stdout.splitlines()
+    if git and (ROOT / ".git").exists():
+        listed = subprocess.run(
+            [git, "ls-files", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return listed.stdout.splitlines()
+    # Not a git checkout (an unpacked source archive): every file outside hidden and build folders.
+    skipped = {"build", "dist", "__pycache__"}
+    return [
+        path.relative_to(ROOT).as_posix()
+        for path in ROOT.rglob("*")
+        if not any(
+            (part.startswith(".") and part != ".ci") or part in skipped or part.endswith("-info")
+            for part in path.relative_to(ROOT).parts[:-1]
+        )
+    ]
 
 
 def _text_files() -> Iterator[Path]:
