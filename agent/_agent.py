@@ -22,8 +22,8 @@ from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._runtime import Runtime, build_runtime
 from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.flops_tracker import StepFlopsValue
 from mfuscope.agent.sampler import ProfilerLike
+from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer, TimedStep
 from mfuscope.agent.transport import Transport
 from mfuscope.core.schema import StepReport

@@ -18,7 +18,6 @@ from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.flops_tracker import CountSession, FlopsTracker
 from mfuscope.agent.recompute import wrap_checkpoint
 from mfuscope.agent.reports import DecompositionLike
 from mfuscope.agent.sampler import (
@@ -29,6 +28,7 @@ from mfuscope.agent.sampler import (
     torch_profiler_factory,
 )
 from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
+from mfuscope.agent.step_flops import CountSession, FlopsTracker
 from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, StepTimer
 from mfuscope.agent.topology import RankTopology, build_topology, discover_topology
 from mfuscope.agent.transport import RetryPolicy, Transport
@@ -226,7 +226,7 @@ def _engine_analyse(
 
 
 def _count_session() -> CountSession:
-    from mfuscope.agent.flop_counting import StepFlopCount  # imports torch
+    from mfuscope.agent.counted_flops import StepFlopCount  # imports torch
 
     return StepFlopCount()
 

@@ -6,7 +6,7 @@ import pytest
 from mfuscope.agent._health import HealthCounters
 from mfuscope.agent._report_assembly import BatchHeader, ReportAssembler
 from mfuscope.agent._window_coordinator import WindowResult
-from mfuscope.agent.flops_tracker import StepFlopsValue
+from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
 from mfuscope.core.schema import ComponentShare, batch_from_json
 

@@ -8,12 +8,12 @@ rank keeps a bitmask over the `width` steps at and below its highest step: bit `
 
 from __future__ import annotations
 
-__all__ = ["StepWindow"]
+__all__ = ["SeenSteps"]
 
 DEFAULT_WIDTH = 4096
 
 
-class StepWindow:
+class SeenSteps:
     """Idempotency over the recent steps of one rank (mutable; owned by the aggregation state)."""
 
     __slots__ = ("_full", "_high", "_mask", "_width")
