@@ -70,7 +70,6 @@ class WindowCoordinator:
         self._baseline: deque[float] = deque(maxlen=_BASELINE_STEPS)
         self._window_walls: dict[int, float] = {}
         self._pending_cost: tuple[tuple[int, ...], float] | None = None  # steps, analysis cpu s
-        self.last_cost_s: float | None = None
         self._members: set[int] = set()  # recorded window steps whose period is not in yet
 
     # --- training thread, per step -----------------------------------------------------------
@@ -231,4 +230,3 @@ class WindowCoordinator:
         extra = sum(max(w - baseline, 0.0) for w in walls)
         self._schedule.record_cost(extra + cpu_s)
         self._pending_cost = None
-        self.last_cost_s = extra + cpu_s

@@ -41,8 +41,3 @@ class SeenSteps:
             self._high = step
         else:
             self._mask |= 1 << (self._high - step)
-
-    @property
-    def high(self) -> int:
-        """The highest step counted, -1 before the first."""
-        return self._high
