@@ -7,8 +7,9 @@ Nothing here imports torch at package import time: the pure analysis core
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mfuscope.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Agent
@@ -26,14 +27,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mfuscope.agent' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

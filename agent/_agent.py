@@ -19,23 +19,23 @@ from types import TracebackType
 from typing import Any
 
 from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
+from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._runtime import Runtime, build_runtime
 from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.flops_tracker import StepFlopsValue
-from mfuscope.agent.reports import make_report
 from mfuscope.agent.sampler import ProfilerLike
+from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer, TimedStep
 from mfuscope.agent.transport import Transport
-from mfuscope.core.schema import ReportBatch, StepReport, batch_to_json
+from mfuscope.core.schema import StepReport
 
-__all__ = ["Agent", "Seams"]
+__all__ = ["Agent", "Seams", "agent_with_seams"]
 
 
 @dataclass(frozen=True)
 class Seams:
     """Test seams: replace the boundaries we cannot have here (CUDA, a failing profiler).
 
-    Production code never passes these.
+    Only tests pass these, through `agent_with_seams`; they are no part of `Agent(...)`.
     """
 
     clock: Callable[[], float] | None = None  # monotonic seconds, for scheduling
@@ -88,35 +88,39 @@ class Agent:
         flops_per_step: float | None = None,
         peak_flops: float | None = None,
         mesh: Any = None,
-        seams: Seams | None = None,
         **options: object,
     ) -> None:
-        self.config = AgentConfig.resolve(
+        self._start(
             {
                 "job": job,
                 "collector_url": collector_url,
                 "flops_per_step": flops_per_step,
                 "peak_flops": peak_flops,
                 **options,
-            }
+            },
+            model=model,
+            mesh=mesh,
+            seams=Seams(),
         )
-        seams = seams or Seams()
+
+    def _start(self, options: dict[str, object], *, model: Any, mesh: Any, seams: Seams) -> None:
+        self.config = AgentConfig.resolve(options)
         self.health = HealthCounters()
         self._log = RateLimitedLog(self.config.log_interval_s, logger=seams.logger or LOGGER)
         self._step = 0
         self._depth = 0  # nesting of `with agent.step()`; only the outermost one is a step
         self._closed = False
         self._scope = _StepScope(self)
-        self._step_flops: dict[int, StepFlopsValue] = {}
-        self._held: dict[int, TimedStep] = {}
         self._runtime: Runtime | None = None
+        self._reports: ReportAssembler | None = None
         self._transports: list[Transport] = []
         if not self.config.enabled:
             return
         self._runtime = build_runtime(
             self.config, model=model, mesh=mesh, seams=seams, health=self.health, log=self._log
         )
-        self._transports = self._runtime.make_transports(self._encode)
+        self._reports = ReportAssembler(self._runtime.batch_header(), self.health)
+        self._transports = self._runtime.make_transports(self._reports.encode)
         # A job that forgets close() still flushes at interpreter exit (bounded by the timeout).
         atexit.register(self.close)
 
@@ -139,8 +143,8 @@ class Agent:
             return
         self._closed = True
         atexit.unregister(self.close)
-        runtime = self._runtime
-        if runtime is None:
+        runtime, reports = self._runtime, self._reports
+        if runtime is None or reports is None:
             return
         budget = self.config.close_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
@@ -148,9 +152,9 @@ class Agent:
             runtime.windows.close_window()
             for timed in runtime.timer.finish():
                 self._finished(timed)
-            self._release(runtime.windows.wait(max(deadline - time.monotonic(), 0.0) * 0.5))
-            for step in sorted(self._held):
-                self._emit(self._held.pop(step))
+            waited = runtime.windows.wait(max(deadline - time.monotonic(), 0.0) * 0.5)
+            self._ship(reports.window_finished(waited))
+            self._ship(reports.flush())
         except Exception as exc:
             self._internal_error("close", exc)
         for transport in self._transports:
@@ -207,74 +211,48 @@ class Agent:
         except Exception as exc:
             self._internal_error("timer", exc)
         try:
-            self._step_flops[step] = runtime.flops.end_step(failed=failed)
+            self._flops_counted(step, runtime.flops.end_step(failed=failed))
         except Exception as exc:
             runtime.flops.abort()
             self._internal_error("flop-count", exc)
         try:
             for timed in runtime.timer.poll():
                 self._finished(timed)
-            self._release(runtime.windows.poll())
+            if self._reports is not None:
+                self._ship(self._reports.window_finished(runtime.windows.poll()))
         except Exception as exc:
             self._internal_error("report", exc)
 
-    # --- reports -------------------------------------------------------------------------------
+    # --- reports (assembled by `ReportAssembler`; the facade only ships them) ------------------
+
+    def _flops_counted(self, step: int, flops: StepFlopsValue) -> None:
+        if self._reports is not None:
+            self._reports.flops_counted(step, flops)
 
     def _finished(self, timed: TimedStep) -> None:
-        runtime = self._runtime
-        assert runtime is not None
+        runtime, reports = self._runtime, self._reports
+        assert runtime is not None and reports is not None
         runtime.windows.observe_wall(timed.step, timed.wall_s)
-        if runtime.windows.holds(timed.step):
-            self._held[timed.step] = timed
-        else:
-            self._emit(timed)
+        self._ship(reports.step_finished(timed, hold=runtime.windows.holds(timed.step)))
 
-    def _release(self, steps: Sequence[int]) -> None:
-        for step in steps:
-            timed = self._held.pop(step, None)
-            if timed is not None:
-                self._emit(timed)
-
-    def _emit(self, timed: TimedStep) -> None:
-        runtime = self._runtime
-        assert runtime is not None
-        flops = self._step_flops.pop(timed.step, None) or StepFlopsValue(0.0, 0.0, "unknown")
-        own = runtime.windows.take_resolved(timed.step)
-        report = make_report(
-            step=timed.step,
-            start_unix_ns=timed.start_unix_ns,
-            wall_s=timed.wall_s,
-            model_flops=flops.model_flops,
-            recompute_flops=flops.recompute_flops,
-            breakdown=own.breakdown if own is not None else runtime.windows.breakdown,
-            collectives=own.collectives if own is not None else (),
-        )
-        for transport in self._transports:
-            transport.submit(report)
-
-    def _encode(self, reports: Sequence[StepReport]) -> bytes:
-        """The wire batch for `reports` (called on a transport thread)."""
-        runtime = self._runtime
-        assert runtime is not None
-        topology = runtime.topology
-        batch = ReportBatch(
-            job=self.config.job,
-            rank=topology.rank,
-            world_size=topology.world_size,
-            local_rank=topology.local_rank,
-            host=topology.host,
-            device=runtime.device_name,
-            peak_flops=runtime.peak_flops,
-            peak_source=runtime.peak_source,
-            sent_unix_ns=time.time_ns(),
-            reports=tuple(reports),
-            health=self.health.snapshot(),
-            topology=runtime.schema_topology,
-        )
-        return batch_to_json(batch).encode()
+    def _ship(self, reports: Sequence[StepReport]) -> None:
+        for report in reports:
+            for transport in self._transports:
+                transport.submit(report)
 
     def _internal_error(self, where: str, exc: BaseException) -> None:
         self.health.add_internal_error()
         self._log.warning(
             f"internal-{where}", "mfuscope: agent error in %s (training continues): %r", where, exc
         )
+
+
+def agent_with_seams(seams: Seams, job: str | None = None, **options: Any) -> Agent:
+    """An `Agent` whose untestable boundaries are replaced by `seams` (tests only).
+
+    Takes the same arguments as `Agent(...)`; `model` and `mesh` are passed through.
+    """
+    agent = Agent.__new__(Agent)
+    model, mesh = options.pop("model", None), options.pop("mesh", None)
+    agent._start({"job": job, **options}, model=model, mesh=mesh, seams=seams)
+    return agent

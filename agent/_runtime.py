@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent._windows import WindowCoordinator
+from mfuscope.agent._report_assembly import BatchHeader
+from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.flops_tracker import CountSession, FlopsTracker
 from mfuscope.agent.recompute import wrap_checkpoint
 from mfuscope.agent.reports import DecompositionLike
 from mfuscope.agent.sampler import (
@@ -28,6 +28,7 @@ from mfuscope.agent.sampler import (
     torch_profiler_factory,
 )
 from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
+from mfuscope.agent.step_flops import CountSession, FlopsTracker
 from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, StepTimer
 from mfuscope.agent.topology import RankTopology, build_topology, discover_topology
 from mfuscope.agent.transport import RetryPolicy, Transport
@@ -91,6 +92,20 @@ class Runtime:
             )
             for sink in sinks
         ]
+
+    def batch_header(self) -> BatchHeader:
+        """The facts every wire batch of this rank repeats."""
+        return BatchHeader(
+            job=self.config.job,
+            rank=self.topology.rank,
+            world_size=self.topology.world_size,
+            local_rank=self.topology.local_rank,
+            host=self.topology.host,
+            device=self.device_name,
+            peak_flops=self.peak_flops,
+            peak_source=self.peak_source,
+            topology=self.schema_topology,
+        )
 
     def shutdown(self) -> None:
         """Undo what construction installed; never raises."""
@@ -211,7 +226,7 @@ def _engine_analyse(
 
 
 def _count_session() -> CountSession:
-    from mfuscope.agent.flop_counting import StepFlopCount  # imports torch
+    from mfuscope.agent.counted_flops import StepFlopCount  # imports torch
 
     return StepFlopCount()
 

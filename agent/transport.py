@@ -85,8 +85,6 @@ class Transport:
         self._closing = False
         self._deadline = float("inf")
         self._abandoned = False
-        self._sent_reports = 0
-        self._force_flush = False
         self._dropped = 0
         self._thread = threading.Thread(
             target=self._run, name=f"mfuscope-transport({sink.describe()})", daemon=True
@@ -116,12 +114,6 @@ class Transport:
                 self._sink.describe(),
             )
 
-    def flush_now(self) -> None:
-        """Ask the sender to send what is queued without waiting for the flush interval."""
-        with self._cond:
-            self._force_flush = True
-            self._cond.notify()
-
     def _count_dropped(self, count: int) -> None:
         with self._cond:
             self._dropped += count
@@ -132,16 +124,6 @@ class Transport:
         """Reports this transport dropped (buffer full, failed sends, close deadline)."""
         with self._cond:
             return self._dropped
-
-    @property
-    def sent_reports(self) -> int:
-        with self._cond:
-            return self._sent_reports
-
-    @property
-    def pending_reports(self) -> int:
-        with self._cond:
-            return len(self._queue) + self._in_flight
 
     def close(self, timeout_s: float) -> bool:
         """Send what is queued within `timeout_s`, then stop.
@@ -196,10 +178,9 @@ class Transport:
                     first_seen = now
                 due = first_seen + self._flush_interval_s
                 full = len(self._queue) >= self._max_batch
-                if full or self._force_flush or self._closing or now >= due:
+                if full or self._closing or now >= due:
                     break
                 self._cond.wait(due - now)
-            self._force_flush = False
             count = min(len(self._queue), self._max_batch)
             batch = [self._queue.popleft() for _ in range(count)]
             self._in_flight = count
@@ -219,8 +200,6 @@ class Transport:
                 if self._abandoned:
                     return
                 lost = 0 if delivered else self._in_flight
-                if delivered:
-                    self._sent_reports += self._in_flight
                 self._in_flight = 0
             if lost:
                 self._count_dropped(lost)

@@ -1,32 +1,41 @@
 """mfuscope.collector: ingests agent reports and keeps exact, aggregatable counters. Never imports
-torch.
+torch or the agent.
 
-Modules: `schema` (the report wire format), `ingest` (decode + apply, the `Collector` facade),
-`series` (the metric contract), `summary` (``/v1/summary``), `routes` + `server` (HTTP),
-`auth`, `ratelimit`, `stragglers`, `app` (configuration and the process).
+Modules: `ingest` (decode + apply, the thread-safe `Aggregator`), `series` (the metric contract),
+`summary` (``/v1/summary``), `routes` + `server` (HTTP), `auth`, `ratelimit`, `app`
+(configuration and the process). The wire format is `mfuscope.core.schema`.
+
+Importing the package is cheap: the names below are resolved on first access (PEP 562), so
+`import mfuscope.collector.ingest` never pays for the HTTP server or the exporters' libraries.
+The ``/v1/summary`` document is `mfuscope.collector.summary.summary` (not re-exported here: a
+lazy name equal to its submodule's would be shadowed by the submodule once that is imported).
 """
 
 from __future__ import annotations
 
-from mfuscope.collector._state import IngestResult, StateConfig
-from mfuscope.collector.clock import Clock, SystemClock
-from mfuscope.collector.errors import (
-    BadRequest,
-    IngestError,
-    PayloadTooLarge,
-    RateLimited,
-    Unauthorized,
-    UnsupportedVersion,
-)
-from mfuscope.collector.ingest import Collector, decode_batch
-from mfuscope.collector.series import metric_families
-from mfuscope.collector.snapshot import CollectorSnapshot, JobSnapshot
-from mfuscope.collector.summary import summary
+from typing import TYPE_CHECKING
+
+from mfuscope.core._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from mfuscope.collector._state import IngestResult, StateConfig
+    from mfuscope.collector.clock import Clock, SystemClock
+    from mfuscope.collector.errors import (
+        BadRequest,
+        IngestError,
+        PayloadTooLarge,
+        RateLimited,
+        Unauthorized,
+        UnsupportedVersion,
+    )
+    from mfuscope.collector.ingest import Aggregator, decode_batch
+    from mfuscope.collector.series import metric_families
+    from mfuscope.collector.snapshot import CollectorSnapshot, JobSnapshot
 
 __all__ = [
+    "Aggregator",
     "BadRequest",
     "Clock",
-    "Collector",
     "CollectorSnapshot",
     "IngestError",
     "IngestResult",
@@ -39,5 +48,25 @@ __all__ = [
     "UnsupportedVersion",
     "decode_batch",
     "metric_families",
-    "summary",
 ]
+
+_LAZY = {
+    "Aggregator": "mfuscope.collector.ingest",
+    "BadRequest": "mfuscope.collector.errors",
+    "Clock": "mfuscope.collector.clock",
+    "CollectorSnapshot": "mfuscope.collector.snapshot",
+    "IngestError": "mfuscope.collector.errors",
+    "IngestResult": "mfuscope.collector._state",
+    "JobSnapshot": "mfuscope.collector.snapshot",
+    "PayloadTooLarge": "mfuscope.collector.errors",
+    "RateLimited": "mfuscope.collector.errors",
+    "StateConfig": "mfuscope.collector._state",
+    "SystemClock": "mfuscope.collector.clock",
+    "Unauthorized": "mfuscope.collector.errors",
+    "UnsupportedVersion": "mfuscope.collector.errors",
+    "decode_batch": "mfuscope.collector.ingest",
+    "metric_families": "mfuscope.collector.series",
+}
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -46,14 +46,6 @@ class CollectiveAcc:
         acc.calls = round(calls)
         return acc
 
-    def add_terms(self, t: CollectiveTerms) -> None:
-        self.calls += t[0]
-        self.bytes += t[1]
-        self.bus_bytes += t[2]
-        self.seconds += t[3]
-        self.overlapped += t[4]
-        self.sized_seconds += t[5]
-
     def terms(self) -> CollectiveTerms:
         return (
             self.calls,

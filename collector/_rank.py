@@ -18,8 +18,8 @@ import sys
 from collections import deque
 
 from mfuscope.collector._accumulators import CollectiveAcc
-from mfuscope.collector._sums import Contribution, Key
-from mfuscope.collector._window import StepWindow
+from mfuscope.collector._seen_steps import SeenSteps
+from mfuscope.collector._sums import Contribution, Key, Kind
 from mfuscope.core.schema import ReportBatch, StepReport
 from mfuscope.core.stragglers import WAITING_COMPONENTS
 
@@ -65,7 +65,7 @@ class RankState:
         self.rank = rank
         self.world_size = 1
         self.peak_flops: float | None = None
-        self.steps = StepWindow(idempotency_steps)
+        self.steps = SeenSteps(idempotency_steps)
         self.last_seen_s = 0.0
         # (wall_s, self_s or None, model_flops, hardware_flops) of the latest steps.
         self.recent: deque[tuple[float, float | None, float, float]] = deque(maxlen=window_steps)
@@ -86,10 +86,10 @@ class RankState:
         if batch.topology is not None:
             items: list[tuple[Key, tuple[float, ...]]] = []
             if batch.topology.tp_spans_hosts:
-                items.append((("tp_spans_hosts",), (1.0,)))
+                items.append(((Kind.TP_SPANS_HOSTS,), (1.0,)))
             for g in batch.topology.groups:
                 if g.link_peak_bytes_per_s is not None:
-                    key = ("tier_peak", _name(g.axis), _name(g.tier), g.link_peak_bytes_per_s)
+                    key = (Kind.TIER_PEAK, _name(g.axis), _name(g.tier), g.link_peak_bytes_per_s)
                     items.append((key, (1.0,)))
             self.topology_items = tuple(items)
         self.last_seen_s = now_s
@@ -105,7 +105,10 @@ class RankState:
             if r.step >= self.breakdown_step:
                 self.breakdown_step = r.step
                 self.breakdown_items = tuple(
-                    (("component", _name(c.component), _name(c.axis), _name(c.tier)), (c.seconds,))
+                    (
+                        (Kind.COMPONENT, _name(c.component), _name(c.axis), _name(c.tier)),
+                        (c.seconds,),
+                    )
                     for c in r.components
                 )
         if r.collectives and r.step >= self.collectives_step:
@@ -117,8 +120,8 @@ class RankState:
                 per_op.setdefault((_name(sample.op), axis, tier), CollectiveAcc()).add(sample)
                 per_tier.setdefault((axis, tier), CollectiveAcc()).add(sample)
             self.collective_items = tuple(
-                [(("op", *k), acc.terms()) for k, acc in per_op.items()]
-                + [(("tier", *k), acc.terms()) for k, acc in per_tier.items()]
+                [((Kind.OP, *k), acc.terms()) for k, acc in per_op.items()]
+                + [((Kind.TIER, *k), acc.terms()) for k, acc in per_tier.items()]
             )
         self.recent.append((r.wall_s, self_s, r.model_flops, r.hardware_flops))
 
@@ -127,9 +130,9 @@ class RankState:
         recent = self.recent
         items: list[tuple[Key, tuple[float, ...]]] = []
         if self.peak_flops is None:
-            items.append((("peak_unknown",), (1.0,)))
+            items.append(((Kind.PEAK_UNKNOWN,), (1.0,)))
         else:
-            items.append((("peak",), (self.peak_flops,)))
+            items.append(((Kind.PEAK,), (self.peak_flops,)))
         if recent:
             self.median_wall_s = _median([e[0] for e in recent])
             selfs = [e[1] for e in recent if e[1] is not None]
@@ -138,8 +141,8 @@ class RankState:
                 wall = math.fsum(e[0] for e in recent)
                 model_rate = math.fsum(e[2] for e in recent) / wall
                 hardware_rate = math.fsum(e[3] for e in recent) / wall
-                items.append((("rates",), (model_rate, hardware_rate, self.peak_flops)))
-        items.append((("world_size", self.world_size), (1.0,)))
+                items.append(((Kind.RATES,), (model_rate, hardware_rate, self.peak_flops)))
+        items.append(((Kind.WORLD_SIZE, self.world_size), (1.0,)))
         self.contribution = _merge_duplicate_keys(
             (*items, *self.topology_items, *self.breakdown_items, *self.collective_items)
         )

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from mfuscope.collector._accumulators import SeriesAcc
 from mfuscope.collector._health import HealthLedger, health_counts
 from mfuscope.collector._rank import RankState
+from mfuscope.collector._seen_steps import DEFAULT_WIDTH
 from mfuscope.collector._sums import REBUILD_EVERY, CountedSums
-from mfuscope.collector._window import DEFAULT_WIDTH
 from mfuscope.core.schema import ReportBatch
 
 __all__ = ["AggregationState", "IngestResult", "StateConfig"]

@@ -1,10 +1,11 @@
 """Job-level sums of the live ranks' latest figures, kept incrementally.
 
 Each rank contributes a few ``(key, values)`` items (its MFU rates and peak, its latest breakdown,
-its latest collectives, topology facts). When a rank's contribution changes, its
-old items are subtracted and the new ones added; when a rank expires its items are subtracted.
-A key also counts its contributors and disappears with the last one, so no float residue is left
-behind. A scrape then reads O(keys) numbers per job instead of re-adding every rank's figures.
+its latest collectives, topology facts); a key is a `Kind` followed by that kind's labels. When
+a rank's contribution changes, its old items are subtracted and the new ones added; when a rank
+expires its items are subtracted. A key also counts its contributors and disappears with the last
+one, so no float residue is left behind. A scrape then reads O(keys) numbers per job instead of
+re-adding every rank's figures.
 
 Float subtraction drifts by at most a few ulps per update; the owner rebuilds the sums exactly
 from the live ranks every `REBUILD_EVERY` updates so the drift stays bounded over any run.
@@ -13,11 +14,36 @@ from the live ranks every `REBUILD_EVERY` updates so the drift stays bounded ove
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import Enum
+from typing import TYPE_CHECKING
 
-__all__ = ["REBUILD_EVERY", "Contribution", "CountedSums", "Key"]
+__all__ = ["REBUILD_EVERY", "Contribution", "CountedSums", "Key", "Kind"]
 
-# A key is a kind (e.g. "op") followed by its labels (e.g. "all_reduce", "dp", "inter_node").
-Key = tuple[str | float, ...]
+
+class Kind(str, Enum):
+    """What a contribution item is about: its labels after the kind -> its values.
+
+    A `str` enum, so keys hash and compare as fast as plain strings on the ingest path.
+    """
+
+    PEAK = "peak"  # () -> (peak FLOP/s,)
+    PEAK_UNKNOWN = "peak_unknown"  # () -> (1,): a rank whose peak is unknown
+    RATES = "rates"  # () -> (model FLOP/s, hardware FLOP/s, peak FLOP/s) over the rank's window
+    WORLD_SIZE = "world_size"  # (world size,) -> (1,)
+    TP_SPANS_HOSTS = "tp_spans_hosts"  # () -> (1,)
+    TIER_PEAK = "tier_peak"  # (axis, tier, link peak bytes/s) -> (1,)
+    COMPONENT = "component"  # (component, axis, tier) -> (seconds,) of the latest breakdown
+    OP = "op"  # (op, axis, tier) -> `CollectiveAcc.terms()` of the latest collectives
+    TIER = "tier"  # (axis, tier) -> `CollectiveAcc.terms()` of the latest collectives
+
+
+# e.g. (Kind.OP, "all_reduce", "dp", "inter_node"). Python 3.10 has no `Unpack` at run time.
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    Key = tuple[Kind, Unpack[tuple[str | float, ...]]]
+else:
+    Key = tuple
 Contribution = tuple[tuple[Key, tuple[float, ...]], ...]
 REBUILD_EVERY = 100_000
 

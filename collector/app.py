@@ -23,7 +23,7 @@ from typing import Any
 from mfuscope.collector._state import StateConfig
 from mfuscope.collector.auth import is_loopback, read_token_file
 from mfuscope.collector.clock import Clock, SystemClock
-from mfuscope.collector.ingest import DEFAULT_MAX_BODY_BYTES, Collector
+from mfuscope.collector.ingest import DEFAULT_MAX_BODY_BYTES, Aggregator
 from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.routes import Routes
 from mfuscope.collector.server import bind_socket, serve_until
@@ -160,7 +160,7 @@ def _announce(config: CollectorConfig) -> Callable[[tuple[str, int]], None]:
 def build_routes(config: CollectorConfig, clock: Clock) -> Routes:
     """The collector and its HTTP routes (token, rate limit) as `config` says; any server can
     serve them (aiohttp here, the stdlib one in benchmarks/)."""
-    collector = Collector(config.state_config(), clock=clock, max_body_bytes=config.max_body_bytes)
+    collector = Aggregator(config.state_config(), clock=clock, max_body_bytes=config.max_body_bytes)
     limiter = (
         RateLimiter(config.rate_limit_per_s, config.rate_burst, monotonic=clock.monotonic)
         if config.rate_limit_per_s

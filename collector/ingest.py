@@ -2,7 +2,7 @@
 
 `decode_batch` turns a request body into a validated `ReportBatch` or raises a typed
 `IngestError` naming the field (gzip is inflated with a hard output limit, so a small compressed
-body cannot expand past the limit). `Collector` is the thread-safe facade the HTTP layer and the
+body cannot expand past the limit). `Aggregator` is the thread-safe facade the HTTP layer and the
 exporters share: one lock around the state, an injected clock, and rejection counts by reason.
 A batch is validated completely before the state is touched, so a bad batch changes nothing.
 """
@@ -13,8 +13,8 @@ import json
 import threading
 import zlib
 
+from mfuscope.collector._snapshot_builder import build_snapshot
 from mfuscope.collector._state import AggregationState, IngestResult, StateConfig
-from mfuscope.collector._views import build_snapshot
 from mfuscope.collector.clock import Clock, SystemClock
 from mfuscope.collector.errors import BadRequest, IngestError, PayloadTooLarge, UnsupportedVersion
 from mfuscope.collector.series import metric_families
@@ -22,7 +22,7 @@ from mfuscope.collector.snapshot import CollectorSnapshot
 from mfuscope.core.schema import ReportBatch, SchemaError, parse_batch
 from mfuscope.exporters.model import MetricFamily
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "Collector", "IngestResult", "decode_batch"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Aggregator", "IngestResult", "decode_batch"]
 
 DEFAULT_MAX_BODY_BYTES = 16 << 20
 # Schema fields whose bad values mean "a report this collector does not speak", not "a broken one".
@@ -70,10 +70,10 @@ def decode_batch(body: bytes, *, content_encoding: str = "", max_bytes: int) -> 
         raise BadRequest("body", f"invalid value: {str(exc)[:200]}") from None
 
 
-class Collector:
-    """Shared, thread-safe collector core: `ingest` request bodies, `snapshot` for the views,
-    `families` for the exporters. Every method takes the lock briefly; rendering happens on the
-    immutable snapshot outside it."""
+class Aggregator:
+    """The collector process's aggregation core, thread-safe: `ingest` request bodies, `snapshot`
+    for the views, `families` for the exporters. Every method takes the lock briefly; rendering
+    happens on the immutable snapshot outside it."""
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ from typing import Any
 
 from mfuscope.collector.auth import check_bearer
 from mfuscope.collector.errors import IngestError, PayloadTooLarge
-from mfuscope.collector.ingest import Collector
+from mfuscope.collector.ingest import Aggregator
 from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.summary import summary
 from mfuscope.exporters.prometheus import new_registry, render
@@ -63,12 +63,12 @@ def _error(status: int, field: str, message: str) -> HttpResponse:
 
 
 class Routes:
-    """The API over one `Collector`. `token` None: no authentication (loopback only, enforced at
+    """The API over one `Aggregator`. `token` None: no authentication (loopback only, enforced at
     start-up); `rate_limiter` None: no rate limit."""
 
     def __init__(
         self,
-        collector: Collector,
+        collector: Aggregator,
         *,
         token: str | None = None,
         rate_limiter: RateLimiter | None = None,

@@ -6,7 +6,7 @@ used about the same CPU per report, but aiohttp's p99 ingest latency was 12-14 m
 and in one run on a briefly overloaded machine the thread-per-connection server grew to 6,361
 threads and stopped answering, while an event loop's footprint stays flat under overload
 (docs/collector.md has the numbers). One event loop thread also makes every ingest atomic by
-construction; the `Collector` lock is there for renders and the OTLP pusher, which run on threads.
+construction; the `Aggregator` lock is there for renders and the OTLP pusher, which run on threads.
 
 aiohttp's automatic request decompression is off: `decode_batch` inflates gzip itself with a hard
 output limit, so the limit means the same with and without compression.

@@ -199,12 +199,6 @@ class CommWhatIf:
     compute_s: float  # compute per device per step: the largest overlap window
     micro_batch_size: float  # sequences per micro-batch per pipeline
 
-    def seconds_by_axis(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for a in self.axes:
-            out[a.axis] = out.get(a.axis, 0.0) + a.seconds_per_step
-        return out
-
 
 def estimate_step_comm(
     work: StepWork,

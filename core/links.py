@@ -2,7 +2,6 @@
 
 Unidirectional is the comparison figure everywhere (nccl-tests busbw is compared with it, see
 `bandwidth.py`); vendors usually quote the bidirectional ("duplex") figure, twice as large.
-`LinkTier.bidirectional_bytes_per_s` is there for display only.
 
 Rates are in bytes/s (1 GB/s = 1e9 bytes/s; network rates in Gb/s are divided by 8). Latencies
 (`alpha_s`) are defaults for the alpha-beta model (`time = alpha + bytes / beta`); the report's
@@ -101,11 +100,6 @@ class LinkTier:
             raise ValueError(f"{self.name}: bandwidth must be > 0")
         if not self.alpha_s >= 0:
             raise ValueError(f"{self.name}: alpha_s must be >= 0")
-
-    @property
-    def bidirectional_bytes_per_s(self) -> float:
-        """Both directions together (the vendors' "duplex" figure); for display only."""
-        return 2.0 * self.unidirectional_bytes_per_s
 
     def link_model(self) -> LinkModel:
         """The alpha-beta model of this tier (beta = unidirectional rate)."""

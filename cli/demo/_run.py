@@ -19,7 +19,7 @@ from mfuscope.cli.demo._live_view import DemoState, render, status_line
 from mfuscope.cli.demo._procs import Child, Supervisor
 from mfuscope.cli.demo._progress import apply_event, read_progress
 from mfuscope.cli.demo._services import (
-    Collector,
+    CollectorProcess,
     ServiceError,
     http_get,
     start_collector,
@@ -49,7 +49,7 @@ class DemoRun:
         self.supervisor = Supervisor()
         self.tmp: Path | None = None
         self.interrupted = False
-        self.collector: Collector | None = None
+        self.collector: CollectorProcess | None = None
         self.started = time.monotonic()
         self._last_status = 0.0
         mode = "2-stage pipeline (pp)" if args.pipeline else "data parallel (dp)"
@@ -123,7 +123,7 @@ class DemoRun:
 
     # --- services ------------------------------------------------------------------------------
 
-    def _start_collector(self, env: Mapping[str, str]) -> Collector:
+    def _start_collector(self, env: Mapping[str, str]) -> CollectorProcess:
         assert self.tmp is not None
         self.note("starting the collector…")
         log = self.out / "collector.log"

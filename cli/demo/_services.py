@@ -62,7 +62,7 @@ def _wait(child: Child, ready: Callable[[], bool], what: str, log: Path, timeout
 
 
 @dataclass(frozen=True)
-class Collector:
+class CollectorProcess:
     child: Child
     address: str  # HOST:PORT it listens on
 
@@ -73,7 +73,7 @@ class Collector:
 
 def start_collector(
     supervisor: Supervisor, listen: str, tmp: Path, log: Path, env: Mapping[str, str]
-) -> Collector:
+) -> CollectorProcess:
     """Start `mfuscope collector` on `listen` and wait until /healthz answers."""
     address_file = tmp / "collector.address"
     argv = [
@@ -99,7 +99,7 @@ def start_collector(
     except ServiceError:
         supervisor.stop(child)
         raise
-    return Collector(child, address[0])
+    return CollectorProcess(child, address[0])
 
 
 def project_prometheus_dir() -> Path:

@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mfuscope.core.bandwidth import COLLECTIVE_OPS
 from mfuscope.core.trace._events import EventArgs
 from mfuscope.core.trace.result import (
     AXIS_UNKNOWN,
@@ -274,7 +273,3 @@ class TopologyView:
             return TIER_INTRA_NODE if size == 1 else TIER_UNKNOWN
         per_node = self.gpus_per_node
         return TIER_INTRA_NODE if len({r // per_node for r in ranks}) <= 1 else TIER_INTER_NODE
-
-
-def is_known_op(op: str | None) -> bool:
-    return op is not None and op in COLLECTIVE_OPS

@@ -126,10 +126,6 @@ class IntervalSet:
         # _cumulative[i] is the total length of the first i intervals (summed in order).
         self._cumulative = np.concatenate(([0.0], np.cumsum(self._ends - self._starts)))
 
-    def measure(self, lo: float, hi: float) -> float:
-        """Length of ``self ∩ [lo, hi)``."""
-        return float(self.measure_each(np.array([lo]), np.array([hi]))[0])
-
     def measure_each(self, lo: FloatArray, hi: FloatArray) -> FloatArray:
         """Length of ``self ∩ [lo[k], hi[k])`` for every k."""
         out = np.zeros(len(lo))

@@ -23,7 +23,7 @@ from mfuscope.core.trace._sweep import decompose_timeline
 from mfuscope.core.trace._trace_model import RankContext, Timeline, TraceError
 from mfuscope.core.trace.result import AnalysisOptions, RankAnalysis
 
-__all__ = ["analyze_trace", "build_timeline"]
+__all__ = ["analyze_trace"]
 
 
 def _int_field(info: Mapping[str, Any], key: str, default: int) -> int:

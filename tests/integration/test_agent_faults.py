@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 from mfuscope.agent import Agent
-from mfuscope.agent._agent import Seams
+from mfuscope.agent._agent import Seams, agent_with_seams
 
 from tests.support import agent_helpers as helpers
 
@@ -112,7 +112,8 @@ def test_failing_profiler_is_counted_and_logged_once(
         def export_chrome_trace(self, path: str) -> None:
             return None
 
-    agent = Agent(
+    agent = agent_with_seams(
+        Seams(profiler_factory=FailingProfiler),
         job="faults",
         jsonl_path=str(tmp_path / "out.jsonl"),
         peak_flops=1e11,
@@ -121,7 +122,6 @@ def test_failing_profiler_is_counted_and_logged_once(
         profile_every_steps=20,
         profile_steps=2,
         profile_max_overhead_ratio=1.0,
-        seams=Seams(profiler_factory=FailingProfiler),
     )
     with caplog.at_level(logging.WARNING, logger="mfuscope.agent"):
         overhead = _run(agent)

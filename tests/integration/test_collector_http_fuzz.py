@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mfuscope.collector import Collector, StateConfig
+from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.routes import Routes
 from mfuscope.collector.server import bind_socket, serve_until
 from mfuscope.collector.testing import FakeClock, batch_dict
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 class Server:
     def __init__(self) -> None:
-        self.collector = Collector(StateConfig(), clock=FakeClock(), max_body_bytes=64 * 1024)
+        self.collector = Aggregator(StateConfig(), clock=FakeClock(), max_body_bytes=64 * 1024)
         self.loop = asyncio.new_event_loop()
         self.stop = asyncio.Event()
         started = threading.Event()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mfuscope.collector import Collector, StateConfig
+from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.routes import HttpRequest, Routes
 from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 
@@ -217,7 +217,7 @@ def test_exposition_matches_the_in_process_golden_path(start: Any) -> None:
     collector = start()
     for body in bodies:
         assert post(collector.url, body)[0] == 200
-    local = Collector(StateConfig(), clock=FakeClock())
+    local = Aggregator(StateConfig(), clock=FakeClock())
     for body in bodies:
         local.ingest(json.dumps(body).encode())
     expected = Routes(local).handle(HttpRequest("GET", "/metrics", "x"), b"").body.decode()

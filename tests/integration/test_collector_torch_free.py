@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
 
     from mfuscope.cli import build_parser
     from mfuscope.collector.app import resolve_config
-    from mfuscope.collector.ingest import Collector
+    from mfuscope.collector.ingest import Aggregator
     from mfuscope.collector.routes import Routes
     from mfuscope.collector.server import bind_socket, serve_until
     from mfuscope.collector.testing import batch_dict, report_dict
@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(
     args = vars(build_parser().parse_args(["collector", "--listen", "127.0.0.1:0"]))
     settings = {k: v for k, v in args.items() if k not in ("command", "log_level")}
     config = resolve_config(settings, {})
-    collector = Collector(config.state_config())
+    collector = Aggregator(config.state_config())
     routes = Routes(collector)
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from mfuscope.agent import Agent, checkpoint_context
-from mfuscope.agent._agent import Seams
+from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent.examples.tiny_gpt import GPTConfig, GPTStage, MarkovTokens
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -80,13 +80,13 @@ def main() -> None:
     dist.init_process_group("gloo")
     model, optimizer = build()
     options: dict[str, object] = dict(item.split("=", 1) for item in args.option)
-    seams = Seams(profiler_factory=_FailingProfiler) if args.fail_profiler else None
-    agent = Agent(
+    seams = Seams(profiler_factory=_FailingProfiler) if args.fail_profiler else Seams()
+    agent = agent_with_seams(
+        seams,
         job=args.job,
         collector_url=args.collector_url,
         model=model,
         jsonl_path=args.jsonl,
-        seams=seams,
         **options,  # strings: the agent parses them as it parses MFUSCOPE_* variables
     )
     times = []

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 from mfuscope.agent import Agent, ConfigError, checkpoint_context
-from mfuscope.agent._agent import Seams
+from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.core.schema import ReportBatch, batch_from_json
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -55,7 +55,9 @@ def _step_until_analysed(agent: Agent) -> None:
             time.sleep(0.001)
 
 
-def _agent(tmp_path: Path, model: nn.Module | None = None, **options: Any) -> Agent:
+def _agent(
+    tmp_path: Path, model: nn.Module | None = None, seams: Seams | None = None, **options: Any
+) -> Agent:
     defaults: dict[str, Any] = {
         "job": "unit",
         "jsonl_path": str(tmp_path / "out.jsonl"),
@@ -64,6 +66,8 @@ def _agent(tmp_path: Path, model: nn.Module | None = None, **options: Any) -> Ag
         "flush_interval_s": 60.0,
     }
     defaults.update(options)
+    if seams is not None:
+        return agent_with_seams(seams, model=model, **defaults)
     return Agent(model=model, **defaults)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.utils.checkpoint as checkpoint_module
-from mfuscope.agent.flop_counting import StepFlopCount
+from mfuscope.agent.counted_flops import StepFlopCount
 from mfuscope.agent.recompute import (
     RECOMPUTE_RANGE,
     checkpoint_context,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent._windows import WindowCoordinator
+from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
 from mfuscope.agent.sampler import WindowAnalyser, WindowRecorder, WindowSchedule
 
 from tests.support.agent_fakes import EMPTY_TRACE, Decomposition, FakeProfiler
@@ -111,6 +111,18 @@ def test_analyser_reports_errors_and_still_deletes(tmp_path: Path) -> None:
     analyser.close(1.0)
 
 
+class RecordingSchedule(WindowSchedule):
+    """A schedule that remembers every window cost it was given (s)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.costs: list[float] = []
+
+    def record_cost(self, cost_s: float) -> None:
+        self.costs.append(cost_s)
+        super().record_cost(cost_s)
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0
@@ -129,7 +141,9 @@ def _coordinator(
     log: list[str] = []
     health = HealthCounters()
     coordinator = WindowCoordinator(
-        schedule=WindowSchedule(first_step=2, every_steps=4, every_s=1e9, max_overhead_ratio=1.0),
+        schedule=RecordingSchedule(
+            first_step=2, every_steps=4, every_s=1e9, max_overhead_ratio=1.0
+        ),
         recorder=WindowRecorder(lambda: FakeProfiler(log, fail), annotate=_annotate(log)),
         analyser=WindowAnalyser(analyse, temp_dir=str(tmp_path)),
         window_steps=2,
@@ -150,14 +164,14 @@ def _run_steps(coordinator: WindowCoordinator, steps: range, clock: Clock | None
             clock.now += 1.0
 
 
-def _wait_resolved(coordinator: WindowCoordinator) -> tuple[int, ...]:
+def _wait_resolved(coordinator: WindowCoordinator) -> WindowResult | None:
     deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline:
         resolved = coordinator.poll()
-        if resolved:
+        if resolved is not None:
             return resolved
         time.sleep(0.005)
-    return ()
+    return None
 
 
 def test_coordinator_holds_window_steps_until_their_analysis(tmp_path: Path) -> None:
@@ -170,15 +184,15 @@ def test_coordinator_holds_window_steps_until_their_analysis(tmp_path: Path) -> 
     assert log == [] and not coordinator.holds(1)
     _run_steps(coordinator, range(2, 4), clock)
     assert coordinator.holds(2) and coordinator.holds(3) and not coordinator.holds(4)
-    assert _wait_resolved(coordinator) == (2, 3)
+    result = _wait_resolved(coordinator)
+    assert result is not None and result.steps == (2, 3)
+    assert [d.step for d in result.decompositions] == [2, 3]
     assert not coordinator.holds(2)
-    own = coordinator.take_resolved(2)
-    assert own is not None and own.breakdown is not None and own.breakdown.step == 2
-    fractions = {s.component: s.fraction for s in own.breakdown.shares}
-    assert fractions["compute"] == pytest.approx(0.6)
-    assert coordinator.breakdown is not None and coordinator.breakdown.step == 3
     assert health.snapshot().windows_analysed_total == 1
-    assert coordinator.last_cost_s is not None
+    # steps of 1 s against a 1 s baseline: the cost is the analysis CPU time alone
+    schedule = coordinator._schedule
+    assert isinstance(schedule, RecordingSchedule) and len(schedule.costs) == 1
+    assert 0 <= schedule.costs[0] < 5.0
     # the next window opens 4 steps after the last one started
     _run_steps(coordinator, range(4, 6), clock)
     assert not coordinator.holds(5)
@@ -204,14 +218,14 @@ def test_coordinator_gives_up_on_a_slow_analysis(tmp_path: Path) -> None:
 
     coordinator, health, _ = _coordinator(tmp_path, analyse, clock=clock, timeout_s=5.0)
     _run_steps(coordinator, range(0, 4))
-    assert coordinator.poll() == ()
+    assert coordinator.poll() is None
     clock.now += 6.0
-    assert coordinator.poll() == (2, 3)
+    assert coordinator.poll() == WindowResult((2, 3), ())
     assert health.snapshot().profiler_failures_total == 1
     release.set()
     # the late answer is ignored
     deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and coordinator.poll() == ():
+    while time.monotonic() < deadline and coordinator.poll() is None:
         if not coordinator._analyser.busy:
             break
         time.sleep(0.005)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from mfuscope.collector import Collector, StateConfig
+from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 from mfuscope.core.bandwidth import bus_factor
 
@@ -43,7 +43,7 @@ def _collective(op: str, size: int | None, seconds: float) -> dict[str, Any]:
     }
 
 
-def _counters(collector: Collector) -> Counters:
+def _counters(collector: Aggregator) -> Counters:
     out: Counters = {}
     for family in collector.families():
         if family.kind == "counter":
@@ -70,7 +70,7 @@ _operation = st.one_of(_batch, _batch, _restart, _wait)
 
 
 def _apply(
-    collector: Collector,
+    collector: Aggregator,
     agents: dict[tuple[str, int], list[int]],
     op: tuple[Any, ...],
 ) -> None:
@@ -131,7 +131,7 @@ def test_no_counter_ever_decreases(
     per-rank labels) no series disappears while the job has a live rank: only the whole job's."""
     clock = FakeClock()
     config = StateConfig(per_rank_labels=per_rank_labels, expire_after_s=_EXPIRE_AFTER_S)
-    collector = Collector(config, clock=clock)
+    collector = Aggregator(config, clock=clock)
     agents: dict[tuple[str, int], list[int]] = {}
     before = _counters(collector)
 
@@ -164,7 +164,7 @@ def test_agent_health_counts_survive_rank_expiry_and_restart() -> None:
     dropped-reports counter fell from 7 to 2 when rank 0 expired and from 2 to 1 when rank 1's
     agent restarted."""
     clock = FakeClock()
-    collector = Collector(StateConfig(expire_after_s=10), clock=clock)
+    collector = Aggregator(StateConfig(expire_after_s=10), clock=clock)
     key = ("mfuscope_reports_dropped_total", ("job-a",))
 
     def send(rank: int, step: int, dropped: int) -> None:
@@ -185,7 +185,7 @@ def test_unsized_calls_do_not_understate_busbw_from_counters() -> None:
     """A profiled step with 2 sized all_reduce calls (1 MiB each, 0.25 s) and 2 of unknown size
     (0.75 s): busbw over the sized calls is 2 MiB × bus factor / 0.25 s; dividing by all 1 s of
     collective time, as the rules did, read 4× too low."""
-    collector = Collector(StateConfig(), clock=FakeClock())
+    collector = Aggregator(StateConfig(), clock=FakeClock())
     sized = _collective("all_reduce", 1 << 20, 0.25)
     unsized = _collective("all_reduce", None, 0.75)
     batch = batch_dict(world_size=_WORLD, reports=[report_dict(1, collectives=[sized, unsized])])

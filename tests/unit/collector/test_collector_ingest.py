@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mfuscope.collector import Collector, StateConfig
+from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.routes import REPORTS_PATH, HttpRequest, HttpResponse, Routes
 from mfuscope.collector.snapshot import CollectorSnapshot
@@ -39,9 +39,9 @@ TOPOLOGY = {
 
 def _routes(
     *, token: str | None = None, limiter: bool = False, max_body_bytes: int = 64 * 1024
-) -> tuple[Routes, Collector, FakeClock]:
+) -> tuple[Routes, Aggregator, FakeClock]:
     clock = FakeClock()
-    collector = Collector(StateConfig(), clock=clock, max_body_bytes=max_body_bytes)
+    collector = Aggregator(StateConfig(), clock=clock, max_body_bytes=max_body_bytes)
     rate = RateLimiter(2.0, 3, monotonic=clock.monotonic) if limiter else None
     return Routes(collector, token=token, rate_limiter=rate), collector, clock
 

@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mfuscope.collector import Collector, StateConfig
+from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 
 Series = dict[tuple[str, tuple[str, ...]], float]
 
 
-def _ingest(collector: Collector, batch: dict[str, Any]) -> tuple[int, int]:
+def _ingest(collector: Aggregator, batch: dict[str, Any]) -> tuple[int, int]:
     result = collector.ingest(json.dumps(batch).encode())
     return result.accepted, result.duplicates
 
 
-def _series(collector: Collector) -> Series:
+def _series(collector: Aggregator) -> Series:
     out: Series = {}
     for family in collector.families():
         for s in family.samples:
@@ -32,9 +32,9 @@ def _series(collector: Collector) -> Series:
     return out
 
 
-def _new(**config: Any) -> tuple[Collector, FakeClock]:
+def _new(**config: Any) -> tuple[Aggregator, FakeClock]:
     clock = FakeClock()
-    return Collector(StateConfig(**config), clock=clock), clock
+    return Aggregator(StateConfig(**config), clock=clock), clock
 
 
 def test_counters_sum_exactly_over_ranks() -> None:
@@ -230,7 +230,7 @@ def test_collectives_follow_nccl_tests_bus_factors() -> None:
     assert s[("mfuscope_tp_spans_hosts", ("job-a",))] == 1
 
 
-def _job_with_breakdowns(fractions: list[float]) -> Collector:
+def _job_with_breakdowns(fractions: list[float]) -> Aggregator:
     collector, _ = _new()
     for rank, compute in enumerate(fractions):
         _ingest(

@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 import pytest
-from mfuscope.collector import Collector, StateConfig, summary
+from mfuscope.collector import Aggregator, StateConfig
+from mfuscope.collector.summary import summary
 from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 
 
@@ -25,7 +26,7 @@ def _collective(op: str, seconds: float) -> dict[str, Any]:
 
 def test_summary_of_a_known_job() -> None:
     clock = FakeClock()
-    collector = Collector(StateConfig(window_steps=5), clock=clock)
+    collector = Aggregator(StateConfig(window_steps=5), clock=clock)
     collectives = [_collective(op, s) for op, s in (("all_reduce", 0.5), ("broadcast", 0.25))]
     topology = {
         "groups": [
@@ -97,5 +98,5 @@ def test_summary_of_a_known_job() -> None:
 
 
 def test_empty_collector() -> None:
-    doc = summary(Collector(clock=FakeClock()).snapshot())
+    doc = summary(Aggregator(clock=FakeClock()).snapshot())
     assert doc["jobs"] == [] and doc["version"] == 1 and doc["expire_after_s"] == 300.0

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mfuscope.collector import Collector, StateConfig
+from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector._sums import CountedSums
 from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 
@@ -57,7 +57,7 @@ _operation = st.one_of(
 @given(operations=st.lists(_operation, max_size=25))
 def test_incremental_sums_equal_a_rebuild(operations: list[tuple[Any, ...]]) -> None:
     clock = FakeClock()
-    collector = Collector(StateConfig(expire_after_s=60, window_steps=3), clock=clock)
+    collector = Aggregator(StateConfig(expire_after_s=60, window_steps=3), clock=clock)
     for op in operations:
         if op[0] == "wait":
             clock.advance(float(op[1]))

@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -138,7 +139,8 @@ def test_interval_algebra_matches_unit_cells(
     assert all(x[1] < y[0] for x, y in itertools.pairwise(ua))  # disjoint, sorted, merged
     assert _points(subtract(ua, ub)) == _points(a) - _points(b)
     expected = len({t for t in _points(a) if lo <= t < hi})
-    assert IntervalSet(Spans.from_pairs(ua)).measure(float(lo), float(hi)) == expected
+    measured = IntervalSet(Spans.from_pairs(ua)).measure_each(np.array([lo]), np.array([hi]))
+    assert measured.tolist() == [expected]
 
 
 def _trace() -> dict[str, object]:

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from mfuscope.collector import BadRequest, Collector, StateConfig
+from mfuscope.collector import Aggregator, BadRequest, StateConfig
 from mfuscope.collector.routes import HttpRequest, Routes
 from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 from mfuscope.exporters.model import HistogramSample, MetricFamily, Sample
@@ -38,11 +38,11 @@ TOPOLOGY = {
 }
 
 
-def known_collector(**config: bool) -> tuple[Collector, FakeClock]:
+def known_collector(**config: bool) -> tuple[Aggregator, FakeClock]:
     """Two ranks of job "train": rank 0 sends steps 1-2 (step 1 profiled), rank 1 sends step 1
     twice (one duplicate), and one batch is refused."""
     clock = FakeClock()
-    collector = Collector(StateConfig(**config), clock=clock)
+    collector = Aggregator(StateConfig(**config), clock=clock)
     rank0 = batch_dict(
         job="train",
         rank=0,

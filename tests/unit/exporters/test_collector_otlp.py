@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from mfuscope.collector import Collector, StateConfig
+from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
 from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 from mfuscope.exporters.otlp import OtlpPusher, metrics_data, otlp_metrics_url
@@ -36,15 +36,15 @@ NOW_NS = 1_800_000_000_000_000_000
 WALLS = [0.004, 0.5, 0.75, 1.0, 2.0, 400.0]  # includes a bound exactly, and one above the last
 
 
-def _collector() -> tuple[Collector, FakeClock]:
+def _collector() -> tuple[Aggregator, FakeClock]:
     clock = FakeClock()
-    collector = Collector(StateConfig(expire_after_s=10), clock=clock)
+    collector = Aggregator(StateConfig(expire_after_s=10), clock=clock)
     reports = [report_dict(i + 1, wall_s=w) for i, w in enumerate(WALLS)]
     collector.ingest(json.dumps(batch_dict(job="j", reports=reports)).encode())
     return collector, clock
 
 
-def _metrics(collector: Collector) -> dict[str, Metric]:
+def _metrics(collector: Aggregator) -> dict[str, Metric]:
     data = metrics_data(
         collector.families(),
         resource=Resource.create({"service.name": "t"}),
@@ -81,7 +81,7 @@ def test_same_series_as_prometheus() -> None:
 
 def test_sized_collective_seconds_and_agent_health_are_exported_with_their_start() -> None:
     clock = FakeClock()
-    collector = Collector(StateConfig(), clock=clock)
+    collector = Aggregator(StateConfig(), clock=clock)
     collective = {"op": "all_reduce", "axis": "dp", "tier": "inter_node", "group_size": 2}
     collective |= {"count": 1, "overlapped_s": 0.0}
     calls = [

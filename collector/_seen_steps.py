@@ -8,12 +8,12 @@ rank keeps a bitmask over the `width` steps at and below its highest step: bit `
 
 from __future__ import annotations
 
-__all__ = ["StepWindow"]
+__all__ = ["SeenSteps"]
 
 DEFAULT_WIDTH = 4096
 
 
-class StepWindow:
+class SeenSteps:
     """Idempotency over the recent steps of one rank (mutable; owned by the aggregation state)."""
 
     __slots__ = ("_full", "_high", "_mask", "_width")
@@ -41,8 +41,3 @@ class StepWindow:
             self._high = step
         else:
             self._mask |= 1 << (self._high - step)
-
-    @property
-    def high(self) -> int:
-        """The highest step counted, -1 before the first."""
-        return self._high

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from mfuscope.agent._health import RateLimitedLog
-from mfuscope.agent.flops_tracker import FlopsTracker, StepFlopsValue, input_signature
+from mfuscope.agent.step_flops import FlopsTracker, StepFlopsValue, input_signature
 
 
 class FakeSession:

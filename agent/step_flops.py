@@ -1,4 +1,8 @@
-"""Model and recompute FLOPs for every step, counted as rarely as possible.
+"""Which model and recompute FLOPs each step's report carries, counted as rarely as possible.
+
+The agent's FLOPs come from two places: this module decides, per step, between FLOPs the user gave
+and FLOPs counted on a real step (`counted_flops`, torch's FlopCounterMode). The analytical
+formulas of `mfuscope calc` (`mfuscope.core.flops`) are never used in a running job.
 
 Given FLOPs (`flops_per_step`) are used as they are. Otherwise the first step is run under a
 FLOP counter (entered when the step begins, left when it ends, so the step is not run twice) and
@@ -47,7 +51,7 @@ class CountedFlops(Protocol):
 
 class CountSession(Protocol):
     """One counting step: entered at step begin, left at step end
-    (`mfuscope.agent.flop_counting.StepFlopCount` in production).
+    (`mfuscope.agent.counted_flops.StepFlopCount` in production).
 
     `recompute_context()` gives a context manager that counts recomputation separately (it is
     installed into `checkpoint_context` while the session runs); `result` gives the step's

@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from mfuscope.agent.flop_counting import (
+from mfuscope.agent.counted_flops import (
     RecomputeCounter,
     StepFlopCount,
     StepFlops,

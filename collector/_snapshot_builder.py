@@ -13,7 +13,7 @@ from typing import Literal
 from mfuscope.collector._accumulators import CollectiveAcc, SeriesAcc
 from mfuscope.collector._rank import RankState
 from mfuscope.collector._state import AggregationState, JobState, StateConfig
-from mfuscope.collector._sums import Key
+from mfuscope.collector._sums import Key, Kind
 from mfuscope.collector.snapshot import (
     CollectiveTotals,
     CollectiveWindow,
@@ -86,12 +86,12 @@ def _series(rank: int | None, acc: SeriesAcc) -> SeriesTotals:
     )
 
 
-def _by_kind(sums: _Sums, kind: str) -> list[tuple[tuple[str, ...], tuple[float, ...]]]:
+def _by_kind(sums: _Sums, kind: Kind) -> list[tuple[tuple[str, ...], tuple[float, ...]]]:
     """The items of one kind, keyed by the rest of their key as text (see `RankState.refresh`)."""
     return sorted(
         (tuple(str(part) for part in key[1:]), values)
         for key, values in sums.items()
-        if key[0] == kind
+        if key[0] is kind
     )
 
 
@@ -104,7 +104,7 @@ def _latest(sums: _Sums, peaks: dict[tuple[str, str], float], config: StateConfi
         return bw / peak if bw is not None and peak else None
 
     collectives = []
-    for (op, axis, tier), values in _by_kind(sums, "op"):
+    for (op, axis, tier), values in _by_kind(sums, Kind.OP):
         acc = CollectiveAcc.from_sums(values)
         bw = busbw(acc)
         collectives.append(
@@ -120,18 +120,18 @@ def _latest(sums: _Sums, peaks: dict[tuple[str, str], float], config: StateConfi
             )
         )
     tier_busbw = []
-    for (axis, tier), values in _by_kind(sums, "tier"):
+    for (axis, tier), values in _by_kind(sums, Kind.TIER):
         bw = busbw(CollectiveAcc.from_sums(values))
         if bw is not None:
             tier_busbw.append((axis, tier, bw, efficiency(bw, axis, tier)))
 
-    components = _by_kind(sums, "component")
+    components = _by_kind(sums, Kind.COMPONENT)
     total = sum(values[0] for _, values in components)
     fractions = (
         tuple((c, a, t, values[0] / total) for (c, a, t), values in components) if total > 0 else ()
     )
     # Sum over ranks of each rank's FLOP/s over its window, over the sum of those ranks' peaks.
-    model_rate, hardware_rate, peak = sums.get(("rates",), (0.0, 0.0, 0.0))
+    model_rate, hardware_rate, peak = sums.get((Kind.RATES,), (0.0, 0.0, 0.0))
     return LatestWindow(
         window_steps=config.window_steps,
         mfu=model_rate / peak if peak > 0 else None,
@@ -159,12 +159,12 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
     ranks = list(job.ranks.values())
     peaks: dict[tuple[str, str], float] = {}
     world_size = 1
-    for key in sums:
-        if key[0] == "tier_peak":
-            axis, tier, value = str(key[1]), str(key[2]), float(key[3])
+    for kind, *labels in sums:
+        if kind is Kind.TIER_PEAK:
+            axis, tier, value = str(labels[0]), str(labels[1]), float(labels[2])
             peaks[(axis, tier)] = max(peaks.get((axis, tier), 0.0), value)
-        elif key[0] == "world_size":
-            world_size = max(world_size, int(key[1]))
+        elif kind is Kind.WORLD_SIZE:
+            world_size = max(world_size, int(labels[0]))
     stragglers, basis = _stragglers(ranks, config.straggler_top)
     views: tuple[RankView, ...] = ()
     if config.per_rank_labels:
@@ -182,10 +182,10 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         job=job.name,
         live_ranks=len(ranks),
         world_size=world_size,
-        peak_flops=sums.get(("peak",), (0.0,))[0],
-        peak_unknown_ranks=job.sums.counts.get(("peak_unknown",), 0),
+        peak_flops=sums.get((Kind.PEAK,), (0.0,))[0],
+        peak_unknown_ranks=job.sums.counts.get((Kind.PEAK_UNKNOWN,), 0),
         last_report_age_s=max(now_s - min(r.last_seen_s for r in ranks), 0.0),
-        tp_spans_hosts=("tp_spans_hosts",) in sums,
+        tp_spans_hosts=(Kind.TP_SPANS_HOSTS,) in sums,
         health=AgentHealth(*job.health.total),
         tier_peaks=tuple(TierPeak(a, t, v) for (a, t), v in sorted(peaks.items())),
         totals=tuple(

@@ -1,21 +1,22 @@
-"""The profiled-window life cycle inside the agent: open, record, hand off, resolve.
+"""The profiled-window life cycle inside the agent: open, record, hand off, pick up the result.
 
-Steps of a window wait (their reports are held) until the window's analysis is in: then each
-carries its *own* decomposition and collectives, and the window's average breakdown becomes the
-one every later step carries. A failed window (profiler or analysis error, or analysis slower
-than `analysis_timeout_s`) is counted, logged once per interval, and its steps are released
-with the previous breakdown.
+The coordinator says which steps belong to a window whose analysis is still out (`holds`) and
+hands back a `WindowResult` when it is in; turning that result into step reports is the job of
+`_report_assembly`. A failed window (profiler or analysis error, or analysis slower than
+`analysis_timeout_s`) is counted, logged once per interval, and comes back with no
+decompositions, so its steps keep the previous breakdown.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.reports import Breakdown, breakdown_from_steps, collective_samples
+from mfuscope.agent.reports import DecompositionLike
 from mfuscope.agent.sampler import (
     ProfilerBusy,
     ProfilerLike,
@@ -24,20 +25,20 @@ from mfuscope.agent.sampler import (
     WindowRecorder,
     WindowSchedule,
 )
-from mfuscope.core.schema import CollectiveSample
 
-__all__ = ["StepWindowData", "WindowCoordinator"]
+__all__ = ["WindowCoordinator", "WindowResult"]
 
 # Recent non-window step periods kept for the baseline the window cost is measured against.
 _BASELINE_STEPS = 32
 
 
 @dataclass(frozen=True)
-class StepWindowData:
-    """What a profiled step's report carries from its window."""
+class WindowResult:
+    """A finished profiled window: its steps and the engine's decomposition of each of them the
+    trace held (empty when the window failed)."""
 
-    breakdown: Breakdown | None
-    collectives: tuple[CollectiveSample, ...]
+    steps: tuple[int, ...]
+    decompositions: tuple[DecompositionLike, ...]
 
 
 class WindowCoordinator:
@@ -66,12 +67,9 @@ class WindowCoordinator:
         self._open: list[int] = []  # steps of the window being recorded
         self._awaiting: tuple[int, ...] | None = None  # steps handed to the analyser
         self._awaiting_since = 0.0
-        self._resolved: dict[int, StepWindowData] = {}
-        self.breakdown: Breakdown | None = None
         self._baseline: deque[float] = deque(maxlen=_BASELINE_STEPS)
         self._window_walls: dict[int, float] = {}
         self._pending_cost: tuple[tuple[int, ...], float] | None = None  # steps, analysis cpu s
-        self.last_cost_s: float | None = None
         self._members: set[int] = set()  # recorded window steps whose period is not in yet
 
     # --- training thread, per step -----------------------------------------------------------
@@ -118,9 +116,6 @@ class WindowCoordinator:
         """Whether `step`'s report must wait for its window's analysis."""
         return step in self._open or (self._awaiting is not None and step in self._awaiting)
 
-    def take_resolved(self, step: int) -> StepWindowData | None:
-        return self._resolved.pop(step, None)
-
     def observe_wall(self, step: int, wall_s: float) -> None:
         """Feed every finished step's period (s): the baseline and the window's own steps."""
         if step in self._members:
@@ -130,23 +125,23 @@ class WindowCoordinator:
         else:
             self._baseline.append(wall_s)
 
-    def poll(self) -> tuple[int, ...]:
-        """Pick up a finished analysis (non-blocking). Returns the steps it resolved."""
+    def poll(self) -> WindowResult | None:
+        """Pick up a finished analysis (non-blocking); None while there is nothing to pick up."""
         if self._awaiting is None:
-            return ()  # the common case, every step: nothing to pick up
+            return None  # the common case, every step: nothing to pick up
         outcome = self._analyser.poll()
         if outcome is None:
             if self._awaiting is not None and (
                 self._clock() - self._awaiting_since > self._analysis_timeout_s
             ):
                 return self._fail(self._awaiting, "analysis timed out")
-            return ()
+            return None
         return self._resolve(outcome)
 
-    def wait(self, timeout_s: float) -> tuple[int, ...]:
+    def wait(self, timeout_s: float) -> WindowResult | None:
         """At close: wait up to `timeout_s` for the awaited analysis."""
         if self._awaiting is None:
-            return ()
+            return None
         outcome = self._analyser.wait(timeout_s)
         if outcome is None:
             return self._fail(self._awaiting, "analysis not finished at close")
@@ -200,42 +195,28 @@ class WindowCoordinator:
             reason,
         )
 
-    def _fail(self, steps: tuple[int, ...], reason: str) -> tuple[int, ...]:
+    def _fail(self, steps: tuple[int, ...], reason: str) -> WindowResult:
         if self._awaiting == steps:
             self._awaiting = None
         self._profiler_failure(reason)
-        for step in steps:
-            self._resolved.setdefault(step, StepWindowData(self.breakdown, ()))
         self._pending_cost = (steps, 0.0)
         self._maybe_record_cost()
-        return steps
+        return WindowResult(steps, ())
 
-    def _resolve(self, outcome: WindowOutcome) -> tuple[int, ...]:
+    def _resolve(self, outcome: WindowOutcome) -> WindowResult | None:
         if self._awaiting != outcome.steps:
-            return ()  # a late answer for a window already given up on
+            return None  # a late answer for a window already given up on
         self._awaiting = None
         if outcome.error is not None:
             return self._fail(outcome.steps, outcome.error)
         wanted = set(outcome.steps)
-        found = [d for d in outcome.decompositions if d.step in wanted]
-        window = breakdown_from_steps(found, max(outcome.steps))
-        if window is None:
+        found = tuple(d for d in outcome.decompositions if d.step in wanted)
+        if not any(math.isfinite(d.wall_s) and d.wall_s > 0 for d in found):
             return self._fail(outcome.steps, "the trace held none of the window's steps")
         self._health.add_window_analysed()
-        self.breakdown = window
-        by_step = {d.step: d for d in found}
-        for step in outcome.steps:
-            own = by_step.get(step)
-            if own is None:
-                self._resolved[step] = StepWindowData(window, ())
-            else:
-                self._resolved[step] = StepWindowData(
-                    breakdown_from_steps([own], step) or window,
-                    collective_samples(own.collectives),
-                )
         self._pending_cost = (outcome.steps, outcome.cpu_s)
         self._maybe_record_cost()
-        return outcome.steps
+        return WindowResult(outcome.steps, found)
 
     def _maybe_record_cost(self) -> None:
         """Window cost = its steps' extra time over the baseline + the analysis CPU time."""
@@ -249,4 +230,3 @@ class WindowCoordinator:
         extra = sum(max(w - baseline, 0.0) for w in walls)
         self._schedule.record_cost(extra + cpu_s)
         self._pending_cost = None
-        self.last_cost_s = extra + cpu_s

@@ -1,0 +1,142 @@
+"""Where the agent's step reports and wire batches are put together (training and transport
+threads; pure bookkeeping, no I/O).
+
+A step's report needs three things that arrive at different times: its period (from the step
+timer, possibly a few steps late on CUDA), its FLOPs (at the end of the step) and, for a step of
+a profiled window, its window's analysis (seconds later, from a background thread). The
+`ReportAssembler` keeps what has arrived, holds the reports of window steps until their result is
+in, and returns each report once it is complete; the facade only ships what it is given.
+
+After a window's result each of its steps carries its *own* decomposition and collectives, and the
+window's average breakdown becomes the one every later step carries. A failed window's steps
+keep the previous breakdown and carry no collectives.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mfuscope.agent._health import HealthCounters
+from mfuscope.agent._window_coordinator import WindowResult
+from mfuscope.agent.reports import Breakdown, breakdown_from_steps, collective_samples, make_report
+from mfuscope.agent.step_flops import StepFlopsValue
+from mfuscope.agent.step_timer import TimedStep
+from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topology, batch_to_json
+
+__all__ = ["BatchHeader", "ReportAssembler"]
+
+_NO_FLOPS = StepFlopsValue(0.0, 0.0, "unknown")
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    """The rank-level facts every wire batch of this rank repeats (fixed at construction)."""
+
+    job: str
+    rank: int
+    world_size: int
+    local_rank: int
+    host: str
+    device: str
+    peak_flops: float | None  # FLOP/s, None when unknown
+    peak_source: str
+    topology: Topology | None
+
+
+@dataclass(frozen=True)
+class _FromWindow:
+    """What a profiled step's report carries from its window."""
+
+    breakdown: Breakdown | None
+    collectives: tuple[CollectiveSample, ...]
+
+
+class ReportAssembler:
+    """Builds each step's `StepReport` once its parts are in, and encodes batches of them.
+
+    `flops_counted` and `step_finished` / `window_finished` / `flush` run on the training thread;
+    `encode` runs on a transport thread and reads only the fixed header and the health counters.
+    """
+
+    def __init__(self, header: BatchHeader, health: HealthCounters) -> None:
+        self._header = header
+        self._health = health
+        self._flops: dict[int, StepFlopsValue] = {}
+        self._held: dict[int, TimedStep] = {}
+        self._from_window: dict[int, _FromWindow] = {}
+        self.breakdown: Breakdown | None = None  # the latest window's, carried by later steps
+
+    def flops_counted(self, step: int, flops: StepFlopsValue) -> None:
+        self._flops[step] = flops
+
+    def step_finished(self, timed: TimedStep, *, hold: bool) -> list[StepReport]:
+        """A step's period is in. `hold`: its window's analysis is still out, so wait for it."""
+        if hold:
+            self._held[timed.step] = timed
+            return []
+        return [self._report(timed)]
+
+    def window_finished(self, result: WindowResult | None) -> list[StepReport]:
+        """Take a window's result (None: nothing new) and return the held reports it completes."""
+        if result is None:
+            return []
+        window = (
+            breakdown_from_steps(result.decompositions, max(result.steps))
+            if result.decompositions
+            else None
+        )
+        if window is None:
+            for step in result.steps:
+                self._from_window.setdefault(step, _FromWindow(self.breakdown, ()))
+        else:
+            self.breakdown = window
+            by_step = {d.step: d for d in result.decompositions}
+            for step in result.steps:
+                own = by_step.get(step)
+                self._from_window[step] = (
+                    _FromWindow(window, ())
+                    if own is None
+                    else _FromWindow(
+                        breakdown_from_steps([own], step) or window,
+                        collective_samples(own.collectives),
+                    )
+                )
+        return [self._report(self._held.pop(s)) for s in result.steps if s in self._held]
+
+    def flush(self) -> list[StepReport]:
+        """At close: every report still held, in step order, with what is known by now."""
+        return [self._report(self._held.pop(step)) for step in sorted(self._held)]
+
+    def encode(self, reports: Sequence[StepReport]) -> bytes:
+        """The wire batch for `reports` (JSON bytes)."""
+        h = self._header
+        batch = ReportBatch(
+            job=h.job,
+            rank=h.rank,
+            world_size=h.world_size,
+            local_rank=h.local_rank,
+            host=h.host,
+            device=h.device,
+            peak_flops=h.peak_flops,
+            peak_source=h.peak_source,
+            sent_unix_ns=time.time_ns(),
+            reports=tuple(reports),
+            health=self._health.snapshot(),
+            topology=h.topology,
+        )
+        return batch_to_json(batch).encode()
+
+    def _report(self, timed: TimedStep) -> StepReport:
+        flops = self._flops.pop(timed.step, None) or _NO_FLOPS
+        own = self._from_window.pop(timed.step, None)
+        return make_report(
+            step=timed.step,
+            start_unix_ns=timed.start_unix_ns,
+            wall_s=timed.wall_s,
+            model_flops=flops.model_flops,
+            recompute_flops=flops.recompute_flops,
+            breakdown=own.breakdown if own is not None else self.breakdown,
+            collectives=own.collectives if own is not None else (),
+        )

@@ -1,0 +1,85 @@
+"""The agent's report assembly: held window steps, their own breakdown, the carried breakdown."""
+
+from __future__ import annotations
+
+import pytest
+from mfuscope.agent._health import HealthCounters
+from mfuscope.agent._report_assembly import BatchHeader, ReportAssembler
+from mfuscope.agent._window_coordinator import WindowResult
+from mfuscope.agent.step_flops import StepFlopsValue
+from mfuscope.agent.step_timer import TimedStep
+from mfuscope.core.schema import ComponentShare, batch_from_json
+
+from tests.support.agent_fakes import Decomposition, Record
+
+_HEADER = BatchHeader(
+    job="unit",
+    rank=1,
+    world_size=2,
+    local_rank=1,
+    host="h0",
+    device="cpu",
+    peak_flops=1e11,
+    peak_source="user",
+    topology=None,
+)
+
+
+def _timed(step: int, wall_s: float = 2.0) -> TimedStep:
+    return TimedStep(step=step, start_unix_ns=step * 10**9, wall_s=wall_s)
+
+
+def _seconds(components: tuple[ComponentShare, ...]) -> dict[str, float]:
+    return {c.component: c.seconds for c in components}
+
+
+def test_window_steps_wait_for_their_result_then_carry_their_own_breakdown() -> None:
+    assembler = ReportAssembler(_HEADER, HealthCounters())
+    assembler.flops_counted(0, StepFlopsValue(5e9, 1e9, "given"))
+    before = assembler.step_finished(_timed(0), hold=False)
+    assert [r.step for r in before] == [0] and before[0].components == ()
+    assert before[0].model_flops == 5e9 and before[0].recompute_flops == 1e9
+    assert assembler.step_finished(_timed(2), hold=True) == []
+    assert assembler.step_finished(_timed(3), hold=True) == []
+    collective = Record("all_reduce", "dp", "intra_node", 2, 4096, 0.5, 0.6)
+    result = WindowResult(
+        (2, 3),
+        (
+            Decomposition(
+                2, wall_s=1.0, compute_s=0.6, bubble_idle_s=0.4, collectives=(collective,)
+            ),
+            Decomposition(3, wall_s=1.0, compute_s=1.0),
+        ),
+    )
+    released = assembler.window_finished(result)
+    assert [r.step for r in released] == [2, 3]
+    own = _seconds(released[0].components)
+    assert own["compute"] == pytest.approx(1.2) and own["bubble_idle"] == pytest.approx(0.8)
+    assert released[0].breakdown_step == 2 and len(released[0].collectives) == 1
+    assert released[1].collectives == ()
+    later = assembler.step_finished(_timed(4), hold=False)[0]
+    # later steps carry the window's average (compute 1.6 of 2 s), named after its last step
+    assert later.breakdown_step == 3 and later.collectives == ()
+    assert _seconds(later.components)["compute"] == pytest.approx(1.6)
+
+
+def test_a_failed_window_releases_its_steps_with_the_previous_breakdown() -> None:
+    assembler = ReportAssembler(_HEADER, HealthCounters())
+    assembler.window_finished(WindowResult((0,), (Decomposition(0, wall_s=1.0, compute_s=1.0),)))
+    assert assembler.step_finished(_timed(5), hold=True) == []
+    late = assembler.step_finished(_timed(6), hold=True)
+    assert late == []
+    released = assembler.window_finished(WindowResult((5, 6), ()))
+    assert [r.breakdown_step for r in released] == [0, 0]
+    assert assembler.window_finished(None) == [] and assembler.flush() == []
+
+
+def test_close_flushes_held_steps_in_order_and_batches_carry_the_header() -> None:
+    assembler = ReportAssembler(_HEADER, HealthCounters())
+    for step in (8, 7):
+        assembler.step_finished(_timed(step), hold=True)
+    flushed = assembler.flush()
+    assert [r.step for r in flushed] == [7, 8]
+    batch = batch_from_json(assembler.encode(flushed))
+    assert (batch.job, batch.rank, batch.world_size, batch.host) == ("unit", 1, 2, "h0")
+    assert [r.step for r in batch.reports] == [7, 8] and batch.peak_source == "user"
