@@ -24,19 +24,16 @@ __all__ = ["MfuscopeCallback", "estimated_flops_per_step"]
 
 
 def estimated_flops_per_step(model: Any, args: Any, seq_len: int) -> float:
-    """This rank's model FLOPs per optimizer step from the model's own estimate, in FLOPs.
+    """This rank's model FLOPs per optimizer step from transformers' own estimate, in FLOPs.
 
-    ``model.floating_point_ops`` (transformers' ``PreTrainedModel``) is 6 x non-embedding
-    parameters x tokens: it leaves out the attention score matrices and, with tied embeddings,
-    the output projection, so it understates a counted step (docs/integrations.md). Tokens per
-    step: ``per_device_train_batch_size x gradient_accumulation_steps x seq_len``.
+    The Trainer's ``floating_point_ops`` is 6 x non-embedding parameters
+    (``model.num_parameters(exclude_embeddings=True)``) x tokens: it leaves out the attention
+    score matrices and, with tied embeddings, the output projection, so it understates a counted
+    step (docs/integrations.md). Tokens per step on this rank:
+    ``per_device_train_batch_size x gradient_accumulation_steps x seq_len``.
     """
-    import torch
-
     sequences = int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
-    name = getattr(model, "main_input_name", "input_ids")
-    tokens = torch.empty((sequences, seq_len), dtype=torch.long, device="meta")
-    return float(model.floating_point_ops({name: tokens}))
+    return 6.0 * model.num_parameters(exclude_embeddings=True) * sequences * seq_len
 
 
 class MfuscopeCallback(TrainerCallback):  # type: ignore[misc]
@@ -44,8 +41,8 @@ class MfuscopeCallback(TrainerCallback):  # type: ignore[misc]
 
     ``job`` defaults to the Trainer's ``run_name`` when neither ``job=`` nor MFUSCOPE_JOB is
     set. FLOPs are counted by the agent on the first step (attention included) unless
-    ``flops_per_step`` is given; with ``count_flops=False`` and ``seq_len`` the model's own
-    estimate is used instead (`estimated_flops_per_step`).
+    ``flops_per_step`` is given; with ``count_flops=False`` and ``seq_len`` (tokens per
+    sequence) transformers' own estimate is used instead (`estimated_flops_per_step`).
     """
 
     def __init__(self, *, seq_len: int | None = None, **agent_options: Any) -> None:
@@ -61,12 +58,10 @@ class MfuscopeCallback(TrainerCallback):  # type: ignore[misc]
         model = kwargs.get("model")
         derived: dict[str, Any] = {}
         options = self._driver.options
-        if (
-            options.get("count_flops") is False
-            and options.get("flops_per_step") is None
-            and self._seq_len
-            and hasattr(model, "floating_point_ops")
-        ):
+        counting_off = options.get("count_flops") is False
+        if counting_off and options.get("flops_per_step") is None and self._seq_len:
+            if not hasattr(model, "num_parameters"):
+                raise ValueError("seq_len= needs a transformers PreTrainedModel (num_parameters)")
             derived["flops_per_step"] = estimated_flops_per_step(model, args, self._seq_len)
         default_job = args.run_name or Path(str(args.output_dir)).name or None
         self._driver.start(model=model, default_job=default_job, **derived)

@@ -1,0 +1,32 @@
+"""`import mfuscope.integrations` stays light; a missing framework gives an install hint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_importing_the_package_imports_no_framework_and_no_torch() -> None:
+    code = (
+        "import sys, mfuscope.integrations, mfuscope.integrations.torchtitan\n"
+        "heavy = {'torch', 'transformers', 'lightning', 'torchtitan'} & set(sys.modules)\n"
+        "print(sorted(heavy))"
+    )
+    result = run(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_a_missing_framework_names_the_extra() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['transformers'] = None  # as if not installed\n"
+        "import mfuscope.integrations.huggingface\n"
+    )
+    result = run(code)
+    assert result.returncode != 0
+    assert "pip install 'mfuscope[huggingface]'" in result.stderr
