@@ -33,7 +33,8 @@ def estimated_flops_per_step(model: Any, args: Any, seq_len: int) -> float:
     ``per_device_train_batch_size x gradient_accumulation_steps x seq_len``.
     """
     sequences = int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
-    return 6.0 * model.num_parameters(exclude_embeddings=True) * sequences * seq_len
+    parameters = int(model.num_parameters(exclude_embeddings=True))
+    return 6.0 * parameters * sequences * seq_len
 
 
 class MfuscopeCallback(TrainerCallback):  # type: ignore[misc]
