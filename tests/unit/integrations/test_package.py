@@ -30,3 +30,20 @@ def test_a_missing_framework_names_the_extra() -> None:
     result = run(code)
     assert result.returncode != 0
     assert "pip install 'mfuscope[huggingface]'" in result.stderr
+
+
+def test_integrations_import_only_the_agent_and_core() -> None:
+    import ast
+    from pathlib import Path
+
+    allowed = ("mfuscope.agent", "mfuscope.core", "mfuscope.integrations")
+    folder = Path(__file__).resolve().parents[3] / "integrations"
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [(path.name, n) for n in names if n.startswith("mfuscope")]
+    assert found, "the scan sees the imports"
+    assert [(f, n) for f, n in found if not n.startswith(allowed)] == []
