@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
@@ -33,9 +35,6 @@ def test_a_missing_framework_names_the_extra() -> None:
 
 
 def test_integrations_import_only_the_agent_and_core() -> None:
-    import ast
-    from pathlib import Path
-
     allowed = ("mfuscope.agent", "mfuscope.core", "mfuscope.integrations")
     folder = Path(__file__).resolve().parents[3] / "integrations"
     found = []
