@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "agent", "collector", "exporters", "cli")
+PACKAGES = ("core", "agent", "collector", "exporters", "cli", "integrations")
 BIN = Path(sys.executable).parent
 
 

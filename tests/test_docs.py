@@ -36,6 +36,7 @@ TOP_LEVEL_DIRS = (
     "deploy",
     "docs",
     "exporters",
+    "integrations",
     "tests",
 )
 

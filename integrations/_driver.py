@@ -1,0 +1,77 @@
+"""One mfuscope step per optimizer step, driven by a framework's callback events.
+
+Frameworks announce micro-batches and optimizer steps through different hooks; what they share
+is handled here: the `Agent` is created on every rank when training starts (construction is
+collective under torch.distributed, see docs/agent.md), a step opens at the first micro-batch of
+an optimizer step and closes after that optimizer step, so its wall time and its FLOPs (counted
+over the whole step) cover every micro-batch of the accumulation cycle, and the agent is closed
+when training ends. Imports the agent (and so torch) only when training starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["AgentDriver", "framework_missing"]
+
+
+def framework_missing(package: str, extra: str) -> ImportError:
+    """The error raised when an integration's framework is not installed."""
+    return ImportError(
+        f"mfuscope.integrations.{extra} needs {package}: pip install 'mfuscope[{extra}]'"
+    )
+
+
+class AgentDriver:
+    """Holds the agent options until training starts, then the `Agent` and the open step.
+
+    `agent_options` are `Agent(...)` keywords (docs/agent.md); environment variables
+    `MFUSCOPE_<NAME>` still apply to anything not passed.
+    """
+
+    def __init__(self, agent_options: Mapping[str, Any]) -> None:
+        self.options = dict(agent_options)
+        self.agent: Any = None  # mfuscope.agent.Agent once started
+        self._step: contextlib.AbstractContextManager[Any] | None = None
+
+    @property
+    def in_step(self) -> bool:
+        return self._step is not None
+
+    def start(self, *, model: Any, default_job: str | None, **framework: Any) -> None:
+        """Create the Agent (on every rank: collective). `framework` holds keywords the
+        integration derives (e.g. `flops_per_step`); the user's own options win over them, and
+        `default_job` is used only when neither `job=` nor MFUSCOPE_JOB is set."""
+        if self.agent is not None:
+            return
+        from mfuscope.agent import Agent
+
+        options = {**framework, **self.options}
+        if options.get("job") is None and not os.environ.get("MFUSCOPE_JOB") and default_job:
+            options["job"] = default_job
+        options.setdefault("model", model)
+        self.agent = Agent(**options)
+
+    def begin_step(self) -> None:
+        """Open a step unless one is open (the first micro-batch of an optimizer step)."""
+        if self.agent is None or self._step is not None:
+            return
+        step = self.agent.step()
+        step.__enter__()
+        self._step = step
+
+    def end_step(self) -> None:
+        """Close the open step (after its optimizer step)."""
+        step, self._step = self._step, None
+        if step is not None:
+            step.__exit__(None, None, None)
+
+    def close(self) -> None:
+        """End an open step (training stopped inside one) and flush the agent; idempotent."""
+        self.end_step()
+        agent, self.agent = self.agent, None
+        if agent is not None:
+            agent.close()

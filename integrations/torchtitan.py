@@ -1,0 +1,93 @@
+"""mfuscope for torchtitan: run ``python -m mfuscope.integrations.torchtitan`` where you would run
+``python -m torchtitan.train`` (same arguments), or call `instrument(trainer)` in your own
+entry point.
+
+torchtitan's ``Trainer.train`` calls ``train_step`` once per optimizer step (all gradient
+accumulation and pipeline micro-batches inside), so wrapping ``train_step`` in ``agent.step()``
+gives one mfuscope step per optimizer step. FLOPs come from torchtitan's own analytical count,
+``metrics_processor.num_flops_per_token`` (the model's ``get_nparams_and_flops``): it is what
+torchtitan's own MFU uses, so both report one number, and no slow counting step is needed.
+Importing this module imports no torchtitan; `main` does.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+__all__ = ["flops_per_step", "instrument", "main"]
+
+
+def flops_per_step(trainer: Any) -> float:
+    """This rank's model FLOPs per optimizer step of a built torchtitan ``Trainer``, in FLOPs.
+
+    ``num_flops_per_token`` (whole model, per token, training: 6 x matmul parameters plus the
+    attention term, recomputation excluded) x the tokens one data-parallel rank processes per
+    step (``local_batch_size x seq_len x gradient_accumulation_steps``), divided among the ranks
+    that share those tokens (``cp x tp x pp``, torchtitan's ``non_data_parallel_size``): the
+    same convention as torchtitan's own MFU, which assumes an even split.
+    """
+    per_token = float(trainer.metrics_processor.num_flops_per_token)
+    if per_token <= 0:
+        raise ValueError("torchtitan has not set num_flops_per_token yet (build the Trainer first)")
+    training = trainer.config.training
+    tokens = int(training.local_batch_size) * int(training.seq_len)
+    tokens *= int(trainer.gradient_accumulation_steps)
+    return per_token * tokens / int(trainer.parallel_dims.non_data_parallel_size)
+
+
+def instrument(trainer: Any, **agent_options: Any) -> Any:
+    """Create this rank's `Agent` for a built torchtitan ``Trainer`` and wrap its ``train_step``.
+
+    Collective: call it on every rank. ``agent_options`` are `Agent(...)` keywords (and
+    MFUSCOPE_* variables still apply); ``flops_per_step`` defaults to MFUSCOPE_FLOPS_PER_STEP,
+    else `flops_per_step(trainer)`, and ``job`` to MFUSCOPE_JOB, else "torchtitan". Returns the
+    Agent; close it after training.
+    """
+    import os
+
+    from mfuscope.agent import Agent
+
+    options = dict(agent_options)
+    if options.get("flops_per_step") is None and not os.environ.get("MFUSCOPE_FLOPS_PER_STEP"):
+        options["flops_per_step"] = flops_per_step(trainer)
+    if options.get("job") is None and not os.environ.get("MFUSCOPE_JOB"):
+        options["job"] = "torchtitan"
+    agent = Agent(**options)
+    original = trainer.train_step
+
+    @functools.wraps(original)
+    def train_step(*args: Any, **kwargs: Any) -> Any:
+        with agent.step():
+            return original(*args, **kwargs)
+
+    trainer.train_step = train_step
+    return agent
+
+
+def _instrumented_train(train: Any) -> Any:
+    @functools.wraps(train)
+    def run(self: Any) -> Any:
+        agent = instrument(self)
+        try:
+            return train(self)
+        finally:
+            agent.close()
+
+    return run
+
+
+def main() -> None:
+    """torchtitan's own entry point with every rank's Trainer instrumented at ``train()``.
+
+    Agent options come from MFUSCOPE_* variables (MFUSCOPE_JOB, MFUSCOPE_COLLECTOR_URL, ...).
+    """
+    from torchtitan import train as torchtitan_train
+    from torchtitan.trainer import Trainer
+
+    Trainer.train = _instrumented_train(Trainer.train)
+    torchtitan_train.main()
+
+
+if __name__ == "__main__":
+    main()

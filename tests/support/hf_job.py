@@ -1,0 +1,83 @@
+"""A tiny GPT-2 trained by the `transformers` Trainer on CPU/gloo with `MfuscopeCallback`.
+
+Run under torchrun by tests/integration/test_framework_integrations.py:
+
+    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/support/hf_job.py \
+        --collector-url URL --out DIR --runs 1 2 [--layers 2 --width 64 ...]
+
+One Trainer run per `--runs` value (the gradient accumulation factor k), one after the other in
+the same process group, each its own mfuscope job `hf-ga<k>` writing `DIR/hf-ga<k>-<rank>.jsonl`
+besides the collector. The model is built from a config (no weights are downloaded); attention
+is the eager matmul implementation, so the counted FLOPs follow the formula the test derives.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from mfuscope.integrations.huggingface import MfuscopeCallback
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+from tests.support.framework_jobs import JobShape, agent_options, parse_job_args
+
+
+class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    def __init__(self, sequences: int, shape: JobShape) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.tokens = torch.randint(0, shape.vocab, (sequences, shape.seq_len), generator=generator)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.tokens[index], "labels": self.tokens[index]}
+
+
+def train(grad_accum: int, shape: JobShape, collector_url: str, out: Path) -> None:
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=shape.layers,
+        n_embd=shape.width,
+        n_head=shape.heads,
+        vocab_size=shape.vocab,
+        n_positions=shape.seq_len,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    config._attn_implementation = "eager"
+    job = f"hf-ga{grad_accum}"
+    args = TrainingArguments(
+        output_dir=str(out / job),
+        run_name=job,
+        per_device_train_batch_size=shape.batch,
+        gradient_accumulation_steps=grad_accum,
+        num_train_epochs=1,
+        use_cpu=True,
+        ddp_backend="gloo",
+        ddp_find_unused_parameters=False,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+    )
+    options = agent_options(job, collector_url, out)
+    del options["job"]  # the callback takes the Trainer's run_name
+    world = torch.distributed.get_world_size()
+    trainer = Trainer(
+        model=GPT2LMHeadModel(config),
+        args=args,
+        train_dataset=RandomTokens(world * shape.batch * shape.micro_batches, shape),
+        callbacks=[MfuscopeCallback(**options)],
+    )
+    trainer.train()
+
+
+def main() -> None:
+    options, shape = parse_job_args("gradient accumulation factors, one Trainer run each")
+    for grad_accum in options.runs:
+        train(int(grad_accum), shape, options.collector_url, options.out)
+
+
+if __name__ == "__main__":
+    main()

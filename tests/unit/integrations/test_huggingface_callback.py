@@ -1,0 +1,67 @@
+"""The Trainer callback in one process: the Agent is made at train begin, one step spans
+``on_step_begin`` .. ``on_step_end`` whatever happens between (micro-batches), the agent is
+closed at train end; with counting off, the model's own estimate is the step's FLOPs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from mfuscope.core.schema import batch_from_json
+
+transformers = pytest.importorskip("transformers")
+from mfuscope.integrations.huggingface import MfuscopeCallback  # noqa: E402
+
+LAYERS, WIDTH, VOCAB, SEQ_LEN = 2, 64, 256, 32
+
+
+def tiny_gpt2() -> Any:
+    config = transformers.GPT2Config(
+        n_layer=LAYERS, n_embd=WIDTH, n_head=4, vocab_size=VOCAB, n_positions=SEQ_LEN,
+        bos_token_id=None, eos_token_id=None,
+    )  # fmt: skip
+    return transformers.GPT2LMHeadModel(config)
+
+
+def trainer_args(tmp_path: Path, grad_accum: int) -> Any:
+    # The fields the callback reads from TrainingArguments.
+    return SimpleNamespace(
+        run_name=None,
+        output_dir=str(tmp_path / "my-run"),
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=grad_accum,
+    )
+
+
+def reports(path: Path) -> list[Any]:
+    return [r for line in path.read_text().splitlines() for r in batch_from_json(line).reports]
+
+
+def test_one_step_per_optimizer_step_and_the_models_estimate(tmp_path: Path) -> None:
+    callback = MfuscopeCallback(
+        seq_len=SEQ_LEN,
+        count_flops=False,
+        jsonl_path=str(tmp_path / "r.jsonl"),
+        profile=False,
+        calibrate_cpu_peak=False,
+        peak_flops=1e11,
+    )
+    args, model = trainer_args(tmp_path, grad_accum=2), tiny_gpt2()
+    callback.on_train_begin(args, None, None, model=model)
+    assert callback.agent.config.job == "my-run"  # the output folder's name: no run_name
+    for _ in range(3):
+        callback.on_step_begin(args, None, None)
+        callback.on_substep_end(args, None, None)  # the first micro-batch
+        callback.on_step_end(args, None, None)
+    callback.on_train_end(args, None, None)
+    assert callback.agent is None
+    # transformers' estimate: 6 x non-embedding parameters x tokens. Per layer two LayerNorms
+    # (2 x 2d), qkv 3d^2 + 3d, attention out d^2 + d, MLP 4d^2 + 4d and 4d^2 + d: 12 d^2 + 13 d;
+    # the final LayerNorm 2d; the output head is tied to the token embedding, so excluded.
+    params = LAYERS * (12 * WIDTH**2 + 13 * WIDTH) + 2 * WIDTH
+    tokens = 4 * 2 * SEQ_LEN
+    got = reports(tmp_path / "r.jsonl")
+    assert [r.step for r in got] == [0, 1, 2]
+    assert {r.model_flops for r in got} == {6.0 * params * tokens}

@@ -1,0 +1,51 @@
+"""The Lightning callback in one process: a step spans the micro-batches until Lightning's
+optimizer-step count (`trainer.global_step`) moves, including a short last cycle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from mfuscope.core.schema import batch_from_json
+
+pytest.importorskip("lightning")
+from mfuscope.integrations.lightning import MfuscopeCallback
+
+
+def test_steps_follow_optimizer_steps_with_a_short_last_cycle(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    callback = MfuscopeCallback(
+        jsonl_path=str(path), profile=False, peak_flops=1e11, flops_per_step=7.0
+    )
+    trainer = SimpleNamespace(global_step=0, logger=None)
+    module = SimpleNamespace()
+    callback.on_train_start(trainer, module)
+    assert callback.agent.config.job == "SimpleNamespace"  # no logger: the module's class name
+    # accumulate_grad_batches=2 over 5 micro-batches: optimizer steps after batches 1, 3 and 4.
+    for batch_idx, steps_after in enumerate([0, 1, 1, 2, 3]):
+        callback.on_train_batch_start(trainer, module, None, batch_idx)
+        trainer.global_step = steps_after
+        callback.on_train_batch_end(trainer, module, None, None, batch_idx)
+    callback.on_train_end(trainer, module)
+    reports: list[Any] = [
+        r for line in path.read_text().splitlines() for r in batch_from_json(line).reports
+    ]
+    assert [(r.step, r.model_flops) for r in reports] == [(0, 7.0), (1, 7.0), (2, 7.0)]
+
+
+def test_an_exception_closes_the_agent_and_an_open_step(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    callback = MfuscopeCallback(
+        job="j", jsonl_path=str(path), profile=False, peak_flops=1e11, flops_per_step=7.0
+    )
+    trainer = SimpleNamespace(global_step=0, logger=SimpleNamespace(name="logged"))
+    callback.on_train_start(trainer, None)
+    assert callback.agent.config.job == "j"  # the user's option wins over the logger's name
+    callback.on_train_batch_start(trainer, None, None, 0)
+    callback.on_exception(trainer, None, RuntimeError("boom"))
+    assert callback.agent is None
+    assert [
+        r.step for line in path.read_text().splitlines() for r in batch_from_json(line).reports
+    ] == [0]
