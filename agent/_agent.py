@@ -103,7 +103,7 @@ class Agent:
         seams = seams or Seams()
         self.health = HealthCounters()
         self._log = RateLimitedLog(self.config.log_interval_s, logger=seams.logger or LOGGER)
-        self._step = 0
+        self._step = self.config.first_step
         self._depth = 0  # nesting of `with agent.step()`; only the outermost one is a step
         self._closed = False
         self._scope = _StepScope(self)
@@ -270,6 +270,7 @@ class Agent:
             reports=tuple(reports),
             health=self.health.snapshot(),
             topology=runtime.schema_topology,
+            incarnation=topology.incarnation,
         )
         return batch_to_json(batch).encode()
 

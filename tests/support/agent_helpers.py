@@ -19,7 +19,7 @@ from typing import Any
 
 from mfuscope.core.schema import ReportBatch, SchemaError, parse_batch
 
-__all__ = ["HangingCollector", "StubCollector", "closed_port_url", "run_job"]
+__all__ = ["HangingCollector", "StubCollector", "closed_port_url", "job_command", "run_job"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -154,12 +154,17 @@ def run_job(
 ) -> subprocess.CompletedProcess[str]:
     """Run `agent_job.py` on 2 gloo ranks with `args`; its TMPDIR (profiler traces) is
     `tmp_path/tmp`, and no MFUSCOPE_* variable of ours leaks into it."""
+    command, env = job_command(tmp_path, *args)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def job_command(tmp_path: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The torchrun command line of `run_job` and its environment, for tests that must start
+    the job themselves (to kill it mid-run)."""
     temp = tmp_path / "tmp"
     temp.mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
     env = {k: v for k, v in env.items() if not k.startswith("MFUSCOPE_")}
     torchrun = Path(sys.executable).parent / "torchrun"
     command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(HERE / "agent_job.py")]
-    return subprocess.run(
-        [*command, *args], env=env, capture_output=True, text=True, timeout=timeout_s
-    )
+    return [*command, *args], env
