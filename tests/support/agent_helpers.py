@@ -39,7 +39,7 @@ class StubCollector:
         self.errors: list[str] = []
         self.requests = 0
         self.gzip_bodies = 0
-        self._seen: set[tuple[str, int, int]] = set()
+        self._seen: set[tuple[str, str, int, int]] = set()
         self._lock = threading.Lock()
         stub = self
 
@@ -93,7 +93,7 @@ class StubCollector:
             return
         with self._lock:
             self.batches.append(batch)
-            keys = [(batch.job, batch.rank, r.step) for r in batch.reports]
+            keys = [(batch.job, batch.incarnation, batch.rank, r.step) for r in batch.reports]
             duplicates = sum(1 for k in keys if k in self._seen)
             self._seen.update(keys)
         self._reply(handler, 200, {"accepted": len(keys) - duplicates, "duplicates": duplicates})

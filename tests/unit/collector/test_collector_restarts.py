@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mfuscope.collector import Collector, StateConfig
 from mfuscope.collector._incarnations import KEEP, REMEMBER, JobIncarnations
+from mfuscope.collector.summary import summary
 from mfuscope.collector.testing import FakeClock, batch_dict
 from mfuscope.core.schema import SCHEMA_VERSION
 
@@ -52,6 +53,8 @@ def test_a_relaunch_counts_its_redone_steps_as_work_and_as_reruns() -> None:
     assert c["mfuscope_rerun_steps_total"] == 4
     assert c["mfuscope_job_restarts_total"] == 1
     assert c["mfuscope_reports_duplicate_total"] == 0
+    job = summary(collector.snapshot())["jobs"][0]
+    assert (job["steps_total"], job["reports"]["reruns"], job["restarts"]) == (18, 4, 1)
 
 
 def test_a_resent_batch_is_still_counted_once_in_either_incarnation() -> None:
