@@ -4,7 +4,8 @@ Pure in the house sense: no clock reads, no I/O, no logging; the caller passes t
 (`now_s` from a monotonic clock for ages and expiry, `now_unix_ns` from the wall clock for series
 start times). Not thread-safe: the caller holds one lock around `apply`, `expire`, `snapshot`.
 
-Memory is bounded by live ranks, not by reports: per rank a 512-byte idempotency window, the last
+Memory is bounded by live ranks, not by reports: per rank a 512-byte idempotency window for each
+of the job's few latest incarnations (launches; see `_incarnations`), the last
 `window_steps` step times, and its latest breakdown and profiled collectives; per job (or rank,
 with per-rank labels) one set of counters, and per rank seen while the job lives a few integers of
 agent health. Ranks silent for longer than `expire_after_s` are dropped, and a job with no live
