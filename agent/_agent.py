@@ -107,7 +107,7 @@ class Agent:
         self.config = AgentConfig.resolve(options)
         self.health = HealthCounters()
         self._log = RateLimitedLog(self.config.log_interval_s, logger=seams.logger or LOGGER)
-        self._step = 0
+        self._step = self.config.first_step
         self._depth = 0  # nesting of `with agent.step()`; only the outermost one is a step
         self._closed = False
         self._scope = _StepScope(self)

@@ -43,6 +43,7 @@ class BatchHeader:
     peak_flops: float | None  # FLOP/s, None when unknown
     peak_source: str
     topology: Topology | None
+    incarnation: str  # this launch's run id, the same on every rank (idempotency across restarts)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class ReportAssembler:
             reports=tuple(reports),
             health=self._health.snapshot(),
             topology=h.topology,
+            incarnation=h.incarnation,
         )
         return batch_to_json(batch).encode()
 

@@ -30,7 +30,12 @@ from mfuscope.agent.sampler import (
 from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
 from mfuscope.agent.step_flops import CountSession, FlopsTracker
 from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, StepTimer
-from mfuscope.agent.topology import RankTopology, build_topology, discover_topology
+from mfuscope.agent.topology import (
+    RankTopology,
+    build_topology,
+    discover_topology,
+    new_incarnation,
+)
 from mfuscope.agent.transport import RetryPolicy, Transport
 from mfuscope.core.schema import StepReport, Topology
 
@@ -105,6 +110,7 @@ class Runtime:
             peak_flops=self.peak_flops,
             peak_source=self.peak_source,
             topology=self.schema_topology,
+            incarnation=self.topology.incarnation,
         )
 
     def shutdown(self) -> None:
@@ -140,7 +146,13 @@ def _topology(mesh: Any, log: RateLimitedLog) -> RankTopology:
         hosts: list[str | None] = [None] * max(world, rank + 1)
         hosts[rank] = socket.gethostname()
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        return build_topology(rank=rank, local_rank=local_rank, hosts=hosts, groups=())
+        return build_topology(
+            rank=rank,
+            local_rank=local_rank,
+            hosts=hosts,
+            groups=(),
+            incarnation=new_incarnation(),
+        )
 
 
 def _device(model: Any, topology: RankTopology, log: RateLimitedLog) -> _Device:
@@ -268,7 +280,8 @@ def build_runtime(
     analyser = WindowAnalyser(seams.analyse or _engine_analyse(topology, link_models))
     windows = WindowCoordinator(
         schedule=WindowSchedule(
-            first_step=config.profile_first_step if config.profile else 1 << 62,
+            # Counted from this process's first step: a resumed job warms up again too.
+            first_step=config.first_step + config.profile_first_step if config.profile else 1 << 62,
             every_steps=config.profile_every_steps,
             every_s=config.profile_every_s,
             max_overhead_ratio=config.profile_max_overhead_ratio,

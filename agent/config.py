@@ -42,6 +42,9 @@ class AgentConfig:
 
     job: str
     collector_url: str | None = None
+    # The number of this process's first step: a job resuming from a checkpoint passes the
+    # checkpoint's step, so the steps it runs again are reported (and counted) as redone.
+    first_step: int = 0
     jsonl_path: str | None = None  # `{rank}` in the path is replaced by the rank
     token: str | None = None  # bearer token for the collector
     # FLOPs per step of this rank; None: counted once with FlopCounterMode on the first step.
@@ -97,7 +100,7 @@ class AgentConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("profile_first_step", "max_flop_recounts"):
+        for name in ("first_step", "profile_first_step", "max_flop_recounts"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
         for name in (

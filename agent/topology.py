@@ -1,8 +1,9 @@
 """Who this rank is and whom it talks to, discovered once at start.
 
 `discover_topology` (torch side) gathers every rank's host name with one `all_gather_object` and
-lists the process groups this rank belongs to; `build_topology` (pure) names each group's axis
-and tier:
+lists the process groups this rank belongs to; the same collective hands every rank rank 0's
+fresh random *incarnation* (this launch's id: a relaunch after a crash gets a new one).
+`build_topology` (pure) names each group's axis and tier:
 
 - axis: the DeviceMesh dim name when the group is one of the mesh's dims; else the group
   description (`mesh_<name>` -> `<name>`, `default_pg` -> `world`, as the engine names groups in
@@ -15,6 +16,7 @@ and tier:
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +32,7 @@ __all__ = [
     "axis_of_group",
     "build_topology",
     "discover_topology",
+    "new_incarnation",
 ]
 
 
@@ -66,6 +69,8 @@ class RankTopology:
     host: str
     host_of_rank: Mapping[int, str] = field(default_factory=dict)
     groups: tuple[GroupView, ...] = ()
+    # This launch's id, the same on every rank of it (see `new_incarnation`).
+    incarnation: str = ""
 
     @property
     def axis_of_group_name(self) -> dict[str, str]:
@@ -113,6 +118,7 @@ def build_topology(
     hosts: Sequence[str | None],
     groups: Sequence[GroupSpec],
     mesh_axes: Mapping[str, str] | None = None,
+    incarnation: str = "",
 ) -> RankTopology:
     """Name axes and tiers of `groups` given the host of every rank (`hosts[r]`, None = unknown).
 
@@ -147,7 +153,20 @@ def build_topology(
         host=hosts[rank] or "unknown",
         host_of_rank=host_of_rank,
         groups=tuple(views),
+        incarnation=incarnation,
     )
+
+
+def new_incarnation(environ: Mapping[str, str] | None = None) -> str:
+    """A fresh id for this launch: 16 random hex digits. Only rank 0's is used when the ranks
+    can agree on one (`discover_topology`). When they cannot, the torchrun run id and restart
+    count (the same on every rank of one launch, different after an elastic restart or a new
+    torchrun) stand in; without them, a random id per process."""
+    env = os.environ if environ is None else environ
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    if run_id:
+        return f"{run_id}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"[:256]
+    return secrets.token_hex(8)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -186,7 +205,8 @@ def _mesh_axes(mesh: Any) -> dict[str, str]:
 
 
 def discover_topology(mesh: Any = None) -> RankTopology:
-    """Rank, local rank, host of every rank, and groups; collective on the default group.
+    """Rank, local rank, host of every rank, groups and the launch's incarnation; collective on
+    the default group.
 
     Every rank must call it (the Agent does, at construction). Without torch.distributed
     initialised it describes a single process from the `RANK`/`LOCAL_RANK` environment.
@@ -200,13 +220,19 @@ def discover_topology(mesh: Any = None) -> RankTopology:
         hosts: list[str | None] = [None] * world
         hosts[rank] = host
         return build_topology(
-            rank=rank, local_rank=_env_int("LOCAL_RANK", 0), hosts=hosts, groups=()
+            rank=rank,
+            local_rank=_env_int("LOCAL_RANK", 0),
+            hosts=hosts,
+            groups=(),
+            incarnation=new_incarnation(),
         )
     rank = dist.get_rank()
     world = dist.get_world_size()
     gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, host)
-    hosts = [h if isinstance(h, str) and h else None for h in gathered]
+    # One collective for both: every rank's host, and rank 0's id for this launch.
+    dist.all_gather_object(gathered, (host, secrets.token_hex(8)))
+    hosts = [_host_of(entry) for entry in gathered]
+    incarnation = _incarnation_of(gathered[0])
     same_host_before = sum(1 for r in range(rank) if hosts[r] == host)
     local_rank = _env_int("LOCAL_RANK", same_host_before)
     return build_topology(
@@ -215,4 +241,15 @@ def discover_topology(mesh: Any = None) -> RankTopology:
         hosts=hosts,
         groups=_process_groups(dist, rank),
         mesh_axes=_mesh_axes(mesh) if mesh is not None else None,
+        incarnation=incarnation,
     )
+
+
+def _host_of(entry: Any) -> str | None:
+    host = entry[0] if isinstance(entry, tuple) and entry else None
+    return host if isinstance(host, str) and host else None
+
+
+def _incarnation_of(entry: Any) -> str:
+    value = entry[1] if isinstance(entry, tuple) and len(entry) > 1 else None
+    return value if isinstance(value, str) and value else new_incarnation()

@@ -85,6 +85,7 @@ class SeriesAcc:
         "histogram",
         "model_flops",
         "overlapped",
+        "reruns",
         "start_unix_ns",
         "step_seconds",
         "steps",
@@ -98,6 +99,8 @@ class SeriesAcc:
         self.hardware_flops = 0.0
         self.overlapped = 0.0
         self.duplicates = 0
+        # Counted steps that re-ran a step number an earlier incarnation had reported.
+        self.reruns = 0
         self.components: dict[tuple[str, str, str], float] = {}
         self.collectives: dict[tuple[str, str, str], CollectiveAcc] = {}
         self.histogram = HistogramAcc()

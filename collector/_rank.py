@@ -18,7 +18,7 @@ import sys
 from collections import deque
 
 from mfuscope.collector._accumulators import CollectiveAcc
-from mfuscope.collector._seen_steps import SeenSteps
+from mfuscope.collector._incarnations import RankIncarnations
 from mfuscope.collector._sums import Contribution, Key, Kind
 from mfuscope.core.schema import ReportBatch, StepReport
 from mfuscope.core.stragglers import WAITING_COMPONENTS
@@ -48,6 +48,7 @@ class RankState:
         "collective_items",
         "collectives_step",
         "contribution",
+        "incarnations",
         "job",
         "last_seen_s",
         "median_self_s",
@@ -55,7 +56,6 @@ class RankState:
         "peak_flops",
         "rank",
         "recent",
-        "steps",
         "topology_items",
         "world_size",
     )
@@ -65,7 +65,7 @@ class RankState:
         self.rank = rank
         self.world_size = 1
         self.peak_flops: float | None = None
-        self.steps = SeenSteps(idempotency_steps)
+        self.incarnations = RankIncarnations(idempotency_steps)
         self.last_seen_s = 0.0
         # (wall_s, self_s or None, model_flops, hardware_flops) of the latest steps.
         self.recent: deque[tuple[float, float | None, float, float]] = deque(maxlen=window_steps)

@@ -41,3 +41,9 @@ class SeenSteps:
             self._high = step
         else:
             self._mask |= 1 << (self._high - step)
+
+    @property
+    def high(self) -> int:
+        """The highest step counted, -1 before the first (a later incarnation's re-run of a step
+        at or below it is redone work)."""
+        return self._high

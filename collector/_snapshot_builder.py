@@ -72,6 +72,7 @@ def _series(rank: int | None, acc: SeriesAcc) -> SeriesTotals:
         hardware_flops=acc.hardware_flops,
         overlapped_comm_seconds=acc.overlapped,
         duplicates=acc.duplicates,
+        reruns=acc.reruns,
         components=tuple(
             ComponentTotals(component=k[0], axis=k[1], tier=k[2], seconds=v)
             for k, v in sorted(acc.components.items())
@@ -197,4 +198,5 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         stragglers=stragglers,
         straggler_basis=basis,
         start_unix_ns=job.start_unix_ns,
+        restarts=job.incarnations.restarts,
     )

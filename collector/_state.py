@@ -4,7 +4,8 @@ Pure in the house sense: no clock reads, no I/O, no logging; the caller passes t
 (`now_s` from a monotonic clock for ages and expiry, `now_unix_ns` from the wall clock for series
 start times). Not thread-safe: the caller holds one lock around `apply`, `expire`, `snapshot`.
 
-Memory is bounded by live ranks, not by reports: per rank a 512-byte idempotency window, the last
+Memory is bounded by live ranks, not by reports: per rank a 512-byte idempotency window for each
+of the job's few latest incarnations (launches; see `_incarnations`), the last
 `window_steps` step times, and its latest breakdown and profiled collectives; per job (or rank,
 with per-rank labels) one set of counters, and per rank seen while the job lives a few integers of
 agent health. Ranks silent for longer than `expire_after_s` are dropped, and a job with no live
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from mfuscope.collector._accumulators import SeriesAcc
 from mfuscope.collector._health import HealthLedger, health_counts
+from mfuscope.collector._incarnations import JobIncarnations
 from mfuscope.collector._rank import RankState
 from mfuscope.collector._seen_steps import DEFAULT_WIDTH
 from mfuscope.collector._sums import REBUILD_EVERY, CountedSums
@@ -57,14 +59,17 @@ class StateConfig:
 
 @dataclass(frozen=True)
 class IngestResult:
-    """Reports counted (`accepted`) and re-sent ones acknowledged but not counted (`duplicates`)."""
+    """Reports counted (`accepted`), re-sent ones acknowledged but not counted (`duplicates`),
+    and how many of the counted ones re-ran a step an earlier incarnation had reported
+    (`reruns`, a part of `accepted`)."""
 
     accepted: int
     duplicates: int
+    reruns: int = 0
 
 
 class JobState:
-    __slots__ = ("health", "name", "ranks", "series", "start_unix_ns", "sums")
+    __slots__ = ("health", "incarnations", "name", "ranks", "series", "start_unix_ns", "sums")
 
     def __init__(self, name: str, start_unix_ns: int) -> None:
         self.name = name
@@ -77,6 +82,8 @@ class JobState:
         self.sums = CountedSums()
         # Key: the rank with per-rank labels, else None (one set of counters for the job).
         self.series: dict[int | None, SeriesAcc] = {}
+        # The launches this job ran under, and its restarts (see `_incarnations`).
+        self.incarnations = JobIncarnations()
 
 
 class AggregationState:
@@ -90,8 +97,9 @@ class AggregationState:
         self._by_last_seen: OrderedDict[tuple[str, int], RankState] = OrderedDict()
 
     def apply(self, batch: ReportBatch, now_s: float, now_unix_ns: int) -> IngestResult:
-        """Count a validated batch whole. Re-sent steps of ``(job, rank)`` are acknowledged as
-        duplicates and not counted. Cannot fail part-way: the batch was validated by the parser."""
+        """Count a validated batch whole. Re-sent steps of ``(job, incarnation, rank)`` are
+        acknowledged as duplicates and not counted; steps a relaunch runs again are counted, and
+        also as reruns (see `_incarnations`). Cannot fail part-way: the batch was validated."""
         self.expire(now_s)
         job = self.jobs.get(batch.job)
         if job is None:
@@ -115,13 +123,16 @@ class AggregationState:
         self._by_last_seen[key] = rank
         self._by_last_seen.move_to_end(key)
 
-        accepted = duplicates = 0
-        window = rank.steps
+        accepted = duplicates = reruns = 0
+        number = job.incarnations.number(batch.incarnation)
+        window, redone_up_to = rank.incarnations.window(number, job.incarnations.oldest_kept)
         for report in batch.reports:
-            if not window.is_new(report.step):
+            if window is None or not window.is_new(report.step):
                 duplicates += 1
                 continue
             window.add(report.step)
+            if report.step <= redone_up_to:
+                reruns += 1
             series.add(report)
             rank.add(report)
             accepted += 1
@@ -131,7 +142,8 @@ class AggregationState:
         if job.sums.updates >= REBUILD_EVERY:
             job.sums.rebuild(r.contribution for r in job.ranks.values())
         series.duplicates += duplicates
-        return IngestResult(accepted=accepted, duplicates=duplicates)
+        series.reruns += reruns
+        return IngestResult(accepted=accepted, duplicates=duplicates, reruns=reruns)
 
     def reject(self, reason: str) -> None:
         """Count one refused batch under `reason`."""

@@ -126,12 +126,27 @@ def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
             "re-sent step reports acknowledged and not counted",
             lambda t: t.duplicates,
         ),
+        (
+            "mfuscope_rerun_steps_total",
+            "{step}",
+            "step reports accepted whose step an earlier launch of the job had already reported "
+            "(work redone after a restart; also in mfuscope_steps_total)",
+            lambda t: t.reruns,
+        ),
     )
     for name, unit, help_text, get in scalar:
         samples = [
             Sample(b.who(j.job, t), float(get(t)), t.start_unix_ns) for j in jobs for t in j.totals
         ]
         b.add(name, "counter", unit, help_text, b.who_labels, samples)
+    b.add(
+        "mfuscope_job_restarts_total",
+        "counter",
+        "{restart}",
+        "new launches of the job (agent incarnations) after the first one seen",
+        ("job",),
+        [Sample((j.job,), float(j.restarts), j.start_unix_ns) for j in jobs],
+    )
 
     b.add(
         "mfuscope_step_component_seconds_total",

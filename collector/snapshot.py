@@ -88,7 +88,8 @@ class HistogramTotals:
 @dataclass(frozen=True)
 class SeriesTotals:
     """The counters of one job, or of one rank of it when per-rank labels are on (`rank` set).
-    `start_unix_ns` is when these counters started from zero."""
+    `start_unix_ns` is when these counters started from zero. `reruns`: counted steps (a part
+    of `steps`) whose step number an earlier incarnation of the job had already reported."""
 
     rank: int | None
     start_unix_ns: int
@@ -101,6 +102,7 @@ class SeriesTotals:
     components: tuple[ComponentTotals, ...]
     collectives: tuple[CollectiveTotals, ...]
     step_duration: HistogramTotals
+    reruns: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,8 @@ class JobSnapshot:
 
     `health` sums the agents' cumulative health counters over every rank seen since the job's
     counters started, expired ranks included, with an agent restart's new counts added on top of
-    the old ones: like every counter here it never decreases while the job lives.
+    the old ones: like every counter here it never decreases while the job lives. `restarts`:
+    new incarnations (launches) of the job after the first one this collector saw.
     """
 
     job: str
@@ -184,6 +187,7 @@ class JobSnapshot:
     stragglers: tuple[Straggler, ...]
     straggler_basis: Literal["self", "wall"]
     start_unix_ns: int = 0
+    restarts: int = 0
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,10 @@ def _job(j: JobSnapshot, top_collectives: int) -> dict[str, Any]:
         "reports": {
             "accepted": sum(t.steps for t in totals),
             "duplicates": sum(t.duplicates for t in totals),
+            "reruns": sum(t.reruns for t in totals),
             "dropped_by_agents": j.health.reports_dropped_total,
         },
+        "restarts": j.restarts,
         "agent_health": asdict(j.health),
     }
 

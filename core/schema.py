@@ -2,8 +2,9 @@
 
 Wire format (JSON, optionally gzip-compressed on the wire), one *batch* per POST, from one rank::
 
-    {"schema": "mfuscope.report", "version": "1.0",
-     "job": "llama-8b", "rank": 3, "world_size": 16, "local_rank": 3, "host": "node-1",
+    {"schema": "mfuscope.report", "version": "1.1",
+     "job": "llama-8b", "incarnation": "5f0c9a1e2b7d4c38",
+     "rank": 3, "world_size": 16, "local_rank": 3, "host": "node-1",
      "device": "NVIDIA H100 80GB HBM3", "peak_flops": 9.89e14, "peak_source": "spec",
      "sent_unix_ns": 1763700000000000000,
      "health": {"reports_dropped_total": 0, "send_failures_total": 0,
@@ -30,7 +31,11 @@ Semantics:
 - ``collectives`` appear only on the report of a profiled step, once per observed
   ``(op, axis, tier, group_size, bytes)``, so counters built from them never double count.
 - ``health`` counters are cumulative for the rank's agent process (monotonic).
-- ``(job, rank, step)`` is the idempotency key: a re-sent report must not be counted twice.
+- ``incarnation`` (since 1.1) names one launch of the job: made when the agents start, the same
+  on every rank of that launch, different after a crash and relaunch under the same job name.
+  ``(job, incarnation, rank, step)`` is the idempotency key: a re-sent report must not be counted
+  twice, while a step a relaunched job runs again (resumed from a checkpoint) is new work. A batch
+  without it (a 1.0 agent) belongs to one legacy incarnation, ``""``.
 
 Versioning: ``version`` is ``MAJOR.MINOR``. A parser accepts its own major with any minor (unknown
 fields of a newer minor are ignored) and rejects any other major.
@@ -66,7 +71,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "mfuscope.report"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 _MAJOR = 1
 
 # The step buckets (docs/definitions.md#step-buckets); `bubble` split in two so the sum is exact.
@@ -192,6 +197,7 @@ class ReportBatch:
     local_rank: int = 0
     health: AgentHealth = field(default_factory=AgentHealth)
     topology: Topology | None = None
+    incarnation: str = ""
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -417,6 +423,7 @@ def parse_batch(raw: Any) -> ReportBatch:
         reports=reports,
         health=_parse_health(obj.get("health", {})),
         topology=_parse_topology(obj.get("topology")),
+        incarnation=_str(obj.get("incarnation", ""), "incarnation", allow_empty=True),
     )
 
 

@@ -1,4 +1,5 @@
-"""Job: MFU/HFU, step decomposition, MFU waterfall, step time, stragglers, telemetry health."""
+"""Job: MFU/HFU, step decomposition, MFU waterfall, step time, stragglers, restarts and redone
+work, telemetry health."""
 
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ __all__ = ["UID", "build"]
 
 UID = "mfuscope-job"
 
-# Must match MFUScopeStragglerRank (1.2), MFUScopeAgentsSilent (90 s), MFUScopeJobStalled (120 s).
+# Must match MFUScopeStragglerRank (1.2), MFUScopeAgentsSilent (90 s), MFUScopeJobStalled (120 s),
+# MFUScopeJobRestarting (3 restarts in an hour).
 STRAGGLER_BANDS = [(None, GREEN), (1.10, AMBER), (1.20, RED)]
 REPORT_AGE_BANDS = [(None, GREEN), (30, AMBER), (90, RED), (120, "dark-red")]
+RESTART_BANDS = [(None, GREEN), (1, AMBER), (3, RED)]
 
 _COMPONENTS = f"mfuscope_step_component_seconds_total{{{JOB}}}"
 _ALL_COMPONENTS_RATE = f"sum(rate({_COMPONENTS}[$__rate_interval]))"
@@ -298,6 +301,67 @@ def _step_time_row() -> Row:
     )
 
 
+def _restarts_row() -> Row:
+    redone = Query(f"sum(job:mfuscope_rerun_steps:rate5m{{{JOB}}})", "redone rank-steps/s")
+    return Row(
+        "Restarts and redone work",
+        [
+            timeseries_panel(
+                "Restarts and redone steps",
+                "A restart is a new launch of the job's agents under the same job name (a "
+                "crash, then a relaunch from the last checkpoint). Redone rank-steps per second: "
+                "steps whose number an earlier launch had already reported, run again since the "
+                "checkpoint: real work on the devices that advances the model no further. "
+                "Restarts counted over the last hour; 3 or more fires MFUScopeJobRestarting.",
+                "short",
+                [
+                    Query(
+                        f"max(job:mfuscope_job_restarts:increase1h{{{JOB}}})",
+                        "restarts in the last hour",
+                    ),
+                    redone,
+                ],
+                min_value=0,
+                width=9,
+            ),
+            timeseries_panel(
+                "Goodput: useful vs redone steps",
+                "Rank-steps per second, stacked: useful ones advanced training, redone ones "
+                "repeated work an earlier launch had done before it crashed. The stack is the "
+                "step rate the devices sustained; only the useful part is progress.",
+                "short",
+                [
+                    Query(f"sum(job:mfuscope_useful_steps:rate5m{{{JOB}}})", "useful rank-steps/s"),
+                    redone,
+                ],
+                stacked=True,
+                min_value=0,
+                width=9,
+            ),
+            stat_panel(
+                "Restarts (1 h)",
+                "New launches of the job in the last hour. Amber from 1, red from 3 "
+                "(MFUScopeJobRestarting).",
+                "short",
+                Query(f"max(job:mfuscope_job_restarts:increase1h{{{JOB}}})"),
+                thresholds=RESTART_BANDS,
+                decimals=0,
+                width=3,
+                height=8,
+            ),
+            stat_panel(
+                "Step goodput (5 min)",
+                "Useful rank-steps / all rank-steps over 5 min: 100 % while nothing is redone; "
+                "below after a restart, until the job is past the step it had reached.",
+                "percentunit",
+                Query(f"min(job:mfuscope_useful_steps:ratio_rate5m{{{JOB}}})"),
+                width=3,
+                height=8,
+            ),
+        ],
+    )
+
+
 def _health_row() -> Row:
     return Row(
         "Telemetry health",
@@ -351,7 +415,13 @@ def build() -> Any:
         UID,
         "mfuscope / Job",
         "One training job: MFU and HFU, where each step's time goes, the MFU waterfall, step time "
-        "and stragglers, and the health of its telemetry.",
-        [_utilisation_row(), _decomposition_row(), _step_time_row(), _health_row()],
+        "and stragglers, restarts and redone work, and the health of its telemetry.",
+        [
+            _utilisation_row(),
+            _decomposition_row(),
+            _step_time_row(),
+            _restarts_row(),
+            _health_row(),
+        ],
         single_job=True,
     )

@@ -19,7 +19,7 @@ from typing import Any
 
 from mfuscope.core.schema import ReportBatch, SchemaError, parse_batch
 
-__all__ = ["HangingCollector", "StubCollector", "closed_port_url", "run_job"]
+__all__ = ["HangingCollector", "StubCollector", "closed_port_url", "job_command", "run_job"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,7 +39,7 @@ class StubCollector:
         self.errors: list[str] = []
         self.requests = 0
         self.gzip_bodies = 0
-        self._seen: set[tuple[str, int, int]] = set()
+        self._seen: set[tuple[str, str, int, int]] = set()
         self._lock = threading.Lock()
         stub = self
 
@@ -93,7 +93,7 @@ class StubCollector:
             return
         with self._lock:
             self.batches.append(batch)
-            keys = [(batch.job, batch.rank, r.step) for r in batch.reports]
+            keys = [(batch.job, batch.incarnation, batch.rank, r.step) for r in batch.reports]
             duplicates = sum(1 for k in keys if k in self._seen)
             self._seen.update(keys)
         self._reply(handler, 200, {"accepted": len(keys) - duplicates, "duplicates": duplicates})
@@ -154,12 +154,17 @@ def run_job(
 ) -> subprocess.CompletedProcess[str]:
     """Run `agent_job.py` on 2 gloo ranks with `args`; its TMPDIR (profiler traces) is
     `tmp_path/tmp`, and no MFUSCOPE_* variable of ours leaks into it."""
+    command, env = job_command(tmp_path, *args)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def job_command(tmp_path: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The torchrun command line of `run_job` and its environment, for tests that must start
+    the job themselves (to kill it mid-run)."""
     temp = tmp_path / "tmp"
     temp.mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
     env = {k: v for k, v in env.items() if not k.startswith("MFUSCOPE_")}
     torchrun = Path(sys.executable).parent / "torchrun"
     command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(HERE / "agent_job.py")]
-    return subprocess.run(
-        [*command, *args], env=env, capture_output=True, text=True, timeout=timeout_s
-    )
+    return [*command, *args], env

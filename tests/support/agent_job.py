@@ -10,7 +10,11 @@ block is activation-checkpointed with `checkpoint_context()`, so the profiled wi
 recomputation. Unlike `mfuscope demo` there is no DeviceMesh (the group's axis is `world`) and
 the agent takes test options (`--option`, `--fail-profiler`). Each rank writes its own step
 times (measured here, outside the agent) to `--times PATH` (`{rank}` replaced) as JSON, for the
-fault tests.
+fault tests. For the restart test, `--first-step N` numbers the steps from N (a job resumed from
+the checkpoint of step N), and `--hang-after K` stops training after K steps without closing the
+agent (its sender keeps shipping), so that the test can kill the job mid-run; each rank writes
+its process id to `--pid-file PATH` (`{rank}` replaced) for that (torchrun starts its workers in
+their own sessions, so killing torchrun's process group leaves them running).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -74,10 +79,15 @@ def main() -> None:
     parser.add_argument("--times", help="write this rank's step times (s) as JSON here")
     parser.add_argument("--fail-profiler", action="store_true")
     parser.add_argument("--close-timeout-s", type=float, default=10.0)
+    parser.add_argument("--first-step", type=int, default=0)
+    parser.add_argument("--hang-after", type=int, help="stop after this many steps; never exit")
+    parser.add_argument("--pid-file", help="write this rank's process id here")
     parser.add_argument("--option", action="append", default=[], help="agent NAME=VALUE")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
+    if args.pid_file:
+        Path(args.pid_file.replace("{rank}", str(dist.get_rank()))).write_text(str(os.getpid()))
     model, optimizer = build()
     options: dict[str, object] = dict(item.split("=", 1) for item in args.option)
     seams = Seams(profiler_factory=_FailingProfiler) if args.fail_profiler else Seams()
@@ -87,10 +97,14 @@ def main() -> None:
         collector_url=args.collector_url,
         model=model,
         jsonl_path=args.jsonl,
+        first_step=args.first_step,
         **options,  # strings: the agent parses them as it parses MFUSCOPE_* variables
     )
     times = []
-    for step in range(args.steps):
+    for step in range(args.first_step, args.first_step + args.steps):
+        if args.hang_after is not None and step - args.first_step >= args.hang_after:
+            while True:  # the test kills the job here
+                time.sleep(1)
         started = time.perf_counter()
         with agent.step():
             train_step(model, optimizer, step)

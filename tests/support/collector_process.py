@@ -1,4 +1,4 @@
-"""`mfuscope collector` as a real subprocess on 127.0.0.1:0, for the integration tests."""
+"""A real `mfuscope collector` process on 127.0.0.1:0, for the tests that feed one over HTTP."""
 
 from __future__ import annotations
 

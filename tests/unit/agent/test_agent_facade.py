@@ -243,3 +243,21 @@ def test_real_profiler_window_on_one_process(tmp_path: Path) -> None:
         assert reports[step].breakdown_step == step
     assert reports[last].breakdown_step == 2
     assert not list(tmp_path.glob("mfuscope-window-*"))
+
+
+def test_first_step_numbers_a_resumed_job_and_each_agent_is_its_own_incarnation(
+    tmp_path: Path,
+) -> None:
+    paths = [tmp_path / "first.jsonl", tmp_path / "resumed.jsonl"]
+    for path, first_step in zip(paths, (0, 40), strict=True):
+        agent = _agent(tmp_path, jsonl_path=str(path), first_step=first_step, max_batch_reports=2)
+        for _ in range(5):
+            with agent.step():
+                pass
+        agent.close()
+    first, resumed = (_batches(path) for path in paths)
+    assert [r.step for b in resumed for r in b.reports] == list(range(40, 45))
+    assert len(resumed) >= 2  # several batches, one incarnation
+    assert len({b.incarnation for b in first}) == len({b.incarnation for b in resumed}) == 1
+    assert first[0].incarnation and resumed[0].incarnation
+    assert first[0].incarnation != resumed[0].incarnation

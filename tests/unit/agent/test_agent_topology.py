@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mfuscope.agent.topology import GroupSpec, axis_of_group, build_topology
+from mfuscope.agent.topology import GroupSpec, axis_of_group, build_topology, new_incarnation
 
 
 @pytest.mark.parametrize(
@@ -90,3 +90,15 @@ def test_axis_from_description(desc: str, axis: str | None) -> None:
     from mfuscope.core.vocabulary import axis_from_description
 
     assert axis_from_description(desc) == axis
+
+
+def test_incarnation_is_fresh_or_the_torchrun_launch() -> None:
+    fresh = {new_incarnation({}) for _ in range(5)}
+    assert len(fresh) == 5 and all(len(i) == 16 for i in fresh)
+    # Without a collective to agree on one, every rank of a torchrun launch derives the same id,
+    # and an elastic restart (a new restart count) a new one.
+    launch = {"TORCHELASTIC_RUN_ID": "abc", "TORCHELASTIC_RESTART_COUNT": "0"}
+    assert new_incarnation(launch) == new_incarnation(launch) == "abc/0"
+    assert new_incarnation({**launch, "TORCHELASTIC_RESTART_COUNT": "1"}) == "abc/1"
+    topology = build_topology(rank=0, local_rank=0, hosts=["a"], groups=(), incarnation="x")
+    assert topology.incarnation == "x"

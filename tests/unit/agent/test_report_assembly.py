@@ -22,6 +22,7 @@ _HEADER = BatchHeader(
     peak_flops=1e11,
     peak_source="user",
     topology=None,
+    incarnation="launch-7f3a",
 )
 
 
@@ -83,3 +84,4 @@ def test_close_flushes_held_steps_in_order_and_batches_carry_the_header() -> Non
     batch = batch_from_json(assembler.encode(flushed))
     assert (batch.job, batch.rank, batch.world_size, batch.host) == ("unit", 1, 2, "h0")
     assert [r.step for r in batch.reports] == [7, 8] and batch.peak_source == "user"
+    assert batch.incarnation == "launch-7f3a"

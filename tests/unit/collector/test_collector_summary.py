@@ -93,7 +93,13 @@ def test_summary_of_a_known_job() -> None:
     assert job["stragglers"] == [{"rank": 1, "ratio": pytest.approx(1 / 0.875), "step_s": 1.0}]
     assert job["tp_spans_hosts"] is True
     assert job["last_report_age_s"] == 2.0
-    assert job["reports"] == {"accepted": 2, "duplicates": 1, "dropped_by_agents": 4}
+    assert job["reports"] == {
+        "accepted": 2,
+        "duplicates": 1,
+        "reruns": 0,
+        "dropped_by_agents": 4,
+    }
+    assert job["restarts"] == 0
     assert job["agent_health"]["reports_dropped_total"] == 4
 
 

@@ -63,6 +63,15 @@ def test_round_trip_preserves_every_field() -> None:
     assert batch.reports[0].hardware_flops == 12.0
 
 
+def test_incarnation_is_optional_and_round_trips() -> None:
+    # A 1.0 batch has none: it belongs to the one legacy incarnation "".
+    assert s.parse_batch(_batch()).incarnation == ""
+    batch = s.parse_batch(_batch(version="1.1", incarnation="5f0c9a1e2b7d4c38"))
+    assert batch.incarnation == "5f0c9a1e2b7d4c38"
+    assert s.batch_from_json(s.batch_to_json(batch)) == batch
+    assert s.batch_to_dict(batch)["version"] == s.SCHEMA_VERSION == "1.1"
+
+
 def test_newer_minor_accepted_and_unknown_fields_ignored() -> None:
     assert s.parse_batch(_batch(version="1.7", future_field=1)).job == "j"
 
@@ -76,6 +85,8 @@ def test_newer_minor_accepted_and_unknown_fields_ignored() -> None:
         ({"job": ""}, "job"),
         ({"peak_flops": None}, "peak_flops"),
         ({"rank": True}, "rank"),
+        ({"incarnation": 7}, "incarnation"),
+        ({"incarnation": "x" * 257}, "incarnation"),
     ],
 )
 def test_bad_batch_fields_are_named(overrides: dict[str, Any], field: str) -> None:

@@ -87,6 +87,12 @@ mfuscope_overlapped_comm_seconds_total{job="train"} 0.0
 # HELP mfuscope_reports_duplicate_total re-sent step reports acknowledged and not counted
 # TYPE mfuscope_reports_duplicate_total counter
 mfuscope_reports_duplicate_total{job="train"} 1.0
+# HELP mfuscope_rerun_steps_total step reports accepted whose step an earlier launch of the job had already reported (work redone after a restart; also in mfuscope_steps_total)
+# TYPE mfuscope_rerun_steps_total counter
+mfuscope_rerun_steps_total{job="train"} 0.0
+# HELP mfuscope_job_restarts_total new launches of the job (agent incarnations) after the first one seen
+# TYPE mfuscope_job_restarts_total counter
+mfuscope_job_restarts_total{job="train"} 0.0
 # HELP mfuscope_step_component_seconds_total step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, bubble_idle); axis and tier set on exposed_comm only, seconds
 # TYPE mfuscope_step_component_seconds_total counter
 mfuscope_step_component_seconds_total{axis="",component="compute",job="train",tier=""} 2.125
