@@ -43,6 +43,8 @@ class Seams:
     profiler_factory: Callable[[], ProfilerLike] | None = None
     analyse: Callable[[str], Sequence[Any]] | None = None
     logger: logging.Logger | None = None
+    nvml: Any = None  # an object with pynvml's functions, for the hardware-counter sampler
+    sysfs_root: str | None = None  # the directory that plays `/` for NIC counters
 
 
 class _StepScope:
@@ -270,6 +272,7 @@ class Agent:
             reports=tuple(reports),
             health=self.health.snapshot(),
             topology=runtime.schema_topology,
+            hardware=runtime.hardware.snapshot() if runtime.hardware is not None else None,
         )
         return batch_to_json(batch).encode()
 

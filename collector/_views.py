@@ -197,4 +197,5 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         stragglers=stragglers,
         straggler_basis=basis,
         start_unix_ns=job.start_unix_ns,
+        hardware=job.hardware.view(job.ranks, per_rank=config.per_rank_labels),
     )
