@@ -10,6 +10,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from mfuscope.cli.validate_gpu._report import (
 )
 
 __all__ = [
+    "FULL_MODEL",
+    "QUICK_MODEL",
+    "ModelSize",
     "TrainingSetup",
     "counters",
     "detect",
@@ -83,38 +87,61 @@ def matmul_rate(size: int, repeats: int) -> MatmulProbe:
     return MatmulProbe(size=size, flops_per_s=2.0 * size**3 * repeats / seconds)
 
 
+@dataclass(frozen=True)
+class ModelSize:
+    layers: int
+    width: int
+    seq: int
+    batch: int
+    vocab: int = 8192
+
+
+FULL_MODEL = ModelSize(layers=8, width=1024, seq=1024, batch=8)
+QUICK_MODEL = ModelSize(layers=4, width=512, seq=512, batch=8)
+
+
 class TrainingSetup:
-    """A bf16 GPT (`mfuscope.agent.examples.tiny_gpt`) with one fixed batch on the GPU, plain SGD
+    """A bf16 GPT (`mfuscope.agent.examples.tiny_gpt`) with one fixed batch on `device`, plain SGD
     (no host synchronisation in the optimizer step), and its analytical FLOPs per step."""
 
-    def __init__(self, *, quick: bool) -> None:
+    def __init__(self, size: ModelSize, device: str = "cuda") -> None:
         import torch
         from mfuscope.agent.examples.tiny_gpt import GPTConfig, GPTStage, MarkovTokens
         from mfuscope.core.flops import TransformerShape, transformer_flops_per_token
 
-        layers, width, seq, batch = (4, 512, 512, 8) if quick else (8, 1024, 1024, 8)
+        heads = max(size.width // 64, 1)
+        self.device = device
         self.config = GPTConfig(
-            vocab_size=8192,
-            seq_len=seq,
-            d_model=width,
-            n_heads=width // 64,
-            n_layers=layers,
+            vocab_size=size.vocab,
+            seq_len=size.seq,
+            d_model=size.width,
+            n_heads=heads,
+            n_layers=size.layers,
             checkpoint_every=0,
         )
-        self.model = GPTStage(self.config).cuda()
-        inputs, targets = MarkovTokens(self.config).batch(0, 0, batch)
-        self.inputs, self.targets = inputs.cuda(), targets.cuda()
+        self.model = GPTStage(self.config).to(device)
+        inputs, targets = MarkovTokens(self.config).batch(0, 0, size.batch)
+        self.inputs, self.targets = inputs.to(device), targets.to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-4)
-        shape = TransformerShape(layers=layers, hidden=width, heads=width // 64, vocab=8192)
-        per_token = transformer_flops_per_token(shape, seq_len=seq, convention="megatron").model
-        # FlashAttention's backward recomputes the score matrix (2 b T^2 h per layer), which
+        shape = TransformerShape(
+            layers=size.layers, hidden=size.width, heads=heads, vocab=size.vocab
+        )
+        per_token = transformer_flops_per_token(shape, seq_len=size.seq, convention="megatron")
+        # The attention backward recomputes the score matrix (2 b T^2 h per layer), which
         # FlopCounterMode counts and the analytical conventions do not (docs/definitions.md).
-        self.analytical_flops = per_token * batch * seq + layers * 2 * batch * seq * seq * width
+        rescore = size.layers * 2 * size.batch * size.seq**2 * size.width
+        self.analytical_flops = per_token.model * size.batch * size.seq + rescore
+
+    def synchronize(self) -> None:
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
 
     def step(self) -> None:
         import torch
 
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(self.device, dtype=torch.bfloat16):
             loss = self.model(self.inputs, self.targets)
         loss.backward()
         self.optimizer.step()
@@ -125,21 +152,23 @@ def _block_seconds(
     setup: TrainingSetup, scope: Callable[[], AbstractContextManager[Any]], steps: int
 ) -> float:
     """Synchronised wall time per step over `steps` steps, each inside `scope()`."""
-    import torch
-
-    torch.cuda.synchronize()
+    setup.synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         with scope():
             setup.step()
-    torch.cuda.synchronize()
+    setup.synchronize()
     return (time.perf_counter() - start) / steps
 
 
 @contextmanager
-def _sync_debug_error() -> Iterator[None]:
+def _sync_debug_error(device: str) -> Iterator[None]:
+    """Any host synchronisation raises inside (CUDA only: a CPU step has nothing to wait for)."""
     import torch
 
+    if device != "cuda":
+        yield
+        return
     torch.cuda.set_sync_debug_mode("error")
     try:
         yield
@@ -170,7 +199,7 @@ def training(setup: TrainingSetup, out_dir: Path, *, rounds: int, block: int) ->
     sync_error: str | None = None
     errors_before = agent.health.internal_errors
     try:
-        with _sync_debug_error():
+        with _sync_debug_error(setup.device):
             for _ in range(10):
                 with agent.step():
                     setup.step()
@@ -204,16 +233,22 @@ def training(setup: TrainingSetup, out_dir: Path, *, rounds: int, block: int) ->
     )
 
 
-def _profile(work: Callable[[], None], steps: int, trace_path: Path) -> None:
+def _profile(
+    work: Callable[[], None], steps: int, trace_path: Path, *, device: str = "cuda"
+) -> None:
     """Run `work` `steps` times under torch.profiler, each inside ``ProfilerStep#i``."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as p:
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, record_shapes=True) as p:
         for i in range(steps):
             with record_function(f"ProfilerStep#{i}"):
                 work()
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
     p.export_chrome_trace(str(trace_path))
 
 
@@ -227,7 +262,7 @@ def profiled_window(setup: TrainingSetup, out_dir: Path) -> WindowProbe:
     from mfuscope.core.trace import analyze_trace, read_trace
 
     trace_path = out_dir / "window-trace.json"
-    _profile(setup.step, 3, trace_path)
+    _profile(setup.step, 3, trace_path, device=setup.device)
     steps = analyze_trace(read_trace(trace_path)).steps
     step = steps[len(steps) // 2]
     return WindowProbe(

@@ -44,7 +44,8 @@ def measure_all(*, out_dir: Path, quick: bool, log: IO[str]) -> Measurements:
         errors,
         log,
     )
-    setup: Any = _guarded("model", lambda: _probes.TrainingSetup(quick=quick), errors, log)
+    size = _probes.QUICK_MODEL if quick else _probes.FULL_MODEL
+    setup: Any = _guarded("model", lambda: _probes.TrainingSetup(size), errors, log)
     training = window = None
     if setup is not None:
         training = _guarded(
