@@ -252,9 +252,10 @@ def _profile(
     p.export_chrome_trace(str(trace_path))
 
 
-def _kernel_count(trace_path: Path) -> int:
+def _kernel_names(trace_path: Path) -> list[str]:
+    """The name of every device kernel in a Chrome trace (one entry per launch)."""
     events = json.loads(trace_path.read_text()).get("traceEvents", [])
-    return sum(1 for e in events if e.get("cat") == "kernel")
+    return [str(e.get("name")) for e in events if e.get("cat") == "kernel"]
 
 
 def profiled_window(setup: TrainingSetup, out_dir: Path) -> WindowProbe:
@@ -268,26 +269,19 @@ def profiled_window(setup: TrainingSetup, out_dir: Path) -> WindowProbe:
     return WindowProbe(
         wall_s=step.wall_s,
         buckets={name.removesuffix("_s"): getattr(step, name) for name in _BUCKETS},
-        kernels=_kernel_count(trace_path),
+        kernels=len(_kernel_names(trace_path)),
     )
 
 
-def nccl_collectives(out_dir: Path, *, megabytes: int) -> NcclProbe:
-    """An NCCL group of one rank on GPU 0: all_reduce of `megabytes` MiB, profiled and decomposed.
-
-    With one rank the nccl-tests bus factor 2(n-1)/n is 0, so busbw is 0 by definition: this
-    proves that the kernels are recognised with their size and op, not the fabric's speed.
-    """
-    import socket
-
+def _nccl_rank(rank: int, world: int, port: int, megabytes: int, trace_path: str) -> None:
+    """One rank of the NCCL probe (a process of its own): GPU `rank`, all_reduce, rank 0 traced."""
     import torch
     import torch.distributed as dist
-    from mfuscope.core.trace import analyze_trace, read_trace
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    torch.cuda.set_device(rank)
+    dist.init_process_group(
+        "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     try:
         tensor = torch.ones(megabytes * (1 << 20) // 4, device="cuda", dtype=torch.float32)
         for _ in range(3):
@@ -297,18 +291,52 @@ def nccl_collectives(out_dir: Path, *, megabytes: int) -> NcclProbe:
             for _ in range(4):
                 dist.all_reduce(tensor)
 
-        trace_path = out_dir / "nccl-trace.json"
-        _profile(work, 2, trace_path)
-        world = dist.get_world_size()
+        if rank == 0:
+            _profile(work, 2, Path(trace_path))
+        else:
+            for _ in range(2):
+                work()
+            torch.cuda.synchronize()
     finally:
         dist.destroy_process_group()
+
+
+def nccl_collectives(out_dir: Path, *, megabytes: int, gpus: int) -> NcclProbe:
+    """An NCCL group over up to 8 of the `gpus` GPUs (one process each; one rank in this process
+    on a single GPU): all_reduce of `megabytes` MiB, rank 0 profiled and decomposed.
+
+    With one rank the nccl-tests bus factor 2(n-1)/n is 0, so busbw is 0 by definition: that run
+    proves that the kernels are recognised with size and op, not the fabric's speed. NCCL may run
+    a one-rank in-place all_reduce without a kernel at all; `kernel_names` then says so.
+    """
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    world = min(max(gpus, 1), 8)
+    trace_path = out_dir / "nccl-trace.json"
+    if world == 1:
+        _nccl_rank(0, 1, port, megabytes, str(trace_path))
+    else:
+        import torch.multiprocessing as mp
+
+        mp.spawn(_nccl_rank, args=(world, port, megabytes, str(trace_path)), nprocs=world)
+
+    from mfuscope.core.trace import analyze_trace, read_trace
+
     steps = analyze_trace(read_trace(trace_path)).steps
     seen = tuple(
         CollectiveSeen(c.op, c.bytes, c.seconds, c.busbw_bytes_per_s)
         for step in steps
         for c in step.collectives
     )
-    return NcclProbe(world_size=world, expected_bytes=tensor.numel() * 4, collectives=seen)
+    return NcclProbe(
+        world_size=world,
+        expected_bytes=megabytes * (1 << 20),
+        collectives=seen,
+        kernel_names=tuple(sorted(set(_kernel_names(trace_path))))[:12],
+    )
 
 
 def _pcie(record: Any, direction: str) -> int | None:

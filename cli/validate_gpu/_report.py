@@ -95,6 +95,7 @@ class NcclProbe:
     world_size: int
     expected_bytes: int
     collectives: tuple[CollectiveSeen, ...]
+    kernel_names: tuple[str, ...] = ()  # for the report when nothing was recognised
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,9 @@ def _nccl_checks(m: Measurements) -> list[Check]:
         return [Check("NCCL collectives recognised", False, m.errors.get("nccl", "not run"), "")]
     sized = [c for c in n.collectives if c.op == "all_reduce" and c.bytes == n.expected_bytes]
     busbw = [c.busbw_bytes_per_s for c in sized if c.busbw_bytes_per_s is not None]
-    seen = ", ".join(f"{c.op} {c.bytes} B" for c in n.collectives) or "none"
+    seen = ", ".join(sorted({f"{c.op} {c.bytes} B" for c in n.collectives})) or (
+        f"none (device kernels: {', '.join(n.kernel_names) or 'none'})"
+    )
     return [
         Check(
             "NCCL collectives recognised",

@@ -40,7 +40,7 @@ def measure_all(*, out_dir: Path, quick: bool, log: IO[str]) -> Measurements:
     detection = _guarded("detection", _probes.detect, errors, log)
     matmul = _guarded(
         "matmul",
-        lambda: _probes.matmul_rate(4096 if quick else 8192, 20 if quick else 50),
+        lambda: _probes.matmul_rate(4096 if quick else 8192, 50 if quick else 100),
         errors,
         log,
     )
@@ -58,7 +58,11 @@ def measure_all(*, out_dir: Path, quick: bool, log: IO[str]) -> Measurements:
         del setup
     nccl = _guarded(
         "nccl",
-        lambda: _probes.nccl_collectives(out_dir, megabytes=16 if quick else 64),
+        lambda: _probes.nccl_collectives(
+            out_dir,
+            megabytes=16 if quick else 64,
+            gpus=detection.gpu_count if detection is not None else 1,
+        ),
         errors,
         log,
     )

@@ -183,3 +183,13 @@ def test_run_writes_both_files_and_sets_the_exit_code(
     assert markdown.count("\n| ") == 12  # header + 11 checks
     assert main(["validate-gpu", "--out", str(tmp_path)]) == 1
     assert capsys.readouterr().out.splitlines()[-1].startswith("FAIL: wrote ")
+
+
+def test_unrecognised_nccl_run_lists_the_device_kernels() -> None:
+    nothing = NcclProbe(1, 1 << 26, (), kernel_names=("oneRankReduce", "vectorized_elementwise"))
+    report = build_report(dataclasses.replace(HEALTHY, nccl=nothing))
+    check = next(c for c in report["checks"] if c["name"] == "NCCL collectives recognised")
+    assert not check["ok"]
+    assert check["measured"].endswith(
+        "none (device kernels: oneRankReduce, vectorized_elementwise)"
+    )
