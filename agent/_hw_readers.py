@@ -36,9 +36,21 @@ __all__ = [
 # NVML field ids and scopes (nvml.h; the values pynvml 13 exports under the same names).
 NVLINK_TX = 138  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB
 NVLINK_RX = 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, KiB
+NVLINK_TX_BYTES = 202  # NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES, bytes (newer drivers)
+NVLINK_RX_BYTES = 204  # NVML_FI_DEV_NVLINK_COUNT_RCV_BYTES, bytes
 PCIE_TX = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, bytes
 PCIE_RX = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES, bytes
 ALL_LINKS_SCOPE = 0xFFFFFFFF  # scopeId UINT_MAX: the sum over every NVLink of the GPU
+# (link, direction) <- NVML field, scope, bytes per unit; the first supported field of each
+# (link, direction) is used, the others are dropped after the first read.
+_FIELDS: tuple[tuple[tuple[str, str], int, int, int], ...] = (
+    (("nvlink", "tx"), NVLINK_TX, ALL_LINKS_SCOPE, 1024),
+    (("nvlink", "rx"), NVLINK_RX, ALL_LINKS_SCOPE, 1024),
+    (("nvlink", "tx"), NVLINK_TX_BYTES, ALL_LINKS_SCOPE, 1),
+    (("nvlink", "rx"), NVLINK_RX_BYTES, ALL_LINKS_SCOPE, 1),
+    (("pcie", "tx"), PCIE_TX, 0, 1),
+    (("pcie", "rx"), PCIE_RX, 0, 1),
+)
 _CLOCK_SM = 1  # NVML_CLOCK_SM
 _PCIE_UTIL_TX, _PCIE_UTIL_RX = 0, 1  # NVML_PCIE_UTIL_TX_BYTES / _RX_BYTES
 _NVML_SUCCESS = 0
@@ -98,6 +110,7 @@ class NvmlReader:
         # Reads that failed on the first sample: unsupported here, never tried again.
         self._unsupported: set[str] = set()
         self._read_once = False
+        self._field_sources = _FIELDS
         self.first_reasons: list[str] = []
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         self._reasons_fn = reasons or getattr(
@@ -116,34 +129,32 @@ class NvmlReader:
             return None
 
     def _fields(self) -> tuple[tuple[tuple[str, str], CounterRead], ...]:
-        wanted = {
-            ("nvlink", "tx"): (NVLINK_TX, ALL_LINKS_SCOPE, 1024),
-            ("nvlink", "rx"): (NVLINK_RX, ALL_LINKS_SCOPE, 1024),
-            ("pcie", "tx"): (PCIE_TX, 0, 1),
-            ("pcie", "rx"): (PCIE_RX, 0, 1),
-        }
-        keys = [k for k in wanted if f"field {k[0]} {k[1]}" not in self._unsupported]
-        if not keys:
+        fields = self._field_sources
+        if not fields:
             return ()
-        ids = [(wanted[k][0], wanted[k][1]) for k in keys]
+        ids = [(field_id, scope) for _, field_id, scope, _ in fields]
         values = self._try(
             "field values", lambda: self._nvml.nvmlDeviceGetFieldValues(self._handle, ids)
         )
         if values is None:
             return ()
-        out = []
-        for key, value in zip(keys, values, strict=False):
+        out: dict[tuple[str, str], CounterRead] = {}
+        used: set[int] = set()  # the field ids read
+        for (key, field_id, _, unit), value in zip(fields, values, strict=False):
             kind = _VALUE_WIDTH.get(getattr(value, "valueType", -1))
-            if getattr(value, "nvmlReturn", 1) != _NVML_SUCCESS or kind is None:
-                if not self._read_once:
-                    self._unsupported.add(f"field {key[0]} {key[1]}")
-                    self.first_reasons.append(f"field {key[0]} {key[1]}: not supported")
+            if key in out or getattr(value, "nvmlReturn", 1) != _NVML_SUCCESS or kind is None:
                 continue
             attr, width = kind
             raw = int(getattr(value.value, attr))
             if raw >= 0:
-                out.append((key, CounterRead(raw, wanted[key][2], width)))
-        return tuple(out)
+                out[key] = CounterRead(raw, unit, width)
+                used.add(field_id)
+        if not self._read_once:
+            # Keep the first field that worked for each (link, direction); drop the others.
+            self._field_sources = tuple(f for f in fields if f[1] in used)
+            missing = sorted({f"{k[0]} {k[1]}" for k, *_ in fields if k not in out})
+            self.first_reasons.extend(f"field {name}: not supported" for name in missing)
+        return tuple(sorted(out.items()))
 
     def _pcie_rates(self, have: set[str]) -> tuple[tuple[str, float], ...]:
         """PCIe KB/s (a 20 ms NVML sample) for directions without a byte counter."""

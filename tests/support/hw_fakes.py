@@ -16,6 +16,7 @@ from typing import Any
 __all__ = ["CounterNvml", "FakeNvmlError", "ib_port", "net_interface"]
 
 NVLINK_TX, NVLINK_RX, PCIE_TX, PCIE_RX = 138, 139, 197, 198
+NVLINK_TX_BYTES, NVLINK_RX_BYTES = 202, 204
 VALUE_TYPE_ULL = 3
 
 
@@ -38,6 +39,7 @@ class CounterNvml:
     unsupported: set[str] = field(default_factory=set)  # function names (or "field:<id>")
     failing: set[str] = field(default_factory=set)  # raise once each, then work again
     calls: list[str] = field(default_factory=list)
+    field_queries: list[list[int]] = field(default_factory=list)  # field ids of each call
     shut_down: bool = False
 
     def _call(self, fn: str) -> None:
@@ -109,6 +111,7 @@ class CounterNvml:
 
     def nvmlDeviceGetFieldValues(self, handle: int, field_ids: list[Any]) -> list[Any]:
         self._call("nvmlDeviceGetFieldValues")
+        self.field_queries.append([field_id for field_id, _ in field_ids])
         out = []
         for field_id, scope in field_ids:
             value = {
@@ -116,6 +119,8 @@ class CounterNvml:
                 NVLINK_RX: self.nvlink_kib["rx"],
                 PCIE_TX: self.pcie_bytes["tx"],
                 PCIE_RX: self.pcie_bytes["rx"],
+                NVLINK_TX_BYTES: self.nvlink_kib["tx"] * 1024,
+                NVLINK_RX_BYTES: self.nvlink_kib["rx"] * 1024,
             }[field_id]
             status = 3 if f"field:{field_id}" in self.unsupported else 0  # NOT_SUPPORTED
             out.append(

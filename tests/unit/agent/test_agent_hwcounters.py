@@ -12,7 +12,14 @@ from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.core.hwcounters import HardwareCounters, LinkPeak
 from mfuscope.core.links import PCIE_PER_LANE_BYTES_PER_S
 
-from tests.support.hw_fakes import PCIE_TX, CounterNvml, ib_port, net_interface
+from tests.support.hw_fakes import (
+    NVLINK_RX,
+    NVLINK_TX,
+    PCIE_TX,
+    CounterNvml,
+    ib_port,
+    net_interface,
+)
 
 SW_POWER_CAP, HW_THERMAL, GPU_IDLE = 0x4, 0x40, 0x1
 
@@ -98,6 +105,8 @@ def test_unsupported_counters_are_absent_not_zero() -> None:
             "nvmlDeviceGetPcieThroughput",
             "field:138",
             "field:139",
+            "field:202",
+            "field:204",
             "field:197",
             "field:198",
         }
@@ -120,6 +129,16 @@ def test_no_nvml_and_no_nics_is_no_record() -> None:
     sampler = _sampler(CounterNvml(unsupported={"nvmlInit"}), Clock())
     sampler.sample()
     assert sampler.snapshot() is None
+
+
+def test_nvlink_byte_counters_when_the_throughput_fields_are_gone() -> None:
+    nvml, clock = CounterNvml(unsupported={f"field:{NVLINK_TX}", f"field:{NVLINK_RX}"}), Clock()
+    sampler = _sampler(nvml, clock)
+    nvml.nvlink_kib = {"tx": 3, "rx": 1}
+    sampler.sample()
+    assert _links(sampler.snapshot())[("nvlink", "tx")] == 3 * 1024
+    queried = nvml.field_queries[-1]
+    assert NVLINK_TX not in queried and 202 in queried  # the dead fields are not asked again
 
 
 def test_pcie_falls_back_to_throughput_samples() -> None:
