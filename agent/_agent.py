@@ -43,6 +43,8 @@ class Seams:
     profiler_factory: Callable[[], ProfilerLike] | None = None
     analyse: Callable[[str], Sequence[Any]] | None = None
     logger: logging.Logger | None = None
+    nvml: Any = None  # an object with pynvml's functions, for the hardware-counter sampler
+    sysfs_root: str | None = None  # the directory that plays `/` for NIC counters
 
 
 class _StepScope:
@@ -119,7 +121,12 @@ class Agent:
         self._runtime = build_runtime(
             self.config, model=model, mesh=mesh, seams=seams, health=self.health, log=self._log
         )
-        self._reports = ReportAssembler(self._runtime.batch_header(), self.health)
+        hardware = self._runtime.hardware
+        self._reports = ReportAssembler(
+            self._runtime.batch_header(),
+            self.health,
+            hardware=hardware.snapshot if hardware is not None else None,
+        )
         self._transports = self._runtime.make_transports(self._reports.encode)
         # A job that forgets close() still flushes at interpreter exit (bounded by the timeout).
         atexit.register(self.close)

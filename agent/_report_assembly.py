@@ -15,7 +15,7 @@ keep the previous breakdown and carry no collectives.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters
@@ -23,6 +23,7 @@ from mfuscope.agent._window_coordinator import WindowResult
 from mfuscope.agent.reports import Breakdown, breakdown_from_steps, collective_samples, make_report
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
+from mfuscope.core.hwcounters import HardwareCounters
 from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topology, batch_to_json
 
 __all__ = ["BatchHeader", "ReportAssembler"]
@@ -58,12 +59,19 @@ class ReportAssembler:
     """Builds each step's `StepReport` once its parts are in, and encodes batches of them.
 
     `flops_counted` and `step_finished` / `window_finished` / `flush` run on the training thread;
-    `encode` runs on a transport thread and reads only the fixed header and the health counters.
+    `encode` runs on a transport thread and reads only the fixed header, the health counters and
+    the hardware sampler's latest counters (`hardware`, thread-safe; None without a sampler).
     """
 
-    def __init__(self, header: BatchHeader, health: HealthCounters) -> None:
+    def __init__(
+        self,
+        header: BatchHeader,
+        health: HealthCounters,
+        hardware: Callable[[], HardwareCounters | None] | None = None,
+    ) -> None:
         self._header = header
         self._health = health
+        self._hardware = hardware
         self._flops: dict[int, StepFlopsValue] = {}
         self._held: dict[int, TimedStep] = {}
         self._from_window: dict[int, _FromWindow] = {}
@@ -127,6 +135,7 @@ class ReportAssembler:
             health=self._health.snapshot(),
             topology=h.topology,
             incarnation=h.incarnation,
+            hardware=self._hardware() if self._hardware is not None else None,
         )
         return batch_to_json(batch).encode()
 

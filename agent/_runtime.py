@@ -18,6 +18,7 @@ from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.config import AgentConfig
+from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.agent.recompute import wrap_checkpoint
 from mfuscope.agent.reports import DecompositionLike
 from mfuscope.agent.sampler import (
@@ -63,6 +64,7 @@ class Runtime:
     windows: WindowCoordinator
     analyser: WindowAnalyser
     unwrap_checkpoint: Callable[[], None]
+    hardware: HardwareSampler | None = None
 
     def make_transports(self, encode: Callable[[Sequence[StepReport]], bytes]) -> list[Transport]:
         sinks: list[Sink] = []
@@ -121,6 +123,8 @@ class Runtime:
             self.flops.close()
         with contextlib.suppress(Exception):
             self.analyser.close(0.5)
+        if self.hardware is not None:
+            self.hardware.stop()
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ class _Device:
     name: str
     use_cuda: bool
     links: Any  # mfuscope.core.links.DetectedLinks | None
+    index: int = 0  # the CUDA (and, as detection assumes, NVML) index of the rank's GPU
+    facts: Any = None  # mfuscope.agent.detect.HardwareInfo | None
 
 
 def _topology(mesh: Any, log: RateLimitedLog) -> RankTopology:
@@ -155,7 +161,7 @@ def _topology(mesh: Any, log: RateLimitedLog) -> RankTopology:
         )
 
 
-def _device(model: Any, topology: RankTopology, log: RateLimitedLog) -> _Device:
+def _device(model: Any, topology: RankTopology, log: RateLimitedLog, seams: Seams) -> _Device:
     """The device this rank trains on, and its links as detection (NVML, sysfs) sees them.
 
     The name comes from torch for the current CUDA device (authoritative for the device in use);
@@ -171,17 +177,38 @@ def _device(model: Any, topology: RankTopology, log: RateLimitedLog) -> _Device:
             use_cuda = first.device.type == "cuda"
     index = torch.cuda.current_device() if use_cuda else topology.local_rank
     name = torch.cuda.get_device_name(index) if use_cuda else "cpu"
-    links = None
+    links = facts = None
     try:
         from mfuscope.agent.detect import detect_hardware
 
-        facts = detect_hardware()
+        facts = detect_hardware(nvml=seams.nvml, sysfs_root=seams.sysfs_root or "/")
         links = facts.links_for(index)
         for reason in facts.reasons:
             log.info(f"detect-{reason[:40]}", "mfuscope: hardware detection: %s", reason)
     except Exception as exc:  # detection must never stop the job
         log.info("detect", "mfuscope: hardware detection unavailable (%r)", exc)
-    return _Device(name=name, use_cuda=use_cuda, links=links)
+    return _Device(name=name, use_cuda=use_cuda, links=links, index=index, facts=facts)
+
+
+def _hardware(
+    config: AgentConfig, device: _Device, topology: RankTopology, seams: Seams, log: RateLimitedLog
+) -> HardwareSampler | None:
+    """The rank's counter sampler: its own GPU; the node's NICs from local rank 0 only."""
+    if not config.hardware_counters:
+        return None
+    from mfuscope.agent.detect import link_peaks
+
+    sample_nics = topology.local_rank == 0
+    return build_hardware_sampler(
+        gpu_index=device.index if device.use_cuda or seams.nvml is not None else None,
+        sample_nics=sample_nics,
+        log=log,
+        link_peaks=link_peaks(device.facts, device.index, nics=sample_nics),
+        nvml=seams.nvml,
+        sysfs_root=seams.sysfs_root or "/",
+        clock=seams.clock or time.monotonic,
+        interval_s=config.hardware_interval_s,
+    )
 
 
 def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[float | None, str]:
@@ -254,7 +281,7 @@ def build_runtime(
 ) -> Runtime:
     clock = seams.clock or time.monotonic
     topology = _topology(mesh, log)
-    device = _device(model, topology, log)
+    device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
     link_peaks, link_models = _link_peaks(device)
     if topology.tp_spans_hosts:
@@ -298,6 +325,9 @@ def build_runtime(
         clock=clock,
     )
     unwrap = wrap_checkpoint() if config.wrap_checkpoint else (lambda: None)
+    hardware = _hardware(config, device, topology, seams, log)
+    if hardware is not None:
+        hardware.start()
     return Runtime(
         config=config,
         health=health,
@@ -312,4 +342,5 @@ def build_runtime(
         windows=windows,
         analyser=analyser,
         unwrap_checkpoint=unwrap,
+        hardware=hardware,
     )

@@ -72,6 +72,9 @@ class AgentConfig:
     close_timeout_s: float = 10.0
     analysis_timeout_s: float = 120.0
     log_interval_s: float = 60.0
+    # GPU (NVML) and NIC (sysfs) counters sampled every `hardware_interval_s` on a daemon thread.
+    hardware_counters: bool = True
+    hardware_interval_s: float = 1.0
     enabled: bool = True
 
     def __post_init__(self) -> None:
@@ -123,6 +126,10 @@ class AgentConfig:
             )
         if self.request_timeout_s <= 0:
             raise ConfigError("request_timeout_s", "must be > 0")
+        if not (math.isfinite(self.hardware_interval_s) and self.hardware_interval_s >= 0.05):
+            raise ConfigError(
+                "hardware_interval_s", f"must be >= 0.05 s, got {self.hardware_interval_s}"
+            )
 
     @classmethod
     def resolve(

@@ -30,7 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mfuscope.core.links import DetectedLinks
+from mfuscope.core.hwcounters import LinkPeak
+from mfuscope.core.links import (
+    NVLINK_PER_LINK_BYTES_PER_S,
+    PCIE_PER_LANE_BYTES_PER_S,
+    DetectedLinks,
+)
 
 __all__ = [
     "NVLINK_ENUM_TO_GENERATION",
@@ -38,6 +43,7 @@ __all__ = [
     "HardwareInfo",
     "NicPort",
     "detect_hardware",
+    "link_peaks",
     "parse_ib_rate_bits_per_s",
 ]
 
@@ -285,3 +291,26 @@ def detect_hardware(
         nics=tuple(nics),
         reasons=tuple(reasons),
     )
+
+
+def link_peaks(info: HardwareInfo | None, local_index: int, *, nics: bool) -> tuple[LinkPeak, ...]:
+    """Spec unidirectional bytes/s of the links whose counters the rank samples: its GPU's NVLink
+    (links up x per-link rate) and PCIe (generation x width), and with `nics` the sum over the
+    node's active InfiniBand / RoCE ports of each kind (rates in `mfuscope.core.links`)."""
+    if info is None:
+        return ()
+    peaks: list[LinkPeak] = []
+    gpu = next((g for g in info.gpus if g.index == local_index), None)
+    if gpu is not None:
+        per_link = NVLINK_PER_LINK_BYTES_PER_S.get(gpu.nvlink_generation or 0)
+        if per_link is not None and gpu.nvlink_links_up:
+            peaks.append(LinkPeak("nvlink", per_link * gpu.nvlink_links_up))
+        per_lane = PCIE_PER_LANE_BYTES_PER_S.get(gpu.pcie_generation or 0)
+        if per_lane is not None and gpu.pcie_width:
+            peaks.append(LinkPeak("pcie", per_lane * gpu.pcie_width))
+    if nics:
+        for kind, link in (("infiniband", "ib"), ("roce", "roce")):
+            rates = [p.rate_bits_per_s or 0.0 for p in info.nics if p.active and p.kind == kind]
+            if sum(rates) > 0:
+                peaks.append(LinkPeak(link, sum(rates) / 8))
+    return tuple(peaks)

@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collector": ("collector", "run the collector: ingest agent reports, serve /metrics"),
     "demo": ("demo", "run a live 2-rank gloo training job feeding a collector"),
     "report": ("report", "write a self-contained HTML report from agent output or traces"),
+    "validate-gpu": ("validate_gpu", "measure on a CUDA GPU and write validate.json/.md"),
 }
 
 

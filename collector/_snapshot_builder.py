@@ -199,4 +199,5 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         straggler_basis=basis,
         start_unix_ns=job.start_unix_ns,
         restarts=job.incarnations.restarts,
+        hardware=job.hardware.view(job.ranks, per_rank=config.per_rank_labels),
     )

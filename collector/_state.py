@@ -24,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from mfuscope.collector._accumulators import SeriesAcc
+from mfuscope.collector._hardware import HardwareLedger
 from mfuscope.collector._health import HealthLedger, health_counts
 from mfuscope.collector._incarnations import JobIncarnations
 from mfuscope.collector._rank import RankState
@@ -69,7 +70,16 @@ class IngestResult:
 
 
 class JobState:
-    __slots__ = ("health", "incarnations", "name", "ranks", "series", "start_unix_ns", "sums")
+    __slots__ = (
+        "hardware",
+        "health",
+        "incarnations",
+        "name",
+        "ranks",
+        "series",
+        "start_unix_ns",
+        "sums",
+    )
 
     def __init__(self, name: str, start_unix_ns: int) -> None:
         self.name = name
@@ -78,6 +88,8 @@ class JobState:
         self.ranks: dict[int, RankState] = {}
         # Agent-health counters of every rank seen while the job lives (see `_health`).
         self.health = HealthLedger()
+        # Hardware counters of every rank seen while the job lives (see `_hardware`).
+        self.hardware = HardwareLedger()
         # The live ranks' latest figures summed per job (see `_sums`).
         self.sums = CountedSums()
         # Key: the rank with per-rank labels, else None (one set of counters for the job).
@@ -119,6 +131,8 @@ class AggregationState:
 
         rank.update_metadata(batch, now_s)
         job.health.update(batch.rank, health_counts(batch.health), now_unix_ns)
+        if batch.hardware is not None:
+            job.hardware.update(batch.rank, batch.hardware)
         key = (batch.job, batch.rank)
         self._by_last_seen[key] = rank
         self._by_last_seen.move_to_end(key)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mfuscope.collector.device_series import device_families
 from mfuscope.collector.errors import (
     BadRequest,
     PayloadTooLarge,
@@ -380,6 +381,7 @@ def metric_families(snapshot: CollectorSnapshot) -> tuple[MetricFamily, ...]:
     _totals_counters(b, snapshot.jobs)
     _health(b, snapshot.jobs)
     _gauges(b, snapshot.jobs)
+    b.families.extend(device_families(snapshot.jobs, per_rank=snapshot.per_rank_labels))
     rejected = dict.fromkeys(REJECT_REASONS, 0) | dict(snapshot.rejected)
     b.add(
         "mfuscope_reports_rejected_total",

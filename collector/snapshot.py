@@ -7,9 +7,10 @@ Base units throughout (s, bytes, bytes/s, FLOP, FLOP/s); ratios are 0..1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from mfuscope.collector._hardware import JobHardware
 from mfuscope.core.schema import AgentHealth
 from mfuscope.core.stragglers import Straggler
 
@@ -188,6 +189,7 @@ class JobSnapshot:
     straggler_basis: Literal["self", "wall"]
     start_unix_ns: int = 0
     restarts: int = 0
+    hardware: JobHardware = field(default_factory=JobHardware)
 
 
 @dataclass(frozen=True)

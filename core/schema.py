@@ -11,6 +11,11 @@ Wire format (JSON, optionally gzip-compressed on the wire), one *batch* per POST
                 "profiler_failures_total": 0, "windows_analysed_total": 2},
      "topology": {"groups": [{"axis": "tp", "tier": "intra_node", "size": 8,
                               "spans_hosts": false, "link_peak_bytes_per_s": 4.5e11}]},
+     "hardware": {"memory_busy_ratio": 0.41, "sm_clock_ratio": 0.93, "power_watts": 655.0,
+                  "energy_joules_total": 81234.5,
+                  "links": [{"link": "nvlink", "direction": "tx", "bytes_total": 912345678}],
+                  "link_peaks": [{"link": "nvlink", "bytes_per_s": 4.5e11}],
+                  "throttle": [{"reason": "sw_power_cap", "seconds_total": 12.0}]},
      "reports": [{"step": 120, "start_unix_ns": ..., "wall_s": 0.81,
                   "model_flops": 3.1e14, "recompute_flops": 4.0e13,
                   "breakdown_step": 100,
@@ -36,6 +41,9 @@ Semantics:
   ``(job, incarnation, rank, step)`` is the idempotency key: a re-sent report must not be counted
   twice, while a step a relaunched job runs again (resumed from a checkpoint) is new work. A batch
   without it (a 1.0 agent) belongs to one legacy incarnation, ``""``.
+- ``hardware`` (since 1.1, optional) holds the rank's hardware counters (`HardwareCounters`):
+  gauges from the latest sample, and totals cumulative since the agent's sampler started. A
+  counter the rank cannot read is absent from the record, never zero.
 
 Versioning: ``version`` is ``MAJOR.MINOR``. A parser accepts its own major with any minor (unknown
 fields of a newer minor are ignored) and rejects any other major.
@@ -49,6 +57,17 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mfuscope.core.hwcounters import (
+    HARDWARE_LINKS,
+    LINK_DIRECTIONS,
+    MAX_LINK_ENTRIES,
+    MAX_THROTTLE_REASONS,
+    HardwareCounters,
+    LinkBytes,
+    LinkPeak,
+    ThrottleTime,
+)
+
 __all__ = [
     "COMPONENTS",
     "MAX_REPORTS_PER_BATCH",
@@ -60,9 +79,13 @@ __all__ = [
     "CollectiveSample",
     "ComponentShare",
     "GroupInfo",
+    "HardwareCounters",
+    "LinkBytes",
+    "LinkPeak",
     "ReportBatch",
     "SchemaError",
     "StepReport",
+    "ThrottleTime",
     "Topology",
     "batch_from_json",
     "batch_to_dict",
@@ -198,6 +221,7 @@ class ReportBatch:
     health: AgentHealth = field(default_factory=AgentHealth)
     topology: Topology | None = None
     incarnation: str = ""
+    hardware: HardwareCounters | None = None
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -380,6 +404,73 @@ def _parse_topology(raw: Any) -> Topology | None:
     return Topology(groups=tuple(groups))
 
 
+def _ratio(obj: Mapping[str, Any], name: str) -> float | None:
+    value = obj.get(name)
+    return None if value is None else _float(value, f"hardware.{name}", hi=1.0)
+
+
+def _entries(obj: Mapping[str, Any], key: str, max_len: int) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(path, object)`` of each entry of the optional list `obj[key]` of the hardware record."""
+    raw = _list(obj.get(key, []), f"hardware.{key}", max_len)
+    return [(f"hardware.{key}[{i}]", _obj(e, f"hardware.{key}[{i}]")) for i, e in enumerate(raw)]
+
+
+def _reason(value: Any, path: str) -> str:
+    # Any short snake_case name: a newer agent may know a reason this collector does not.
+    reason = _str(value, path)
+    if len(reason) > 32 or not reason.replace("_", "").isalnum():
+        raise SchemaError(path, f"{reason!r} is not a short snake_case name")
+    return reason
+
+
+def _parse_hardware(raw: Any) -> HardwareCounters | None:
+    if raw is None:
+        return None
+    obj = _obj(raw, "hardware")
+    links = [
+        LinkBytes(
+            link=_enum(_get(e, "link", f"{p}."), f"{p}.link", HARDWARE_LINKS),
+            direction=_enum(_get(e, "direction", f"{p}."), f"{p}.direction", LINK_DIRECTIONS),
+            bytes_total=_int(_get(e, "bytes_total", f"{p}."), f"{p}.bytes_total"),
+        )
+        for p, e in _entries(obj, "links", MAX_LINK_ENTRIES)
+    ]
+    peaks = [
+        LinkPeak(
+            link=_enum(_get(e, "link", f"{p}."), f"{p}.link", HARDWARE_LINKS),
+            bytes_per_s=_float(_get(e, "bytes_per_s", f"{p}."), f"{p}.bytes_per_s", hi=1e15),
+        )
+        for p, e in _entries(obj, "link_peaks", MAX_LINK_ENTRIES)
+    ]
+    throttle = [
+        ThrottleTime(
+            reason=_reason(_get(e, "reason", f"{p}."), f"{p}.reason"),
+            seconds_total=_float(_get(e, "seconds_total", f"{p}."), f"{p}.seconds_total"),
+        )
+        for p, e in _entries(obj, "throttle", MAX_THROTTLE_REASONS)
+    ]
+    for name, keys in (
+        ("links", [(x.link, x.direction) for x in links]),
+        ("link_peaks", [(x.link,) for x in peaks]),
+        ("throttle", [(x.reason,) for x in throttle]),
+    ):
+        if len(set(keys)) != len(keys):
+            raise SchemaError(f"hardware.{name}", "the same entry appears twice")
+    power = obj.get("power_watts")
+    energy = obj.get("energy_joules_total")
+    return HardwareCounters(
+        memory_busy_ratio=_ratio(obj, "memory_busy_ratio"),
+        sm_clock_ratio=_ratio(obj, "sm_clock_ratio"),
+        power_watts=None if power is None else _float(power, "hardware.power_watts", hi=1e5),
+        energy_joules_total=None
+        if energy is None
+        else _float(energy, "hardware.energy_joules_total"),
+        links=tuple(links),
+        link_peaks=tuple(peaks),
+        throttle=tuple(throttle),
+    )
+
+
 def _check_version(obj: Mapping[str, Any]) -> None:
     if _get(obj, "schema", "") != SCHEMA_NAME:
         raise SchemaError("schema", f"expected {SCHEMA_NAME!r}, got {obj['schema']!r}")
@@ -424,6 +515,7 @@ def parse_batch(raw: Any) -> ReportBatch:
         health=_parse_health(obj.get("health", {})),
         topology=_parse_topology(obj.get("topology")),
         incarnation=_str(obj.get("incarnation", ""), "incarnation", allow_empty=True),
+        hardware=_parse_hardware(obj.get("hardware")),
     )
 
 

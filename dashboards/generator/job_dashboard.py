@@ -20,6 +20,7 @@ from _common import (
     timeseries_panel,
 )
 from fleet_dashboard import EXPOSED_BANDS, MFU_BANDS, MFU_MEANING, REGRESSION_BANDS
+from hardware_rows import hardware_rows
 
 __all__ = ["UID", "build"]
 
@@ -415,12 +416,14 @@ def build() -> Any:
         UID,
         "mfuscope / Job",
         "One training job: MFU and HFU, where each step's time goes, the MFU waterfall, step time "
-        "and stragglers, restarts and redone work, and the health of its telemetry.",
+        "and stragglers, restarts and redone work, the hardware counters per tier, and the health "
+        "of its telemetry.",
         [
             _utilisation_row(),
             _decomposition_row(),
             _step_time_row(),
             _restarts_row(),
+            *hardware_rows(),
             _health_row(),
         ],
         single_job=True,

@@ -186,6 +186,20 @@ mfuscope_collective_bus_bandwidth_ratio{axis="dp",job="train",tier="inter_node"}
 # HELP mfuscope_straggler_ratio recent step time of the slowest ranks / median over the job's ranks
 # TYPE mfuscope_straggler_ratio gauge
 mfuscope_straggler_ratio{job="train",rank="1"} 1.28
+# HELP mfuscope_link_bytes_total bytes moved per link kind (nvlink, pcie: the ranks' GPUs; ib, roce, ethernet: the nodes' NICs, once per node) and direction, from hardware counters
+# TYPE mfuscope_link_bytes_total counter
+# HELP mfuscope_device_clock_throttle_seconds_total seconds the ranks' GPUs ran with the SM clock held down, per NVML clock-event reason (summed over GPUs; sampled about once a second)
+# TYPE mfuscope_device_clock_throttle_seconds_total counter
+# HELP mfuscope_device_energy_joules_total energy the ranks' GPUs used while their agents ran, joules
+# TYPE mfuscope_device_energy_joules_total counter
+# HELP mfuscope_device_memory_busy_ratio fraction of time device memory (HBM) was read or written, latest sample (mean over ranks)
+# TYPE mfuscope_device_memory_busy_ratio gauge
+# HELP mfuscope_device_sm_clock_ratio SM clock / maximum SM clock, latest sample (mean over ranks)
+# TYPE mfuscope_device_sm_clock_ratio gauge
+# HELP mfuscope_device_power_watts board power draw of the ranks' GPUs, latest sample (summed), watts
+# TYPE mfuscope_device_power_watts gauge
+# HELP mfuscope_link_peak_bandwidth_bytes_per_second spec unidirectional rate of the links the hardware counters cover (summed over the live ranks' GPUs, and over the nodes' NIC ports), bytes/s
+# TYPE mfuscope_link_peak_bandwidth_bytes_per_second gauge
 # HELP mfuscope_reports_rejected_total batches the collector refused, by reason
 # TYPE mfuscope_reports_rejected_total counter
 mfuscope_reports_rejected_total{reason="invalid"} 1.0

@@ -1,0 +1,195 @@
+"""`mfuscope validate-gpu`: the clean skip without CUDA, and the report assembled from measurements
+(the probes themselves need a GPU; here they are replaced by `Measurements` built by hand)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mfuscope.cli import main
+from mfuscope.cli import validate_gpu as command
+from mfuscope.cli.validate_gpu import _run
+from mfuscope.cli.validate_gpu._report import (
+    CollectiveSeen,
+    CounterProbe,
+    Detection,
+    MatmulProbe,
+    Measurements,
+    NcclProbe,
+    TrainingProbe,
+    WindowProbe,
+    build_report,
+    render_markdown,
+)
+
+H100 = 989e12
+
+# What a healthy H100 SXM run looks like (figures of the expected order, not measured ones).
+HEALTHY = Measurements(
+    detection=Detection("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", H100, "spec", "h100", 1),
+    matmul=MatmulProbe(8192, 0.78 * H100),
+    training=TrainingProbe(
+        steps=215,
+        event_step_s=0.0502,
+        wall_step_s=0.0500,
+        counted_model_flops=1.2e13,
+        analytical_model_flops=1.2e13,
+        mfu=0.24,
+        hfu=0.24,
+        overhead_ratio=1.004,
+        sync_error=None,
+        agent_internal_errors=0,
+    ),
+    window=WindowProbe(
+        wall_s=0.05,
+        buckets={
+            "compute": 0.04,
+            "recompute": 0.0,
+            "exposed_comm": 0.0,
+            "other": 0.004,
+            "bubble": 0.006,
+        },
+        kernels=1_200,
+    ),
+    nccl=NcclProbe(1, 1 << 26, (CollectiveSeen("all_reduce", 1 << 26, 1e-4, 0.0),)),
+    counters=CounterProbe(
+        memory_busy_idle=0.0,
+        memory_busy_under_copy=0.93,
+        h2d_bytes=8 << 30,
+        pcie_rx_bytes=8_700_000_000,
+        pcie_tx_bytes=40_000_000,
+        sm_clock_ratio=0.98,
+        power_watts=420.0,
+    ),
+    wall_s=190.0,
+)
+
+
+def _failed(measurements: Measurements) -> set[str]:
+    report = build_report(measurements)
+    assert report["ok"] == (not any(not c["ok"] for c in report["checks"]))
+    return {c["name"] for c in report["checks"] if not c["ok"]}
+
+
+def test_without_cuda_it_prints_one_line_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert not command.cuda_available()  # this machine has no GPU
+    assert main(["validate-gpu", "--out", str(tmp_path / "out"), "--quick"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "no CUDA device: validate-gpu skipped\n"
+    assert captured.err == ""
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_healthy_run_passes_every_check() -> None:
+    report = build_report(HEALTHY)
+    assert report["ok"], [c for c in report["checks"] if not c["ok"]]
+    assert len(report["checks"]) == 11
+    matmul = next(c for c in report["checks"] if c["name"] == "bf16 matmul rate / peak")
+    assert matmul["measured"].endswith("= 0.780")
+    json.dumps(report, allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    ("change", "failing"),
+    [
+        # A peak row too low for the device: the GEMM "beats" the peak.
+        ({"matmul": MatmulProbe(8192, 1.3 * H100)}, {"bf16 matmul rate / peak"}),
+        (
+            {"detection": dataclasses.replace(HEALTHY.detection, peak_flops=None)},
+            {"peak table row", "bf16 matmul rate / peak"},
+        ),
+        (
+            {"training": dataclasses.replace(HEALTHY.training, event_step_s=0.06)},
+            {"event vs wall step time"},
+        ),
+        (
+            {"training": dataclasses.replace(HEALTHY.training, counted_model_flops=1.5e13)},
+            {"counted vs analytical FLOPs"},
+        ),
+        ({"training": dataclasses.replace(HEALTHY.training, mfu=0.3, hfu=0.2)}, {"MFU <= HFU"}),
+        (
+            {"training": dataclasses.replace(HEALTHY.training, overhead_ratio=1.05)},
+            {"agent overhead"},
+        ),
+        (
+            {
+                "training": dataclasses.replace(
+                    HEALTHY.training, sync_error="called a synchronizing CUDA operation"
+                )
+            },
+            {"no host sync"},
+        ),
+        (
+            {"training": dataclasses.replace(HEALTHY.training, agent_internal_errors=3)},
+            {"no host sync"},
+        ),
+        (
+            {"window": dataclasses.replace(HEALTHY.window, wall_s=0.06)},
+            {"buckets sum to the window"},
+        ),
+        (
+            {"window": dataclasses.replace(HEALTHY.window, kernels=0)},
+            {"buckets sum to the window"},
+        ),
+        ({"nccl": NcclProbe(1, 1 << 26, ())}, {"NCCL collectives recognised"}),
+        (
+            {"nccl": NcclProbe(1, 1 << 26, (CollectiveSeen("all_reduce", None, 1e-4, None),))},
+            {"NCCL collectives recognised"},
+        ),
+        (
+            {"counters": dataclasses.replace(HEALTHY.counters, memory_busy_under_copy=0.05)},
+            {"HBM busy moves"},
+        ),
+        (
+            {
+                "counters": dataclasses.replace(
+                    HEALTHY.counters, pcie_rx_bytes=None, pcie_tx_bytes=None
+                )
+            },
+            {"PCIe bytes move"},
+        ),
+    ],
+)
+def test_each_check_can_fail(change: dict[str, Any], failing: set[str]) -> None:
+    assert _failed(dataclasses.replace(HEALTHY, **change)) == failing
+
+
+def test_a_failed_probe_fails_its_checks_and_is_named() -> None:
+    broken = dataclasses.replace(
+        HEALTHY, nccl=None, counters=None, errors={"nccl": "RuntimeError: NCCL error"}
+    )
+    assert _failed(broken) == {"NCCL collectives recognised", "HBM busy moves", "PCIe bytes move"}
+    text = render_markdown(build_report(broken))
+    assert "Result: **FAIL**" in text
+    assert "- nccl: RuntimeError: NCCL error" in text
+
+
+def test_run_writes_both_files_and_sets_the_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcomes = iter([HEALTHY, dataclasses.replace(HEALTHY, counters=None)])
+    monkeypatch.setattr(command, "cuda_available", lambda: True)
+    monkeypatch.setattr(_run, "measure_all", lambda **_: next(outcomes))
+    assert main(["validate-gpu", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "validate.json").read_text())
+    assert report["ok"] and report["measurements"]["matmul"]["size"] == 8192
+    markdown = (tmp_path / "validate.md").read_text()
+    assert "Result: **PASS**" in markdown
+    assert markdown.count("\n| ") == 12  # header + 11 checks
+    assert main(["validate-gpu", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1].startswith("FAIL: wrote ")
+
+
+def test_unrecognised_nccl_run_lists_the_device_kernels() -> None:
+    nothing = NcclProbe(1, 1 << 26, (), kernel_names=("oneRankReduce", "vectorized_elementwise"))
+    report = build_report(dataclasses.replace(HEALTHY, nccl=nothing))
+    check = next(c for c in report["checks"] if c["name"] == "NCCL collectives recognised")
+    assert not check["ok"]
+    assert check["measured"].endswith(
+        "none (device kernels: oneRankReduce, vectorized_elementwise)"
+    )
