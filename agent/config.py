@@ -14,20 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ENV_PREFIX", "AgentConfig", "ConfigError"]
+from mfuscope.core.errors import ConfigError
+
+__all__ = ["ENV_PREFIX", "AgentConfig"]
 
 ENV_PREFIX = "MFUSCOPE_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
-
-
-class ConfigError(ValueError):
-    """A bad configuration value. `field` names the option (and `source` where it came from)."""
-
-    def __init__(self, field: str, message: str, source: str = "argument") -> None:
-        super().__init__(f"mfuscope agent option {field!r} ({source}): {message}")
-        self.field = field
-        self.source = source
 
 
 @dataclass(frozen=True)

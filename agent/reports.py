@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mfuscope.core.schema import (
-    COLLECTIVE_OPS,
-    TIERS,
     CollectiveSample,
     ComponentShare,
     StepReport,
 )
+from mfuscope.core.vocabulary import COLLECTIVE_OPS, TIERS
 
 __all__ = [
     "Breakdown",

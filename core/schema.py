@@ -44,19 +44,18 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mfuscope.core.errors import SchemaError
+from mfuscope.core.vocabulary import COLLECTIVE_OPS, COMPONENTS, PEAK_SOURCES, TIERS
+
 __all__ = [
-    "COMPONENTS",
     "MAX_REPORTS_PER_BATCH",
-    "PEAK_SOURCES",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
-    "TIERS",
     "AgentHealth",
     "CollectiveSample",
     "ComponentShare",
     "GroupInfo",
     "ReportBatch",
-    "SchemaError",
     "StepReport",
     "Topology",
     "batch_from_json",
@@ -68,28 +67,6 @@ __all__ = [
 SCHEMA_NAME = "mfuscope.report"
 SCHEMA_VERSION = "1.0"
 _MAJOR = 1
-
-# DESIGN §2 buckets; `bubble` is split into its two parts so the sum is exact.
-COMPONENTS: tuple[str, ...] = (
-    "compute",
-    "recompute",
-    "exposed_comm",
-    "other",
-    "bubble_pipeline",
-    "bubble_idle",
-)
-TIERS: tuple[str, ...] = ("intra_node", "inter_node", "unknown")
-PEAK_SOURCES: tuple[str, ...] = ("spec", "measured", "user", "unknown")
-COLLECTIVE_OPS: tuple[str, ...] = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "broadcast",
-    "reduce",
-    "send",
-    "recv",
-)
 
 # Sanity bounds: anything beyond these is a bug or an attack, not a training step.
 MAX_REPORTS_PER_BATCH = 10_000
@@ -104,15 +81,6 @@ MAX_NAME_LEN = 256
 # Components must sum to wall_s to this relative tolerance (float rounding from scaling).
 SUM_REL_TOL = 1e-6
 SUM_ABS_TOL = 1e-9
-
-
-class SchemaError(ValueError):
-    """A report or batch that does not follow the schema. `field` names the offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)

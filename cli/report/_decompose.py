@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mfuscope.cli.report._data import RankRun, RunData
-from mfuscope.core.schema import COMPONENTS, StepReport
+from mfuscope.core.schema import StepReport
+from mfuscope.core.vocabulary import COMPONENTS
 
 __all__ = [
     "RankDecomposition",

@@ -30,7 +30,6 @@ from collections.abc import Mapping
 
 import numpy as np
 from mfuscope.core.bandwidth import (
-    COLLECTIVE_OPS,
     LinkModel,
     algbw_bytes_per_s,
     busbw_bytes_per_s,
@@ -45,6 +44,7 @@ from mfuscope.core.trace.result import (
     ExposedComm,
     StepDecomposition,
 )
+from mfuscope.core.vocabulary import COLLECTIVE_OPS
 
 __all__ = ["decompose_timeline"]
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mfuscope.cli.report._bandwidth import bandwidth_by_tier
-from mfuscope.cli.report._data import ReportInputError, RunData, merge_batches
+from mfuscope.cli.report._data import RunData, merge_batches
 from mfuscope.cli.report._decompose import (
     KERNEL_INEFFICIENCY,
     decomposition_per_rank,
@@ -20,6 +20,7 @@ from mfuscope.cli.report._decompose import (
 )
 from mfuscope.cli.report._stragglers import straggler_view
 from mfuscope.core.bandwidth import LinkModel, busbw_bytes_per_s, ideal_transfer_s
+from mfuscope.core.errors import ReportInputError
 from mfuscope.core.schema import (
     AgentHealth,
     CollectiveSample,
@@ -275,13 +276,19 @@ def test_utilization_per_step_is_a_ratio_of_sums() -> None:
 # --- stragglers --------------------------------------------------------------------------------
 
 
-def test_straggler_view_finds_the_busy_rank() -> None:
-    # Rank 1 computes 0.9 s per 1 s step; the others compute 0.5 s and wait the rest.
+def test_straggler_view_finds_the_slow_rank() -> None:
+    # Rank 1 computes 0.9 s per 1 s step; the others compute 0.5 s and wait the rest in
+    # exposed communication. Own time: 1.01 - 0.1 = 0.91 s against 0.5 s.
     batches = [
         _batch(
             r,
             [
-                _step(n, 1.0 + 0.01 * (r == 1), {"compute": 0.9 if r == 1 else 0.5})
+                _step(
+                    n,
+                    1.0 + 0.01 * (r == 1),
+                    {"compute": 0.9 if r == 1 else 0.5},
+                    comm=(("dp", "intra_node", 0.1 if r == 1 else 0.5),),
+                )
                 for n in range(4)
                 if not (r == 2 and n == 3)
             ],
@@ -291,8 +298,8 @@ def test_straggler_view_finds_the_busy_rank() -> None:
     ]
     view = straggler_view(merge_batches(batches))
     paces = {p.rank: p for p in view.ranks}
-    assert paces[1].busy_ratio == pytest.approx(1.8)
-    assert paces[0].busy_ratio == pytest.approx(1.0)
+    assert paces[1].own_ratio == pytest.approx(0.91 / 0.5)
+    assert paces[0].own_ratio == pytest.approx(1.0)
     assert paces[1].step_ratio == pytest.approx(1.01)
     assert view.slowest is not None and view.slowest.rank == 1
     assert view.steps == (0, 1, 2, 3)
@@ -300,9 +307,10 @@ def test_straggler_view_finds_the_busy_rank() -> None:
     assert view.relative_step_time[1][0] == pytest.approx(1.01)
 
 
-def test_straggler_busy_is_unknown_without_components() -> None:
+def test_straggler_own_time_is_unknown_without_components() -> None:
     view = straggler_view(merge_batches([_batch(0, [_step(0, 1.0)]), _batch(1, [_step(0, 3.0)])]))
-    assert [p.busy_ratio for p in view.ranks] == [None, None]
+    assert [p.own_ratio for p in view.ranks] == [None, None]
+    assert view.basis == "wall" and view.slowest is not None and view.slowest.rank == 1
     assert [p.step_ratio for p in view.ranks] == pytest.approx([0.5, 1.5])
 
 
