@@ -126,14 +126,19 @@ def run_from_analyses(
 
 def run_from_traces(paths: Sequence[Path], options: TraceOptions) -> RunData:
     """Decompose each trace with the engine and gather the ranks into one run."""
-    from mfuscope.core.trace import AnalysisOptions, analyze_trace, read_trace
+    from mfuscope.core.trace import analyze_trace, read_trace
+    from mfuscope.core.trace.options import analysis_options, options_for_trace
 
-    engine_options = AnalysisOptions(
+    base = analysis_options(
+        device=None,  # per trace, below: the same options `mfuscope analyze` builds
         gpus_per_node=options.gpus_per_node,
         model_flops_per_step=options.model_flops_per_step,
         recompute_flops_per_step=options.recompute_flops_per_step,
         peak_flops=options.peak_flops,
     )
-    analyses = [analyze_trace(read_trace(path), engine_options) for path in paths]
+    analyses = []
+    for path in paths:
+        trace = read_trace(path)
+        analyses.append(analyze_trace(trace, options_for_trace(trace, base)))
     job = paths[0].parent.name or paths[0].name
     return run_from_analyses(analyses, options, job, f"Kineto traces ({len(paths)} files)")
