@@ -27,6 +27,7 @@ from mfuscope.collector.snapshot import (
     Straggler,
     TierPeak,
 )
+from mfuscope.core.mfu import utilization
 from mfuscope.core.schema import AgentHealth
 from mfuscope.core.stragglers import find_stragglers, straggler_step_times
 
@@ -134,8 +135,8 @@ def _latest(sums: _Sums, peaks: dict[tuple[str, str], float], config: StateConfi
     model_rate, hardware_rate, peak = sums.get(("rates",), (0.0, 0.0, 0.0))
     return LatestWindow(
         window_steps=config.window_steps,
-        mfu=model_rate / peak if peak > 0 else None,
-        hfu=hardware_rate / peak if peak > 0 else None,
+        mfu=utilization(model_rate, peak),
+        hfu=utilization(hardware_rate, peak),
         component_fractions=fractions,
         collectives=tuple(collectives),
         tier_busbw=tuple(tier_busbw),

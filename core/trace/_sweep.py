@@ -35,6 +35,7 @@ from mfuscope.core.bandwidth import (
     busbw_bytes_per_s,
     ideal_transfer_s,
 )
+from mfuscope.core.mfu import hfu_or_none, mfu_or_none
 from mfuscope.core.trace._collectives import BOOKKEEPING
 from mfuscope.core.trace._intervals import IntervalSet, Spans, subtract_spans, union_spans
 from mfuscope.core.trace._trace_model import CommActivity, StepWindow, Timeline
@@ -130,15 +131,12 @@ def _flops_ratios(
     wall_s: float, recompute_s: float, options: AnalysisOptions
 ) -> tuple[float | None, float | None]:
     model, peak = options.model_flops_per_step, options.peak_flops
-    if model is None or peak is None or wall_s <= 0:
+    if model is None:
         return None, None
-    mfu = model / (peak * wall_s)
     recompute_flops = options.recompute_flops_per_step
-    if recompute_flops is None:
-        if recompute_s > 0:  # the step recomputes but we were not told how much: no HFU
-            return mfu, None
-        recompute_flops = 0.0
-    return mfu, (model + recompute_flops) / (peak * wall_s)
+    if recompute_flops is None and recompute_s <= 0:
+        recompute_flops = 0.0  # no recomputation in the step; unknown FLOPs of one there: no HFU
+    return mfu_or_none(model, peak, wall_s), hfu_or_none(model, recompute_flops, peak, wall_s)
 
 
 def decompose_timeline(
