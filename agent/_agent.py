@@ -22,11 +22,11 @@ from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
 from mfuscope.agent._runtime import Runtime, build_runtime
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.flops_tracker import StepFlopsValue
-from mfuscope.agent.reports import make_report
 from mfuscope.agent.sampler import ProfilerLike
 from mfuscope.agent.step_timer import StepTimer, TimedStep
 from mfuscope.agent.transport import Transport
 from mfuscope.core.schema import ReportBatch, StepReport, batch_to_json
+from mfuscope.core.step_report import make_report
 
 __all__ = ["Agent", "Seams"]
 

@@ -19,7 +19,6 @@ from mfuscope.agent._windows import WindowCoordinator
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.flops_tracker import CountSession, FlopsTracker
 from mfuscope.agent.recompute import wrap_checkpoint
-from mfuscope.agent.reports import DecompositionLike
 from mfuscope.agent.sampler import (
     WindowAnalyser,
     WindowRecorder,
@@ -32,6 +31,7 @@ from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, StepT
 from mfuscope.agent.topology import RankTopology, build_topology, discover_topology
 from mfuscope.agent.transport import RetryPolicy, Transport
 from mfuscope.core.schema import StepReport, Topology
+from mfuscope.core.step_report import DecompositionLike
 
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Seams

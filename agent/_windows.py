@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.reports import Breakdown, breakdown_from_steps, collective_samples
 from mfuscope.agent.sampler import (
     ProfilerBusy,
     ProfilerLike,
@@ -25,6 +24,7 @@ from mfuscope.agent.sampler import (
     WindowSchedule,
 )
 from mfuscope.core.schema import CollectiveSample
+from mfuscope.core.step_report import Breakdown, breakdown_from_steps, collective_samples
 
 __all__ = ["StepWindowData", "WindowCoordinator"]
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mfuscope.agent.reports import DecompositionLike
 from mfuscope.core.errors import MfuscopeError
+from mfuscope.core.step_report import DecompositionLike
 
 __all__ = [
     "ProfilerBusy",
