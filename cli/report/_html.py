@@ -9,7 +9,7 @@ import html
 from collections.abc import Mapping, Sequence
 
 from mfuscope.cli.report._content import PLOT_NAMES, ReportContent
-from mfuscope.cli.report._decompose import segment_label
+from mfuscope.core.aggregate.decompose import segment_label
 from mfuscope.core.vocabulary import COMPONENTS
 
 __all__ = ["render_html"]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mfuscope.cli.report._data import RunData, merge_batches
+from mfuscope.core.aggregate.run import RunData, merge_batches
 from mfuscope.core.errors import ReportInputError, SchemaError
 from mfuscope.core.schema import ReportBatch, batch_from_json
 

@@ -15,15 +15,15 @@ from collections.abc import Sequence
 import matplotlib
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
-from mfuscope.cli.report._bandwidth import TierBandwidth
 from mfuscope.cli.report._content import ReportContent
-from mfuscope.cli.report._decompose import (
+from mfuscope.core.aggregate.bandwidth import TierBandwidth
+from mfuscope.core.aggregate.decompose import (
     KERNEL_INEFFICIENCY,
     RankDecomposition,
     StepUtilization,
     Waterfall,
 )
-from mfuscope.cli.report._stragglers import StragglerView
+from mfuscope.core.aggregate.stragglers import StragglerView
 from mfuscope.core.bandwidth import LinkModel, bus_factor, ideal_transfer_s
 
 __all__ = [

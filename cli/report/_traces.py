@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from mfuscope.cli.report._data import RankRun, RunData
 from mfuscope.cli.report._load import TraceOptions
+from mfuscope.core.aggregate.run import RankRun, RunData
 from mfuscope.core.errors import ReportInputError
 from mfuscope.core.hardware import default_link_tiers, find_device
 from mfuscope.core.schema import (

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from mfuscope.cli.report._data import merge_batches
-from mfuscope.cli.report._stragglers import straggler_view
 from mfuscope.collector import Collector, StateConfig
 from mfuscope.collector.testing import FakeClock
+from mfuscope.core.aggregate.run import merge_batches
+from mfuscope.core.aggregate.stragglers import straggler_view
 from mfuscope.core.schema import ComponentShare, ReportBatch, StepReport
 
 WALL_S = 1.0  # synchronous ranks: every rank's step takes the same wall time

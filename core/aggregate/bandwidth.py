@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mfuscope.cli.report._data import RunData
-from mfuscope.cli.report._fit import AlphaBetaFit, fit_alpha_beta
+from mfuscope.core.aggregate.run import RunData
 from mfuscope.core.bandwidth import bus_factor, busbw_bytes_per_s
+from mfuscope.core.comm_fit import AlphaBetaFit, fit_alpha_beta
 from mfuscope.core.vocabulary import TIERS
 
 __all__ = ["BandwidthPoint", "TierBandwidth", "bandwidth_by_tier"]

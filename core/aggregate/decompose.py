@@ -21,9 +21,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mfuscope.cli.report._data import RankRun, RunData
-from mfuscope.core.mfu import StepBuckets, utilization
-from mfuscope.core.mfu import mfu_waterfall as core_waterfall
+from mfuscope.core.aggregate.run import RankRun, RunData
+from mfuscope.core.mfu import StepBuckets, mfu_waterfall, utilization
 from mfuscope.core.schema import StepReport
 from mfuscope.core.vocabulary import COMPONENTS
 
@@ -34,7 +33,7 @@ __all__ = [
     "Waterfall",
     "WaterfallSlice",
     "decomposition_per_rank",
-    "mfu_waterfall",
+    "job_waterfall",
     "overall_utilization",
     "segment_label",
     "utilization_over_steps",
@@ -148,7 +147,7 @@ def _peaked(run: RunData) -> Iterator[tuple[float, StepReport]]:
             yield from ((rank.peak_flops, s) for s in rank.steps)
 
 
-def mfu_waterfall(run: RunData) -> Waterfall | None:
+def job_waterfall(run: RunData) -> Waterfall | None:
     """The job's MFU waterfall over all decomposed steps of ranks with a known peak
     (`core.mfu.mfu_waterfall` on the peak-weighted sums of the buckets).
 
@@ -173,7 +172,7 @@ def mfu_waterfall(run: RunData) -> Waterfall | None:
         name: math.fsum(v for k, v in seconds.items() if COMPONENTS[k[0]] == name)
         for name in COMPONENTS
     }
-    core = core_waterfall(
+    core = mfu_waterfall(
         math.fsum(s.model_flops for _, s in samples),
         mean_peak,
         StepBuckets(

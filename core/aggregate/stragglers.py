@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from mfuscope.cli.report._data import RunData
+from mfuscope.core.aggregate.run import RunData
 from mfuscope.core.stragglers import (
     StepTimeBasis,
     Straggler,
