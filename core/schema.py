@@ -45,7 +45,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mfuscope.core.errors import SchemaError
-from mfuscope.core.vocabulary import COLLECTIVE_OPS, COMPONENTS, PEAK_SOURCES, TIERS
+from mfuscope.core.vocabulary import (
+    COLLECTIVE_OPS,
+    COMPONENTS,
+    PEAK_SOURCES,
+    TENSOR_AXIS,
+    TIERS,
+)
 
 __all__ = [
     "MAX_REPORTS_PER_BATCH",
@@ -143,7 +149,7 @@ class Topology:
 
     @property
     def tp_spans_hosts(self) -> bool:
-        return any(g.axis == "tp" and g.spans_hosts for g in self.groups)
+        return any(g.axis == TENSOR_AXIS and g.spans_hosts for g in self.groups)
 
 
 @dataclass(frozen=True)

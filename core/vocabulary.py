@@ -14,7 +14,10 @@ __all__ = [
     "AXIS_UNKNOWN",
     "COLLECTIVE_OPS",
     "COMPONENTS",
+    "P2P_OPS",
     "PEAK_SOURCES",
+    "PIPELINE_AXIS",
+    "TENSOR_AXIS",
     "TIERS",
     "TIER_INTER_NODE",
     "TIER_INTRA_NODE",
@@ -47,7 +50,7 @@ TIERS: tuple[str, ...] = (TIER_INTRA_NODE, TIER_INTER_NODE, TIER_UNKNOWN)
 # nowhere (MFU is then not computed).
 PEAK_SOURCES: tuple[str, ...] = ("spec", "measured", "user", "unknown")
 
-# Collective op names as nccl-tests spells them.
+# Collective op names as nccl-tests spells them; the point-to-point ones carry pipeline traffic.
 COLLECTIVE_OPS: tuple[str, ...] = (
     "all_reduce",
     "all_gather",
@@ -59,7 +62,13 @@ COLLECTIVE_OPS: tuple[str, ...] = (
     "recv",
 )
 
+P2P_OPS: tuple[str, ...] = ("send", "recv")
+
+# Axis names with a meaning of their own: the whole world, the pipeline axis (its exposed p2p
+# waits are pipeline bubble), and tensor parallelism (expected inside one host's fast links).
 WORLD_AXIS = "world"
+PIPELINE_AXIS = "pp"
+TENSOR_AXIS = "tp"
 AXIS_UNKNOWN = "unknown"
 _MESH_PREFIX = "mesh_"
 

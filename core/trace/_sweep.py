@@ -45,13 +45,11 @@ from mfuscope.core.trace.result import (
     ExposedComm,
     StepDecomposition,
 )
-from mfuscope.core.vocabulary import COLLECTIVE_OPS
+from mfuscope.core.vocabulary import COLLECTIVE_OPS, P2P_OPS, PIPELINE_AXIS
 
 __all__ = ["decompose_timeline"]
 
 _US = 1e-6  # trace microseconds -> seconds
-_PIPELINE_AXIS = "pp"
-_P2P_OPS = ("send", "recv")
 
 
 def _comm_sweep(
@@ -177,7 +175,7 @@ def decompose_timeline(
         shares = exposed[i]
         if not shares:
             continue
-        is_pipeline = comm.op in _P2P_OPS and comm.axis == _PIPELINE_AXIS
+        is_pipeline = comm.op in P2P_OPS and comm.axis == PIPELINE_AXIS
         ideal_left = _ideal_us(comm, options.links) if is_pipeline else None
         for w in sorted(shares):
             share = shares[w]
