@@ -60,7 +60,7 @@ class TierBandwidth:
 
 
 def bandwidth_by_tier(run: RunData) -> tuple[TierBandwidth, ...]:
-    """Points, spec lines and alpha-beta fit per tier, in schema tier order.
+    """Points, spec lines and alpha-beta fit per tier, in vocabulary tier order.
 
     Collectives of unknown size or zero duration carry no bandwidth and are left out.
     """

@@ -122,7 +122,7 @@ def decomposition_per_rank(run: RunData) -> tuple[RankDecomposition, ...]:
 @dataclass(frozen=True)
 class WaterfallSlice:
     label: str
-    component: str  # a schema component, or KERNEL_INEFFICIENCY
+    component: str  # a vocabulary component, or KERNEL_INEFFICIENCY
     fraction: float  # of the peak FLOPs the devices could have done (may be < 0, see Waterfall)
 
 

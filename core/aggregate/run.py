@@ -24,7 +24,7 @@ class RankRun:
     host: str
     device: str
     peak_flops: float | None  # dense peak FLOP/s of the device for the training dtype
-    peak_source: str  # "spec", "measured", "user" or "unknown" (schema PEAK_SOURCES)
+    peak_source: str  # "spec", "measured", "user" or "unknown" (vocabulary.PEAK_SOURCES)
     steps: tuple[StepReport, ...]
     health: AgentHealth = field(default_factory=AgentHealth)
     topology: Topology | None = None
