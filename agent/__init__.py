@@ -13,15 +13,16 @@ from mfuscope.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Agent
-    from mfuscope.agent.config import AgentConfig, ConfigError
+    from mfuscope.agent.config import AgentConfig
     from mfuscope.agent.recompute import checkpoint_context, wrap_checkpoint
+    from mfuscope.core.errors import ConfigError
 
 __all__ = ["Agent", "AgentConfig", "ConfigError", "checkpoint_context", "wrap_checkpoint"]
 
 _LAZY = {
     "Agent": "mfuscope.agent._agent",
     "AgentConfig": "mfuscope.agent.config",
-    "ConfigError": "mfuscope.agent.config",
+    "ConfigError": "mfuscope.core.errors",
     "checkpoint_context": "mfuscope.agent.recompute",
     "wrap_checkpoint": "mfuscope.agent.recompute",
 }

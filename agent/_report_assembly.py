@@ -20,11 +20,16 @@ from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters
 from mfuscope.agent._window_coordinator import WindowResult
-from mfuscope.agent.reports import Breakdown, breakdown_from_steps, collective_samples, make_report
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
 from mfuscope.core.hwcounters import HardwareCounters
 from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topology, batch_to_json
+from mfuscope.core.step_report import (
+    Breakdown,
+    breakdown_from_steps,
+    collective_samples,
+    make_report,
+)
 
 __all__ = ["BatchHeader", "ReportAssembler"]
 

@@ -20,7 +20,6 @@ from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.agent.recompute import wrap_checkpoint
-from mfuscope.agent.reports import DecompositionLike
 from mfuscope.agent.sampler import (
     WindowAnalyser,
     WindowRecorder,
@@ -39,6 +38,7 @@ from mfuscope.agent.topology import (
 )
 from mfuscope.agent.transport import RetryPolicy, Transport
 from mfuscope.core.schema import StepReport, Topology
+from mfuscope.core.step_report import DecompositionLike
 
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Seams
@@ -233,30 +233,29 @@ def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[fl
     return None, "unknown"
 
 
-def _link_peaks(device: _Device) -> tuple[dict[str, float], dict[str, Any]]:
-    """Tier -> unidirectional peak bytes/s, and tier -> LinkModel for the engine."""
-    from mfuscope.core.hardware import link_for_tier
+def _link_peaks(device: _Device) -> dict[str, float]:
+    """Tier -> unidirectional peak bytes/s of the link this rank's device uses on it."""
+    from mfuscope.core.hardware import LINK_TIER_KEYS, link_for_tier
 
-    peaks: dict[str, float] = {}
-    models: dict[str, Any] = {}
     name = None if device.name == "cpu" else device.name
-    for tier in ("intra_node", "inter_node"):
-        link = link_for_tier(tier, name, device.links)
-        peaks[tier] = link.unidirectional_bytes_per_s
-        models[tier] = link.link_model()
-    return peaks, models
+    return {
+        tier: link_for_tier(tier, name, device.links).unidirectional_bytes_per_s
+        for tier in LINK_TIER_KEYS
+    }
 
 
 def _engine_analyse(
-    topology: RankTopology, links: dict[str, Any]
+    topology: RankTopology, device: _Device
 ) -> Callable[[str], Sequence[DecompositionLike]]:
     def analyse(path: str) -> Sequence[DecompositionLike]:
-        from mfuscope.core.trace import AnalysisOptions, analyze_trace, read_trace
+        from mfuscope.core.trace import analyze_trace, read_trace
+        from mfuscope.core.trace.options import analysis_options
 
-        options = AnalysisOptions(
-            host_of_rank=dict(topology.host_of_rank) or None,
+        options = analysis_options(
+            device=None if device.name == "cpu" else device.name,
+            detected=device.links,
+            host_of_rank=dict(topology.host_of_rank),
             axis_overrides=topology.axis_of_group_name,
-            links=links,
         )
         steps: Sequence[DecompositionLike] = analyze_trace(read_trace(path), options).steps
         return steps
@@ -283,7 +282,7 @@ def build_runtime(
     topology = _topology(mesh, log)
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
-    link_peaks, link_models = _link_peaks(device)
+    link_peaks = _link_peaks(device)
     if topology.tp_spans_hosts:
         log.warning("tp-spans-hosts", "mfuscope: the tp group spans hosts (beyond NVLink)")
     if seams.timer is not None:
@@ -304,7 +303,7 @@ def build_runtime(
         model=model,
         max_recounts=config.max_flop_recounts,
     )
-    analyser = WindowAnalyser(seams.analyse or _engine_analyse(topology, link_models))
+    analyser = WindowAnalyser(seams.analyse or _engine_analyse(topology, device))
     windows = WindowCoordinator(
         schedule=WindowSchedule(
             # Counted from this process's first step: a resumed job warms up again too.

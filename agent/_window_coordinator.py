@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.reports import DecompositionLike
 from mfuscope.agent.sampler import (
     ProfilerBusy,
     ProfilerLike,
@@ -24,6 +23,9 @@ from mfuscope.agent.sampler import (
     WindowOutcome,
     WindowRecorder,
     WindowSchedule,
+)
+from mfuscope.core.step_report import (
+    DecompositionLike,
 )
 
 __all__ = ["WindowCoordinator", "WindowResult"]

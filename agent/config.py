@@ -14,20 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ENV_PREFIX", "AgentConfig", "ConfigError"]
+from mfuscope.core.errors import ConfigError
+from mfuscope.core.settings import parse_setting_text, pick_settings
 
-ENV_PREFIX = "MFUSCOPE_"
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
-
-
-class ConfigError(ValueError):
-    """A bad configuration value. `field` names the option (and `source` where it came from)."""
-
-    def __init__(self, field: str, message: str, source: str = "argument") -> None:
-        super().__init__(f"mfuscope agent option {field!r} ({source}): {message}")
-        self.field = field
-        self.source = source
+__all__ = ["AgentConfig"]
 
 
 @dataclass(frozen=True)
@@ -145,15 +135,10 @@ class AgentConfig:
         unknown = sorted(set(arguments) - set(fields))
         if unknown:
             raise ConfigError(unknown[0], f"unknown option; known: {', '.join(sorted(fields))}")
-        values: dict[str, Any] = {}
-        for name, spec in fields.items():
-            argument = arguments.get(name)
-            if argument is not None:
-                values[name] = _coerce(name, spec.type, argument, "argument")
-                continue
-            env_name = ENV_PREFIX + name.upper()
-            if env_name in environ:
-                values[name] = _coerce(name, spec.type, environ[env_name], env_name)
+        values: dict[str, Any] = {
+            name: _coerce(name, fields[name].type, setting.value, setting.source)
+            for name, setting in pick_settings(fields, arguments, environ).items()
+        }
         if "job" not in values:
             raise ConfigError("job", "required: pass job=... or set MFUSCOPE_JOB")
         return cls(**values)
@@ -162,23 +147,9 @@ class AgentConfig:
 def _coerce(name: str, type_name: object, raw: object, source: str) -> Any:
     """Convert `raw` to the field's annotated type (annotations are strings here)."""
     text = str(type_name)
-    optional = "None" in text
     try:
         if isinstance(raw, str):
-            if optional and raw.strip() == "":
-                return None
-            if text.startswith("bool"):
-                lowered = raw.strip().lower()
-                if lowered in _TRUE:
-                    return True
-                if lowered in _FALSE:
-                    return False
-                raise ValueError(f"expected a boolean (1/0, true/false), got {raw!r}")
-            if text.startswith("int"):
-                return int(raw)
-            if text.startswith("float"):
-                return float(raw)
-            return raw
+            return parse_setting_text(raw, text)
         if text.startswith("bool") and not isinstance(raw, bool):
             raise ValueError(f"expected a boolean, got {raw!r}")
         if text.startswith("int") and (isinstance(raw, bool) or not isinstance(raw, int)):

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mfuscope.agent.reports import DecompositionLike
+from mfuscope.core.errors import MfuscopeError
+from mfuscope.core.step_report import DecompositionLike
 
 __all__ = [
     "ProfilerBusy",
@@ -100,7 +101,7 @@ class WindowSchedule:
         return self._last_cost_s / self._ratio
 
 
-class ProfilerBusy(RuntimeError):
+class ProfilerBusy(MfuscopeError, RuntimeError):
     """The user runs their own profiler: torch allows one at a time, so the window is skipped."""
 
 

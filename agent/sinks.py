@@ -14,6 +14,8 @@ import threading
 import urllib.parse
 from typing import Protocol
 
+from mfuscope.core.errors import MfuscopeError
+
 __all__ = ["REPORTS_PATH", "HttpSink", "JsonlSink", "SendError", "Sink"]
 
 REPORTS_PATH = "/v1/reports"
@@ -23,7 +25,7 @@ GZIP_MIN_BYTES = 4096
 _RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
-class SendError(Exception):
+class SendError(MfuscopeError):
     """A batch that did not arrive. `retryable` says whether sending it again can help."""
 
     def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mfuscope.core.schema import GroupInfo, Topology
-from mfuscope.core.vocabulary import axis_from_description
+from mfuscope.core.vocabulary import TENSOR_AXIS, axis_from_description
 
 __all__ = [
     "GroupSpec",
@@ -79,7 +79,7 @@ class RankTopology:
 
     @property
     def tp_spans_hosts(self) -> bool:
-        return any(g.axis == "tp" and g.spans_hosts for g in self.groups)
+        return any(g.axis == TENSOR_AXIS and g.spans_hosts for g in self.groups)
 
     def to_schema(self, link_peak_bytes_per_s: Mapping[str, float] | None = None) -> Topology:
         """The wire `Topology`: one entry per distinct (axis, tier, size, spans_hosts).

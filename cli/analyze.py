@@ -8,24 +8,22 @@ stderr naming the file and the problem, exit code 2, and no partial output.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TextIO
 
-from mfuscope.core.bandwidth import LinkModel, bus_factor
+from mfuscope.core.bandwidth import bus_factor
 from mfuscope.core.trace import (
-    AnalysisOptions,
-    KinetoTrace,
     RankAnalysis,
     TraceError,
     analysis_to_json,
     analyze_trace,
     read_trace,
 )
+from mfuscope.core.trace.options import analysis_options, options_for_trace
 from mfuscope.core.trace.trace_io import find_trace_files, gc_paused
 
 __all__ = ["add_arguments", "run"]
@@ -79,28 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print mfuscope.analysis/1 JSON")
 
 
-def _trace_device(trace: KinetoTrace) -> str | None:
-    """The device model of a GPU trace when all its devices share one name."""
-    names = {
-        p.get("name")
-        for p in trace.device_properties or ()
-        if isinstance(p, dict) and isinstance(p.get("name"), str)
-    }
-    return names.pop() if len(names) == 1 else None
-
-
-def _links(device: str | None) -> Mapping[str, LinkModel] | None:
-    """Spec link models for the pipeline-bubble rule; None on CPU traces (no links known)."""
-    if device is None:
-        return None
-    from mfuscope.core import hardware
-
-    return hardware.default_link_models(device)
-
-
 def _analyse_all(args: argparse.Namespace, progress: TextIO | None) -> list[RankAnalysis]:
     files = [file for path in args.paths for file in find_trace_files(path)]
-    base = AnalysisOptions(
+    base = analysis_options(
+        device=None,  # per trace, below
         gpus_per_node=args.gpus_per_node,
         axis_overrides=dict(args.axis),
         model_flops_per_step=args.model_flops_per_step,
@@ -113,9 +93,8 @@ def _analyse_all(args: argparse.Namespace, progress: TextIO | None) -> list[Rank
             print(f"\r[{index}/{len(files)}] reading {file.name} ...", end="", file=progress)
             progress.flush()
         trace = read_trace(file)
-        options = dataclasses.replace(base, links=_links(_trace_device(trace)))
         try:
-            results.append(analyze_trace(trace, options))
+            results.append(analyze_trace(trace, options_for_trace(trace, base)))
         except TraceError as exc:
             raise TraceError(file, exc.message) from None
     if progress is not None:

@@ -21,7 +21,7 @@ from mfuscope.collector._accumulators import CollectiveAcc
 from mfuscope.collector._incarnations import RankIncarnations
 from mfuscope.collector._sums import Contribution, Key, Kind
 from mfuscope.core.schema import ReportBatch, StepReport
-from mfuscope.core.stragglers import WAITING_COMPONENTS
+from mfuscope.core.stragglers import own_time_s
 
 __all__ = ["RankState"]
 
@@ -96,21 +96,13 @@ class RankState:
 
     def add(self, r: StepReport) -> None:
         """Take one new (not duplicate) step report into the window."""
-        self_s: float | None = None
-        if r.components:
-            waiting = math.fsum(
-                c.seconds for c in r.components if c.component in WAITING_COMPONENTS
+        self_s = own_time_s(r)
+        if r.components and r.step >= self.breakdown_step:
+            self.breakdown_step = r.step
+            self.breakdown_items = tuple(
+                ((Kind.COMPONENT, _name(c.component), _name(c.axis), _name(c.tier)), (c.seconds,))
+                for c in r.components
             )
-            self_s = max(r.wall_s - waiting, 0.0)
-            if r.step >= self.breakdown_step:
-                self.breakdown_step = r.step
-                self.breakdown_items = tuple(
-                    (
-                        (Kind.COMPONENT, _name(c.component), _name(c.axis), _name(c.tier)),
-                        (c.seconds,),
-                    )
-                    for c in r.components
-                )
         if r.collectives and r.step >= self.collectives_step:
             self.collectives_step = r.step
             per_op: dict[tuple[str, str, str], CollectiveAcc] = {}

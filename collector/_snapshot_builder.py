@@ -27,8 +27,9 @@ from mfuscope.collector.snapshot import (
     Straggler,
     TierPeak,
 )
+from mfuscope.core.mfu import utilization
 from mfuscope.core.schema import AgentHealth
-from mfuscope.core.stragglers import find_stragglers
+from mfuscope.core.stragglers import find_stragglers, straggler_step_times
 
 __all__ = ["build_snapshot"]
 
@@ -135,8 +136,8 @@ def _latest(sums: _Sums, peaks: dict[tuple[str, str], float], config: StateConfi
     model_rate, hardware_rate, peak = sums.get((Kind.RATES,), (0.0, 0.0, 0.0))
     return LatestWindow(
         window_steps=config.window_steps,
-        mfu=model_rate / peak if peak > 0 else None,
-        hfu=hardware_rate / peak if peak > 0 else None,
+        mfu=utilization(model_rate, peak),
+        hfu=utilization(hardware_rate, peak),
         component_fractions=fractions,
         collectives=tuple(collectives),
         tier_busbw=tuple(tier_busbw),
@@ -146,13 +147,10 @@ def _latest(sums: _Sums, peaks: dict[tuple[str, str], float], config: StateConfi
 def _stragglers(
     ranks: list[RankState], top: int
 ) -> tuple[tuple[Straggler, ...], Literal["self", "wall"]]:
-    """Each rank's median step time over its window: self time when every rank has it."""
-    active = [r for r in ranks if r.median_wall_s is not None]
-    if all(r.median_self_s is not None for r in active):
-        self_times = {r.rank: r.median_self_s for r in active if r.median_self_s is not None}
-        return find_stragglers(self_times, top=top), "self"
-    wall_times = {r.rank: r.median_wall_s for r in active if r.median_wall_s is not None}
-    return find_stragglers(wall_times, top=top), "wall"
+    """Each rank's median step time over its window: own time when every rank has it."""
+    walls = {r.rank: r.median_wall_s for r in ranks if r.median_wall_s is not None}
+    times, basis = straggler_step_times(walls, {r.rank: r.median_self_s for r in ranks})
+    return find_stragglers(times, top=top), basis
 
 
 def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:

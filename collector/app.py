@@ -27,10 +27,9 @@ from mfuscope.collector.ingest import DEFAULT_MAX_BODY_BYTES, Aggregator
 from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.routes import Routes
 from mfuscope.collector.server import bind_socket, serve_until
+from mfuscope.core.settings import env_name, parse_setting_text, pick_settings
 
-__all__ = ["ENV_PREFIX", "CollectorConfig", "parse_listen", "resolve_config", "run"]
-
-ENV_PREFIX = "MFUSCOPE_"
+__all__ = ["CollectorConfig", "parse_listen", "resolve_config", "run"]
 _log = logging.getLogger(__name__)
 
 
@@ -93,50 +92,27 @@ class CollectorConfig:
         )
 
 
-def _parse_bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected a boolean, got {text!r}")
-
-
 def resolve_config(args: Mapping[str, Any], env: Mapping[str, str]) -> CollectorConfig:
     """Each setting from `args` (a parsed value, None if not given), else ``MFUSCOPE_<NAME>`` in
     `env`, else the default. The token comes from ``token_file`` (argument, then
     ``MFUSCOPE_TOKEN_FILE``), else from ``MFUSCOPE_TOKEN``. Raises ValueError naming the setting."""
+    annotations = {f.name: str(f.type) for f in fields(CollectorConfig) if f.name != "token"}
     values: dict[str, Any] = {}
-    for f in fields(CollectorConfig):
-        if f.name == "token":
-            continue
-        given = args.get(f.name)
-        env_name = ENV_PREFIX + f.name.upper()
-        if given is None and env_name in env:
-            text = env[env_name]
+    for name, setting in pick_settings(annotations, args, env).items():
+        value = setting.value
+        if setting.from_env:
             try:
-                given = _convert(f.name, text)
+                value = parse_setting_text(str(value), annotations[name])
             except ValueError as exc:
-                raise ValueError(f"{env_name}: {exc}") from None
-        if given is not None:
-            values[f.name] = given
-    token_file = args.get("token_file") or env.get(ENV_PREFIX + "TOKEN_FILE")
+                raise ValueError(f"{setting.source}: {exc}") from None
+        if value is not None:
+            values[name] = value
+    token_file = args.get("token_file") or env.get(env_name("token_file"))
     if token_file:
         values["token"] = read_token_file(token_file)
-    elif env.get(ENV_PREFIX + "TOKEN", "").strip():
-        values["token"] = env[ENV_PREFIX + "TOKEN"].strip()
+    elif env.get(env_name("token"), "").strip():
+        values["token"] = env[env_name("token")].strip()
     return CollectorConfig(**values)
-
-
-def _convert(name: str, text: str) -> Any:
-    default = getattr(CollectorConfig, name)
-    if isinstance(default, bool):
-        return _parse_bool(text)
-    if isinstance(default, int):
-        return int(text)
-    if isinstance(default, float):
-        return float(text)
-    return text
 
 
 def _write_address(path: str, address: str) -> None:

@@ -3,6 +3,8 @@ label it is counted under (`mfuscope_reports_rejected_total{reason}`) and the fi
 
 from __future__ import annotations
 
+from mfuscope.core.errors import MfuscopeError
+
 __all__ = [
     "BadRequest",
     "IngestError",
@@ -13,7 +15,7 @@ __all__ = [
 ]
 
 
-class IngestError(Exception):
+class IngestError(MfuscopeError):
     """A refused request. `status` is the HTTP status, `reason` a short label, `field` the part of
     the request that was wrong (a schema path such as ``reports[0].wall_s``, or ``body``)."""
 

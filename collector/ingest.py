@@ -19,7 +19,8 @@ from mfuscope.collector.clock import Clock, SystemClock
 from mfuscope.collector.errors import BadRequest, IngestError, PayloadTooLarge, UnsupportedVersion
 from mfuscope.collector.series import metric_families
 from mfuscope.collector.snapshot import CollectorSnapshot
-from mfuscope.core.schema import ReportBatch, SchemaError, parse_batch
+from mfuscope.core.errors import SchemaError
+from mfuscope.core.schema import ReportBatch, parse_batch
 from mfuscope.exporters.model import MetricFamily
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Aggregator", "IngestResult", "decode_batch"]

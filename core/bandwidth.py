@@ -15,25 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mfuscope.core.vocabulary import COLLECTIVE_OPS
+
 __all__ = [
-    "COLLECTIVE_OPS",
     "LinkModel",
     "algbw_bytes_per_s",
     "bus_factor",
     "busbw_bytes_per_s",
     "ideal_transfer_s",
 ]
-
-COLLECTIVE_OPS: tuple[str, ...] = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "broadcast",
-    "reduce",
-    "send",
-    "recv",
-)
 
 
 def bus_factor(op: str, group_size: int) -> float:

@@ -26,12 +26,12 @@ from mfuscope.core.links import (
     detected_intra_node_link,
     link_tier,
 )
+from mfuscope.core.vocabulary import PEAK_SOURCES
 
 __all__ = [
     "DTYPES",
     "FALLBACK_LINK_TIERS",
     "LINK_TIER_KEYS",
-    "PEAK_SOURCES",
     "DeviceSpec",
     "PeakLookup",
     "default_link_models",
@@ -48,7 +48,6 @@ __all__ = [
 
 # Same vocabulary as core/schema.py PEAK_SOURCES (kept literal: the analysis core does not
 # import the collector).
-PEAK_SOURCES: tuple[str, ...] = ("spec", "measured", "user", "unknown")
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 LINK_TIER_KEYS: tuple[str, ...] = ("intra_node", "inter_node")
 

@@ -1,6 +1,6 @@
-"""MFU, HFU and the MFU waterfall, in one place.
-
-Definitions: docs/definitions.md#mfu-and-hfu and docs/definitions.md#mfu-waterfall.
+"""MFU, HFU, kernel efficiency and the MFU waterfall: the one definition of each
+(docs/definitions.md#mfu-and-hfu, docs/definitions.md#mfu-waterfall). The engine, the collector,
+the report and `calc` all call these.
 
 For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device of dense peak
 ``P`` (FLOP/s):
@@ -9,6 +9,9 @@ For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device o
   could have done. Recomputation is not in the numerator.
 - ``HFU = (model_flops + recompute_flops) / (P * W)``: everything the hardware actually computed
   (activation recomputation included). HFU >= MFU always.
+- Over several ranks or steps, the ratio of sums: ``sum(FLOPs) / sum(P_i * W_i)``, so devices of
+  different peaks weigh by their peak and the result equals what PromQL computes from counters
+  (`utilization` takes the two sums).
 - The waterfall explains the gap. With the step buckets (which partition W exactly),
   ``f_x = bucket_x / W`` and ``kernel_efficiency = model_flops / (P * compute)``:
 
@@ -17,7 +20,8 @@ For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device o
 
   because ``MFU = f_compute * kernel_efficiency`` and the f_x sum to 1. Every slice is a fraction
   of the window; a negative kernel slice means the FLOP count or the peak is too high (the kernels
-  "beat" the peak) and is kept as is so the error shows instead of being clipped away.
+  "beat" the peak, or FLOPs were counted in a window without compute time) and is kept as is so
+  the error shows instead of being clipped away.
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ __all__ = [
     "StepBuckets",
     "achieved_flops_per_s",
     "hfu",
+    "hfu_or_none",
     "mfu",
+    "mfu_or_none",
     "mfu_waterfall",
+    "utilization",
 ]
 
 
@@ -45,6 +52,12 @@ def _check(peak_flops: float, wall_s: float, **flops: float) -> None:
             raise ValueError(f"{name} must be a finite number >= 0 FLOPs, got {value}")
 
 
+def _defined(ratio: float | None) -> float:
+    if ratio is None:  # only when peak * wall underflows to 0
+        raise ValueError("peak_flops * wall_s is 0: no FLOPs could have been done")
+    return ratio
+
+
 def achieved_flops_per_s(flops: float, wall_s: float) -> float:
     """FLOP/s achieved: `flops` (FLOPs) done in `wall_s` (s)."""
     if not (wall_s > 0 and math.isfinite(wall_s)):
@@ -54,6 +67,34 @@ def achieved_flops_per_s(flops: float, wall_s: float) -> float:
     return flops / wall_s
 
 
+def utilization(flops: float, possible_flops: float) -> float | None:
+    """FLOPs done over the FLOPs the hardware could have done: ``flops / possible_flops``, a ratio.
+
+    `possible_flops` is ``peak_flops * wall_s`` (FLOP), or its sum over ranks and steps for a job
+    (a ratio of sums); both arguments may also be rates (FLOP/s done over peak FLOP/s). None when
+    nothing could have been done (`possible_flops` <= 0): no time, or no known peak.
+    """
+    if not possible_flops > 0:
+        return None
+    return flops / possible_flops
+
+
+def mfu_or_none(model_flops: float, peak_flops: float | None, wall_s: float) -> float | None:
+    """`mfu`, or None when the peak is unknown or the window is empty (no check of the FLOPs)."""
+    if peak_flops is None:
+        return None
+    return utilization(model_flops, peak_flops * wall_s) if wall_s > 0 else None
+
+
+def hfu_or_none(
+    model_flops: float, recompute_flops: float | None, peak_flops: float | None, wall_s: float
+) -> float | None:
+    """`hfu`, or None when the peak, the window or the recompute FLOPs are unknown."""
+    if recompute_flops is None:
+        return None
+    return mfu_or_none(model_flops + recompute_flops, peak_flops, wall_s)
+
+
 def mfu(model_flops: float, peak_flops: float, wall_s: float) -> float:
     """Model FLOPs utilization: ``model_flops / (peak_flops * wall_s)``, a ratio (0..1 when sane).
 
@@ -61,13 +102,13 @@ def mfu(model_flops: float, peak_flops: float, wall_s: float) -> float:
     the device's dense peak in FLOP/s for the training dtype, `wall_s` the window in seconds.
     """
     _check(peak_flops, wall_s, model_flops=model_flops)
-    return model_flops / (peak_flops * wall_s)
+    return _defined(utilization(model_flops, peak_flops * wall_s))
 
 
 def hfu(model_flops: float, recompute_flops: float, peak_flops: float, wall_s: float) -> float:
     """Hardware FLOPs utilization: ``(model_flops + recompute_flops) / (peak_flops * wall_s)``."""
     _check(peak_flops, wall_s, model_flops=model_flops, recompute_flops=recompute_flops)
-    return (model_flops + recompute_flops) / (peak_flops * wall_s)
+    return _defined(utilization(model_flops + recompute_flops, peak_flops * wall_s))
 
 
 @dataclass(frozen=True)
@@ -140,24 +181,19 @@ class MfuWaterfall:
 def mfu_waterfall(model_flops: float, peak_flops: float, buckets: StepBuckets) -> MfuWaterfall:
     """The MFU waterfall of one window (see the module docstring for the identity).
 
-    Raises ValueError when `model_flops` > 0 but no compute time was observed: the FLOPs and the
-    timeline then disagree and no split of the gap would be honest.
+    `buckets` may also be sums over ranks and steps, each rank's seconds weighted by its peak over
+    `peak_flops` (the report does so for a job). When `model_flops` > 0 but no compute time was
+    observed, the FLOPs and the timeline disagree: `kernel_efficiency` is None and the kernel
+    slice is ``-MFU`` (the identity still holds and the error shows).
     """
     window = buckets.window_s
     _check(peak_flops, window, model_flops=model_flops)
-    if buckets.compute_s == 0:
-        if model_flops > 0:
-            raise ValueError(
-                "model_flops > 0 but the window has no compute time: the FLOP count and the "
-                "timeline disagree"
-            )
-        efficiency: float | None = None
-        kernel_slice = 0.0
-    else:
-        efficiency = model_flops / (peak_flops * buckets.compute_s)
-        kernel_slice = buckets.compute_s / window * (1.0 - efficiency)
+    mfu_value = _defined(utilization(model_flops, peak_flops * window))
+    efficiency = utilization(model_flops, peak_flops * buckets.compute_s)
+    # f_compute * (1 - efficiency) == f_compute - MFU; written so it also holds without compute.
+    kernel_slice = buckets.compute_s / window - mfu_value
     return MfuWaterfall(
-        mfu=model_flops / (peak_flops * window),
+        mfu=mfu_value,
         exposed_comm=buckets.exposed_comm_s / window,
         bubble_pipeline=buckets.bubble_pipeline_s / window,
         bubble_idle=buckets.bubble_idle_s / window,

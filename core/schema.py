@@ -57,6 +57,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mfuscope.core.errors import SchemaError
 from mfuscope.core.hwcounters import (
     HARDWARE_LINKS,
     LINK_DIRECTIONS,
@@ -67,14 +68,18 @@ from mfuscope.core.hwcounters import (
     LinkPeak,
     ThrottleTime,
 )
+from mfuscope.core.vocabulary import (
+    COLLECTIVE_OPS,
+    COMPONENTS,
+    PEAK_SOURCES,
+    TENSOR_AXIS,
+    TIERS,
+)
 
 __all__ = [
-    "COMPONENTS",
     "MAX_REPORTS_PER_BATCH",
-    "PEAK_SOURCES",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
-    "TIERS",
     "AgentHealth",
     "CollectiveSample",
     "ComponentShare",
@@ -83,7 +88,6 @@ __all__ = [
     "LinkBytes",
     "LinkPeak",
     "ReportBatch",
-    "SchemaError",
     "StepReport",
     "ThrottleTime",
     "Topology",
@@ -96,28 +100,6 @@ __all__ = [
 SCHEMA_NAME = "mfuscope.report"
 SCHEMA_VERSION = "1.1"
 _MAJOR = 1
-
-# The step buckets (docs/definitions.md#step-buckets); `bubble` split in two so the sum is exact.
-COMPONENTS: tuple[str, ...] = (
-    "compute",
-    "recompute",
-    "exposed_comm",
-    "other",
-    "bubble_pipeline",
-    "bubble_idle",
-)
-TIERS: tuple[str, ...] = ("intra_node", "inter_node", "unknown")
-PEAK_SOURCES: tuple[str, ...] = ("spec", "measured", "user", "unknown")
-COLLECTIVE_OPS: tuple[str, ...] = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "broadcast",
-    "reduce",
-    "send",
-    "recv",
-)
 
 # Sanity bounds: anything beyond these is a bug or an attack, not a training step.
 MAX_REPORTS_PER_BATCH = 10_000
@@ -132,15 +114,6 @@ MAX_NAME_LEN = 256
 # Components must sum to wall_s to this relative tolerance (float rounding from scaling).
 SUM_REL_TOL = 1e-6
 SUM_ABS_TOL = 1e-9
-
-
-class SchemaError(ValueError):
-    """A report or batch that does not follow the schema. `field` names the offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -203,7 +176,7 @@ class Topology:
 
     @property
     def tp_spans_hosts(self) -> bool:
-        return any(g.axis == "tp" and g.spans_hosts for g in self.groups)
+        return any(g.axis == TENSOR_AXIS and g.spans_hosts for g in self.groups)
 
 
 @dataclass(frozen=True)

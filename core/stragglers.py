@@ -1,24 +1,45 @@
-"""Straggler detection: each rank's recent step time against the median over the job's ranks.
+"""Stragglers: each rank's own time per step against the median over the job's ranks
+(see docs/definitions.md). The collector's alert and the report both call these functions, so
+they name the same slow rank.
 
 Which step time: in a synchronous job every rank's *wall* time per step is the same (the fast ranks
 wait for the slow one inside a collective), so wall time alone cannot show a straggler. The time a
-rank spends *not waiting for its peers* can: ``self_s = wall_s - exposed_comm - bubble_pipeline``
-(docs/definitions.md#own-time: exposed communication and pipeline bubble are where a rank waits
-on others).
-A rank with a slow GPU has more compute; a rank with a slow data loader has more ``bubble_idle``;
-either way its `self_s` exceeds the median while its peers' waiting grows instead. When a rank has
-no breakdown yet (no profiled window), the job falls back to wall time for all its ranks.
+rank spends *not waiting for its peers* can: its **own time**,
+``own_s = wall_s - exposed_comm - bubble_pipeline`` (docs/definitions.md#own-time: exposed
+communication and the pipeline bubble are where a rank waits on others). A rank with a slow GPU
+has more compute; a rank with a slow data loader has more ``bubble_idle`` (its device idles while
+its own input is late, and the whole job waits for it); either way its own time exceeds the median
+while its peers' waiting grows instead. Counting only ``compute + recompute + other`` would miss
+the slow data loader.
+
+When a rank has no breakdown yet (no profiled window), the job falls back to wall time for all
+its ranks: own times of some ranks against wall times of others would not compare.
 
 Pure functions over plain data.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["WAITING_COMPONENTS", "Straggler", "find_stragglers"]
+from mfuscope.core.schema import StepReport
+from mfuscope.core.vocabulary import WAITING_COMPONENTS
+
+__all__ = [
+    "StepTimeBasis",
+    "Straggler",
+    "find_stragglers",
+    "own_time_s",
+    "ratio_to_median",
+    "straggler_step_times",
+]
+
+# "self": own time (wall - waiting on peers); "wall": wall time, when some rank has no breakdown.
+StepTimeBasis = Literal["self", "wall"]
 
 
 @dataclass(frozen=True)
@@ -30,8 +51,30 @@ class Straggler:
     ratio: float
 
 
-# The buckets in which a rank waits on its peers rather than doing its own work.
-WAITING_COMPONENTS: frozenset[str] = frozenset({"exposed_comm", "bubble_pipeline"})
+def own_time_s(step: StepReport) -> float | None:
+    """Seconds of `step` this rank spent not waiting on its peers:
+    ``wall_s - exposed_comm - bubble_pipeline`` (never below 0); None when the step carries no
+    breakdown (components)."""
+    if not step.components:
+        return None
+    waiting = math.fsum(c.seconds for c in step.components if c.component in WAITING_COMPONENTS)
+    return max(step.wall_s - waiting, 0.0)
+
+
+def ratio_to_median(value: float, median: float) -> float:
+    """``value / median``; 1.0 when the median is not positive (nothing to compare against)."""
+    return value / median if median > 0 else 1.0
+
+
+def straggler_step_times(
+    wall_s_by_rank: Mapping[int, float], own_s_by_rank: Mapping[int, float | None]
+) -> tuple[dict[int, float], StepTimeBasis]:
+    """The per-rank step times stragglers are judged on: own time when every rank in
+    `wall_s_by_rank` has one, else wall time for all of them (seconds)."""
+    own = {rank: own_s_by_rank.get(rank) for rank in wall_s_by_rank}
+    if all(value is not None for value in own.values()):
+        return {rank: value for rank, value in own.items() if value is not None}, "self"
+    return dict(wall_s_by_rank), "wall"
 
 
 def find_stragglers(step_s_by_rank: Mapping[int, float], *, top: int) -> tuple[Straggler, ...]:
@@ -50,5 +93,6 @@ def find_stragglers(step_s_by_rank: Mapping[int, float], *, top: int) -> tuple[S
         key=lambda item: (-item[1], item[0]),
     )
     return tuple(
-        Straggler(rank=rank, step_s=step_s, ratio=step_s / median) for rank, step_s in ranked[:top]
+        Straggler(rank=rank, step_s=step_s, ratio=ratio_to_median(step_s, median))
+        for rank, step_s in ranked[:top]
     )

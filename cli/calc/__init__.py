@@ -11,8 +11,9 @@ import json
 import sys
 from typing import Any
 
-from mfuscope.cli.calc._comm import CalcError, comm_what_if
+from mfuscope.cli.calc._comm import comm_what_if
 from mfuscope.cli.calc._render import render_text
+from mfuscope.core.errors import CalcError
 from mfuscope.core.flops import (
     CONVENTIONS,
     RECOMPUTE_MODES,

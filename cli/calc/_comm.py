@@ -13,14 +13,11 @@ from mfuscope.core.comm_model import (
     backward_share,
     estimate_step_comm,
 )
+from mfuscope.core.errors import CalcError
 from mfuscope.core.flops import TransformerShape, count_params
 from mfuscope.core.hardware import default_link_tiers, normalize_dtype
 
-__all__ = ["CalcError", "comm_what_if"]
-
-
-class CalcError(ValueError):
-    """Inputs that do not describe a computable question (reported as exit code 2)."""
+__all__ = ["comm_what_if"]
 
 
 def _links(args: argparse.Namespace, device: str | None) -> dict[str, dict[str, Any]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mfuscope.cli.demo._procs import Child, Supervisor
+from mfuscope.core.errors import MfuscopeError
 
 __all__ = [
     "ServiceError",
@@ -29,7 +30,7 @@ READY_TIMEOUT_S = 20.0
 DEMO_SCRAPE_INTERVAL = "5s"  # a one-minute demo needs more than the production 15 s scrapes
 
 
-class ServiceError(RuntimeError):
+class ServiceError(MfuscopeError, RuntimeError):
     """A service that did not come up; the message says why and where its log is."""
 
 

@@ -22,7 +22,8 @@ class DemoReport:
 
 def write_demo_report(out: Path, note: Callable[[str], None]) -> DemoReport | None:
     """Render `out/report/` from `out/agent/`; None (with a note saying why) when impossible."""
-    from mfuscope.cli.report.writer import ReportInputError, build_content, load_run, write_report
+    from mfuscope.cli.report.writer import build_content, load_run, write_report
+    from mfuscope.core.errors import ReportInputError
 
     note("writing the report…")
     try:
@@ -106,8 +107,8 @@ def print_summary(
     if content is not None and content.stragglers.slowest is not None:
         slow = content.stragglers.slowest
         basis = (
-            f"busy time ×{slow.busy_ratio:.2f}"
-            if slow.busy_ratio is not None
+            f"own time ×{slow.own_ratio:.2f}"
+            if slow.own_ratio is not None
             else f"step time ×{slow.step_ratio:.2f}"
         )
         lines.append(f"  slowest rank: rank {slow.rank}, {basis} the job median")

@@ -44,7 +44,8 @@ def default_out_dir(paths: list[Path]) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mfuscope.cli.report.writer import ReportInputError, TraceOptions, load_run, write_report
+    from mfuscope.cli.report.writer import TraceOptions, load_run, write_report
+    from mfuscope.core.errors import ReportInputError
 
     options = TraceOptions(
         model_flops_per_step=args.model_flops_per_step,

@@ -5,18 +5,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mfuscope.cli.report._bandwidth import TierBandwidth, bandwidth_by_tier
-from mfuscope.cli.report._data import RunData
-from mfuscope.cli.report._decompose import (
+from mfuscope.core.aggregate.bandwidth import TierBandwidth, bandwidth_by_tier
+from mfuscope.core.aggregate.decompose import (
     RankDecomposition,
     StepUtilization,
     Waterfall,
     decomposition_per_rank,
-    mfu_waterfall,
+    job_waterfall,
     overall_utilization,
     utilization_over_steps,
 )
-from mfuscope.cli.report._stragglers import StragglerView, straggler_view
+from mfuscope.core.aggregate.run import RunData
+from mfuscope.core.aggregate.stragglers import StragglerView, straggler_view
 
 __all__ = ["PLOT_NAMES", "ReportContent", "build_content"]
 
@@ -68,7 +68,7 @@ def build_content(run: RunData) -> ReportContent:
     return ReportContent(
         run=run,
         decomposition=decomposition_per_rank(run),
-        waterfall=mfu_waterfall(run),
+        waterfall=job_waterfall(run),
         utilization=utilization_over_steps(run),
         overall=overall_utilization(run),
         bandwidth=bandwidth_by_tier(run),

@@ -9,8 +9,8 @@ import html
 from collections.abc import Mapping, Sequence
 
 from mfuscope.cli.report._content import PLOT_NAMES, ReportContent
-from mfuscope.cli.report._decompose import segment_label
-from mfuscope.core.schema import COMPONENTS
+from mfuscope.core.aggregate.decompose import segment_label
+from mfuscope.core.vocabulary import COMPONENTS
 
 __all__ = ["render_html"]
 
@@ -49,7 +49,8 @@ _CAPTIONS = {
     "all_reduce; (n−1)/n all_gather, reduce_scatter, all_to_all; 1 otherwise). Dotted: the "
     "tier's unidirectional spec. Dashed: the fitted alpha-beta model t = α + S·factor / β.",
     "stragglers": "Synchronous ranks share one wall time (the fast wait for the slow inside "
-    "collectives), so the slow rank shows in its busy time (compute + recompute + other).",
+    "collectives), so the slow rank shows in its own time (wall - exposed communication - "
+    "pipeline bubble), which counts a slow data loader's idle time too.",
 }
 
 
@@ -135,12 +136,12 @@ def _section_table(content: ReportContent, plot: str) -> str:
                 f"rank {p.rank}",
                 _ms(p.median_step_s),
                 f"{p.step_ratio:.3f}",
-                _ms(p.median_busy_s),
-                "–" if p.busy_ratio is None else f"{p.busy_ratio:.3f}",
+                _ms(p.median_own_s),
+                "–" if p.own_ratio is None else f"{p.own_ratio:.3f}",
             ]
             for p in content.stragglers.ranks
         ]
-        return _table(["rank", "median step", "ratio", "median busy", "busy ratio"], rows)
+        return _table(["rank", "median step", "ratio", "median own time", "own-time ratio"], rows)
     return ""
 
 

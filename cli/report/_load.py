@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mfuscope.cli.report._data import ReportInputError, RunData, merge_batches
-from mfuscope.core.schema import ReportBatch, SchemaError, batch_from_json
+from mfuscope.core.aggregate.run import RunData, merge_batches
+from mfuscope.core.errors import ReportInputError, SchemaError
+from mfuscope.core.schema import ReportBatch, batch_from_json
 
 __all__ = ["Loaded", "TraceOptions", "find_inputs", "load_run", "read_batches"]
 

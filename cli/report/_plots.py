@@ -15,15 +15,15 @@ from collections.abc import Sequence
 import matplotlib
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
-from mfuscope.cli.report._bandwidth import TierBandwidth
 from mfuscope.cli.report._content import ReportContent
-from mfuscope.cli.report._decompose import (
+from mfuscope.core.aggregate.bandwidth import TierBandwidth
+from mfuscope.core.aggregate.decompose import (
     KERNEL_INEFFICIENCY,
     RankDecomposition,
     StepUtilization,
     Waterfall,
 )
-from mfuscope.cli.report._stragglers import StragglerView
+from mfuscope.core.aggregate.stragglers import StragglerView
 from mfuscope.core.bandwidth import LinkModel, bus_factor, ideal_transfer_s
 
 __all__ = [
@@ -239,7 +239,7 @@ def plot_bandwidth(tiers: Sequence[TierBandwidth]) -> Figure:
 
 
 def plot_stragglers(view: StragglerView) -> Figure:
-    """Left: per-rank median step and busy time over the job median. Right: per-step heat map."""
+    """Left: per-rank median step and own time over the job median. Right: per-step heat map."""
     fig = Figure(figsize=(10.0, max(3.2, 0.35 * len(view.ranks) + 2.4)))
     bars, heat = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
     ranks = [p.rank for p in view.ranks]
@@ -253,10 +253,10 @@ def plot_stragglers(view: StragglerView) -> Figure:
     )
     bars.barh(
         [v + 0.2 for v in y],
-        [p.busy_ratio or 0.0 for p in view.ranks],
+        [p.own_ratio or 0.0 for p in view.ranks],
         height=0.4,
         color="#DD8452",
-        label="busy time (compute+recompute+other)",
+        label="own time (wall - exposed comm - pipeline bubble)",
     )
     bars.axvline(1.0, color="#2B2B2B", linewidth=1)
     bars.set_yticks(y, [f"rank {r}" for r in ranks])

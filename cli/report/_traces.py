@@ -1,9 +1,8 @@
 """Kineto traces as report input: the engine's per-rank analysis turned into step reports.
 
 A trace carries no FLOPs and no device peak, so those come from `TraceOptions` (as for
-`mfuscope analyze`); without them the MFU plots say why they are missing. Collectives of one step
-with the same `(op, axis, tier, group_size, bytes)` merge into one sample with a call count, the
-way the agent reports them.
+`mfuscope analyze`); without them the MFU plots say why they are missing. Each decomposed step
+becomes a step report by the agent's own conversion (`core.step_report`).
 """
 
 from __future__ import annotations
@@ -11,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from mfuscope.cli.report._data import RankRun, ReportInputError, RunData
 from mfuscope.cli.report._load import TraceOptions
+from mfuscope.core.aggregate.run import RankRun, RunData
+from mfuscope.core.errors import ReportInputError
 from mfuscope.core.hardware import default_link_tiers, find_device
 from mfuscope.core.schema import (
-    CollectiveSample,
-    ComponentShare,
     GroupInfo,
     StepReport,
     Topology,
 )
+from mfuscope.core.step_report import report_from_decomposition
 from mfuscope.core.trace.result import RankAnalysis, StepDecomposition
 
 __all__ = [
@@ -32,41 +31,12 @@ __all__ = [
 
 
 def step_report_from_decomposition(step: StepDecomposition, options: TraceOptions) -> StepReport:
-    """The schema's step report for one decomposed trace step (pure)."""
-    buckets = (
-        ("compute", step.compute_s),
-        ("recompute", step.recompute_s),
-        ("other", step.other_s),
-        ("bubble_pipeline", step.bubble_pipeline_s),
-        ("bubble_idle", step.bubble_idle_s),
-    )
-    components = [ComponentShare(name, seconds) for name, seconds in buckets if seconds > 0]
-    components += [
-        ComponentShare("exposed_comm", e.seconds, axis=e.axis, tier=e.tier)
-        for e in step.exposed_comm
-        if e.seconds > 0
-    ]
-    merged: dict[tuple[str, str, str, int, int | None], tuple[int, float, float]] = {}
-    for c in step.collectives:
-        key = (c.op, c.axis, c.tier, c.group_size, c.bytes)
-        count, seconds, overlapped = merged.get(key, (0, 0.0, 0.0))
-        merged[key] = (count + 1, seconds + c.seconds, overlapped + c.seconds * c.overlapped_ratio)
-    collectives = tuple(
-        CollectiveSample(op, axis, tier, n, size, count, seconds, min(overlapped, seconds))
-        for (op, axis, tier, n, size), (count, seconds, overlapped) in sorted(
-            merged.items(), key=lambda kv: repr(kv[0])
-        )
-    )
-    return StepReport(
-        step=step.step,
+    """The schema's step report for one decomposed trace step, as the agent would send it."""
+    return report_from_decomposition(
+        step,
         start_unix_ns=max(0, round(step.start_s * 1e9)),
-        wall_s=step.wall_s,
         model_flops=options.model_flops_per_step or 0.0,
         recompute_flops=options.recompute_flops_per_step or 0.0,
-        components=tuple(components),
-        overlapped_comm_s=step.overlapped_comm_s,
-        breakdown_step=step.step,
-        collectives=collectives,
     )
 
 
@@ -125,14 +95,19 @@ def run_from_analyses(
 
 def run_from_traces(paths: Sequence[Path], options: TraceOptions) -> RunData:
     """Decompose each trace with the engine and gather the ranks into one run."""
-    from mfuscope.core.trace import AnalysisOptions, analyze_trace, read_trace
+    from mfuscope.core.trace import analyze_trace, read_trace
+    from mfuscope.core.trace.options import analysis_options, options_for_trace
 
-    engine_options = AnalysisOptions(
+    base = analysis_options(
+        device=None,  # per trace, below: the same options `mfuscope analyze` builds
         gpus_per_node=options.gpus_per_node,
         model_flops_per_step=options.model_flops_per_step,
         recompute_flops_per_step=options.recompute_flops_per_step,
         peak_flops=options.peak_flops,
     )
-    analyses = [analyze_trace(read_trace(path), engine_options) for path in paths]
+    analyses = []
+    for path in paths:
+        trace = read_trace(path)
+        analyses.append(analyze_trace(trace, options_for_trace(trace, base)))
     job = paths[0].parent.name or paths[0].name
     return run_from_analyses(analyses, options, job, f"Kineto traces ({len(paths)} files)")

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mfuscope.cli.report._content import PLOT_NAMES, ReportContent, build_content
-from mfuscope.cli.report._data import RankRun, ReportInputError, RunData, merge_batches
 from mfuscope.cli.report._load import Loaded, TraceOptions, load_run
+from mfuscope.core.aggregate.run import RankRun, RunData, merge_batches
 
 __all__ = [
     "PLOT_NAMES",
@@ -24,7 +24,6 @@ __all__ = [
     "RankRun",
     "ReportContent",
     "ReportFiles",
-    "ReportInputError",
     "RunData",
     "TraceOptions",
     "build_content",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mfuscope.core.errors import TraceError
 from mfuscope.core.trace.decompose import analyze_trace
 from mfuscope.core.trace.result import (
     AnalysisOptions,
@@ -11,7 +12,7 @@ from mfuscope.core.trace.result import (
     StepDecomposition,
 )
 from mfuscope.core.trace.to_json import analysis_to_json
-from mfuscope.core.trace.trace_io import KinetoTrace, TraceError, load_trace, read_trace
+from mfuscope.core.trace.trace_io import KinetoTrace, load_trace, read_trace
 
 __all__: list[str] = [
     "AnalysisOptions",

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mfuscope.core.trace._events import EventArgs
-from mfuscope.core.trace.result import (
+from mfuscope.core.vocabulary import (
     AXIS_UNKNOWN,
     TIER_INTER_NODE,
     TIER_INTRA_NODE,
     TIER_UNKNOWN,
+    axis_from_description,
 )
-from mfuscope.core.vocabulary import axis_from_description
 
 __all__ = [
     "BOOKKEEPING",

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._events import KinetoTrace
 from mfuscope.core.trace._intervals import FloatArray
 from mfuscope.core.trace._scan import ScannedEvents
-from mfuscope.core.trace._trace_model import TraceError
 from numpy.typing import NDArray
 
 __all__ = ["DeviceColumns", "EventColumns", "LaunchIndex", "usable_columns"]

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast, get_args
 
 import msgspec
-from mfuscope.core.trace._trace_model import TraceError
+from mfuscope.core.errors import TraceError
 
 __all__ = [
     "EventArgs",

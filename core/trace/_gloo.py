@@ -36,7 +36,7 @@ from mfuscope.core.trace._recompute import recompute_ranges
 from mfuscope.core.trace._scan import Event, ScannedEvents
 from mfuscope.core.trace._steps import profiler_steps
 from mfuscope.core.trace._trace_model import CommActivity, RankContext, StepWindow, Timeline
-from mfuscope.core.trace.result import AXIS_UNKNOWN, TIER_UNKNOWN
+from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
 
 __all__ = ["cpu_timeline"]
 

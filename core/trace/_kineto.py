@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._collectives import (
     GroupInfo,
     ProcessGroups,
@@ -47,9 +48,8 @@ from mfuscope.core.trace._trace_model import (
     RankContext,
     StepWindow,
     Timeline,
-    TraceError,
 )
-from mfuscope.core.trace.result import AXIS_UNKNOWN, TIER_UNKNOWN
+from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
 from numpy.typing import NDArray
 
 __all__ = ["COMM_KERNEL_SUBSTRINGS", "OPERATOR_PREFIXES", "gpu_timeline", "is_comm_kernel"]

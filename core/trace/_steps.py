@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._scan import Event, ScannedEvents
-from mfuscope.core.trace._trace_model import TraceError
 
 __all__ = ["OPERATOR_PREFIXES", "CpuStep", "profiler_steps"]
 

@@ -32,12 +32,12 @@ from collections.abc import Mapping
 
 import numpy as np
 from mfuscope.core.bandwidth import (
-    COLLECTIVE_OPS,
     LinkModel,
     algbw_bytes_per_s,
     busbw_bytes_per_s,
     ideal_transfer_s,
 )
+from mfuscope.core.mfu import hfu_or_none, mfu_or_none
 from mfuscope.core.trace._collectives import BOOKKEEPING
 from mfuscope.core.trace._intervals import IntervalSet, Spans, subtract_spans, union_spans
 from mfuscope.core.trace._trace_model import CommActivity, StepWindow, Timeline
@@ -47,12 +47,11 @@ from mfuscope.core.trace.result import (
     ExposedComm,
     StepDecomposition,
 )
+from mfuscope.core.vocabulary import COLLECTIVE_OPS, P2P_OPS, PIPELINE_AXIS
 
 __all__ = ["decompose_timeline"]
 
 _US = 1e-6  # trace microseconds -> seconds
-_PIPELINE_AXIS = "pp"
-_P2P_OPS = ("send", "recv")
 
 
 def _comm_sweep(
@@ -132,15 +131,12 @@ def _flops_ratios(
     wall_s: float, recompute_s: float, options: AnalysisOptions
 ) -> tuple[float | None, float | None]:
     model, peak = options.model_flops_per_step, options.peak_flops
-    if model is None or peak is None or wall_s <= 0:
+    if model is None:
         return None, None
-    mfu = model / (peak * wall_s)
     recompute_flops = options.recompute_flops_per_step
-    if recompute_flops is None:
-        if recompute_s > 0:  # the step recomputes but we were not told how much: no HFU
-            return mfu, None
-        recompute_flops = 0.0
-    return mfu, (model + recompute_flops) / (peak * wall_s)
+    if recompute_flops is None and recompute_s <= 0:
+        recompute_flops = 0.0  # no recomputation in the step; unknown FLOPs of one there: no HFU
+    return mfu_or_none(model, peak, wall_s), hfu_or_none(model, recompute_flops, peak, wall_s)
 
 
 def decompose_timeline(
@@ -181,7 +177,7 @@ def decompose_timeline(
         shares = exposed[i]
         if not shares:
             continue
-        is_pipeline = comm.op in _P2P_OPS and comm.axis == _PIPELINE_AXIS
+        is_pipeline = comm.op in P2P_OPS and comm.axis == PIPELINE_AXIS
         ideal_left = _ideal_us(comm, options.links) if is_pipeline else None
         for w in sorted(shares):
             share = shares[w]

@@ -15,16 +15,7 @@ if TYPE_CHECKING:  # annotations only: both modules import this one
     from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
     from mfuscope.core.trace._columns import DeviceColumns
 
-__all__ = ["CommActivity", "RankContext", "StepWindow", "Timeline", "TraceError"]
-
-
-class TraceError(ValueError):
-    """A trace that cannot be read or analysed. `path` names the file (None: not known here)."""
-
-    def __init__(self, path: object, message: str) -> None:
-        self.path = None if path is None else str(path)
-        self.message = message
-        super().__init__(message if self.path is None else f"{self.path}: {message}")
+__all__ = ["CommActivity", "RankContext", "StepWindow", "Timeline"]
 
 
 @dataclass(frozen=True, slots=True)

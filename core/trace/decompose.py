@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
 from mfuscope.core.trace._columns import usable_columns
 from mfuscope.core.trace._events import KinetoTrace, as_kineto_trace
@@ -20,7 +21,7 @@ from mfuscope.core.trace._gloo import cpu_timeline
 from mfuscope.core.trace._kineto import DEFAULT_GPUS_PER_NODE, gpu_timeline
 from mfuscope.core.trace._scan import scan_events
 from mfuscope.core.trace._sweep import decompose_timeline
-from mfuscope.core.trace._trace_model import RankContext, Timeline, TraceError
+from mfuscope.core.trace._trace_model import RankContext, Timeline
 from mfuscope.core.trace.result import AnalysisOptions, RankAnalysis
 
 __all__ = ["analyze_trace"]

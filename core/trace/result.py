@@ -12,23 +12,12 @@ from dataclasses import dataclass, field
 from mfuscope.core.bandwidth import LinkModel
 
 __all__ = [
-    "AXIS_UNKNOWN",
-    "TIERS",
-    "TIER_INTER_NODE",
-    "TIER_INTRA_NODE",
-    "TIER_UNKNOWN",
     "AnalysisOptions",
     "CollectiveRecord",
     "ExposedComm",
     "RankAnalysis",
     "StepDecomposition",
 ]
-
-TIER_INTRA_NODE = "intra_node"
-TIER_INTER_NODE = "inter_node"
-TIER_UNKNOWN = "unknown"
-TIERS: tuple[str, ...] = (TIER_INTRA_NODE, TIER_INTER_NODE, TIER_UNKNOWN)
-AXIS_UNKNOWN = "unknown"
 
 
 def _check_optional_float(name: str, value: float | None, *, positive: bool) -> None:

@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any, cast
 
 import msgspec
+from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._events import KinetoTrace, decode_kineto, describe_validation_error
 from mfuscope.core.trace._select import select_events
-from mfuscope.core.trace._trace_model import TraceError
 
 __all__ = [
     "KinetoTrace",
-    "TraceError",
     "find_trace_files",
     "gc_paused",
     "load_trace",

@@ -102,9 +102,9 @@ def test_report_from_agent_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert (report_dir / f"{plot}.png").read_bytes().startswith(PNG_MAGIC), plot
         assert f'href="{plot}.png"' in html
     # The known inputs show through. MFU = 24 x 2e9 FLOP / (1e11 FLOP/s x 12 x (0.1 + 0.12) s);
-    # busy time 0.07 s vs 0.082 s: rank 1 at 0.082 / median(0.07, 0.082) = 1.079.
+    # own time (wall - exposed comm) 0.08 s vs 0.10 s: rank 1 at 0.10 / median(0.08, 0.10) = 1.111.
     assert "<b>18.2%</b>" in html
-    assert "<td>1.079</td>" in html
+    assert "<td>1.111</td>" in html
     assert "Fit over 4 sizes" in html
     assert not list(report_dir.glob(".*.tmp"))
 

@@ -1,7 +1,7 @@
 """Stand-ins shared by the agent's unit tests (``from tests.support.agent_fakes import ...``).
 
 - `Record`, `Decomposition`: engine results with only the fields the agent reads
-  (`mfuscope.agent.reports.DecompositionLike`); every bucket defaults to 0 s. `Exposed` is the
+  (`mfuscope.core.step_report.DecompositionLike`); every bucket defaults to 0 s. `Exposed` is the
   engine's own `ExposedComm`.
 - `FakeProfiler`: the part of `torch.profiler.profile` the window recorder uses; it logs the
   calls it gets and can fail on `start` or `export`.

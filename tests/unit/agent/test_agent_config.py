@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mfuscope.agent.config import AgentConfig, ConfigError
+from mfuscope.agent.config import AgentConfig
+from mfuscope.core.errors import ConfigError
 
 
 def test_defaults_need_only_a_job() -> None:

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from mfuscope.core._device_table import DEVICES
 from mfuscope.core.hardware import (
     DTYPES,
-    PEAK_SOURCES,
     PeakLookup,
     find_device,
     known_devices,
@@ -21,7 +20,6 @@ from mfuscope.core.hardware import (
     resolve_peak,
     user_peak,
 )
-from mfuscope.core.schema import PEAK_SOURCES as SCHEMA_PEAK_SOURCES
 
 TRACES = Path(__file__).resolve().parents[3] / ".." / "shared" / "traces"
 T = 1e12
@@ -132,10 +130,6 @@ def test_device_names_from_real_traces_resolve(folder: str, key: str) -> None:
     found = lookup_peak(names.pop(), "bf16")
     assert found.source == "spec"
     assert found.device_key == key
-
-
-def test_peak_sources_match_the_schema_vocabulary() -> None:
-    assert PEAK_SOURCES == SCHEMA_PEAK_SOURCES
 
 
 @pytest.mark.parametrize(

@@ -81,7 +81,8 @@ def _collector_parser() -> argparse.ArgumentParser:
 
 
 def _agent_env_names() -> set[str]:
-    from mfuscope.agent.config import ENV_PREFIX, AgentConfig
+    from mfuscope.agent.config import AgentConfig
+    from mfuscope.core.settings import ENV_PREFIX
 
     return {ENV_PREFIX + f.name.upper() for f in dataclasses.fields(AgentConfig)}
 

@@ -1,13 +1,17 @@
-"""From engine results to schema step reports (pure: plain data in, plain data out).
+"""From engine results to schema step reports: the one conversion, used by the live agent and by
+`mfuscope report --traces` (pure: plain data in, plain data out).
 
 A profiled window gives, per profiled step, the step buckets on that step's device window
-and the collectives seen in it. The agent turns them into:
+and the collectives seen in it (see docs/definitions.md). They become:
 
 - a `Breakdown`: each bucket's *fraction* of the window's total time (summed over its steps),
   exposed communication split per (axis, tier). Every later step report carries it scaled to
   that step's own measured wall time, so its components sum exactly to `wall_s` (schema rule);
 - per profiled step, `CollectiveSample`s aggregated per (op, axis, tier, group_size, bytes), put
   only on that step's report so collector counters never count a collective twice.
+
+The agent reports every step, profiled or not, with the latest window's breakdown (`make_report`);
+an offline trace has only profiled steps, each its own breakdown (`report_from_decomposition`).
 """
 
 from __future__ import annotations
@@ -18,12 +22,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mfuscope.core.schema import (
-    COLLECTIVE_OPS,
-    TIERS,
     CollectiveSample,
     ComponentShare,
     StepReport,
 )
+from mfuscope.core.vocabulary import COLLECTIVE_OPS, TIERS
 
 __all__ = [
     "Breakdown",
@@ -35,6 +38,7 @@ __all__ = [
     "collective_samples",
     "components_for",
     "make_report",
+    "report_from_decomposition",
 ]
 
 UNKNOWN = "unknown"
@@ -243,4 +247,19 @@ def make_report(
         overlapped_comm_s=0.0 if breakdown is None else breakdown.overlapped_fraction * wall_s,
         breakdown_step=None if breakdown is None else breakdown.step,
         collectives=collectives,
+    )
+
+
+def report_from_decomposition(
+    step: DecompositionLike, *, start_unix_ns: int, model_flops: float, recompute_flops: float
+) -> StepReport:
+    """The step report of one decomposed step on its own: its breakdown, its collectives."""
+    return make_report(
+        step=step.step,
+        start_unix_ns=start_unix_ns,
+        wall_s=step.wall_s,
+        model_flops=model_flops,
+        recompute_flops=recompute_flops,
+        breakdown=breakdown_from_steps([step], step.step),
+        collectives=collective_samples(step.collectives),
     )

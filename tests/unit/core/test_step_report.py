@@ -7,17 +7,17 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mfuscope.agent.reports import (
-    breakdown_from_steps,
-    collective_samples,
-    components_for,
-    make_report,
-)
 from mfuscope.core.schema import (
     CollectiveSample,
     ReportBatch,
     batch_from_json,
     batch_to_json,
+)
+from mfuscope.core.step_report import (
+    breakdown_from_steps,
+    collective_samples,
+    components_for,
+    make_report,
 )
 
 from tests.support.agent_fakes import Decomposition, Exposed, Record

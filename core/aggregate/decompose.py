@@ -8,19 +8,24 @@ With peak FLOP/s P, ``MFU = model_flops / (P * wall)`` and ``HFU = (model + reco
 peak, so they equal what PromQL computes from the counters
 (``sum(rate(model_flops)) / sum(peak)``) and stay exact when devices differ.
 
-The MFU waterfall: with ``f_x = Σ P·bucket_x / Σ P·wall`` and kernel efficiency
-``model_flops / (P · compute)``, ``1 - MFU = f_exposed_comm + f_bubble + f_recompute + f_other +
-f_compute · (1 - kernel_efficiency)``, so the slices below plus MFU sum to exactly 1.
+The MFU waterfall is `core.mfu.mfu_waterfall` on the peak-weighted sums of the buckets: with
+``f_x = Σ P·bucket_x / Σ P·wall`` and kernel efficiency ``model_flops / (P · compute)``,
+``1 - MFU = f_exposed_comm + f_bubble + f_recompute + f_other + f_compute · (1 -
+kernel_efficiency)``, so the slices below plus MFU sum to 1. The ratios themselves are
+`core.mfu.utilization`.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mfuscope.cli.report._data import RankRun, RunData
-from mfuscope.core.schema import COMPONENTS, StepReport
+from mfuscope.core.aggregate.run import RankRun, RunData
+from mfuscope.core.mfu import StepBuckets, mfu_waterfall, utilization
+from mfuscope.core.schema import StepReport
+from mfuscope.core.vocabulary import COMPONENTS
 
 __all__ = [
     "RankDecomposition",
@@ -29,7 +34,7 @@ __all__ = [
     "Waterfall",
     "WaterfallSlice",
     "decomposition_per_rank",
-    "mfu_waterfall",
+    "job_waterfall",
     "overall_utilization",
     "segment_label",
     "utilization_over_steps",
@@ -119,7 +124,7 @@ def decomposition_per_rank(run: RunData) -> tuple[RankDecomposition, ...]:
 @dataclass(frozen=True)
 class WaterfallSlice:
     label: str
-    component: str  # a schema component, or KERNEL_INEFFICIENCY
+    component: str  # a vocabulary component, or KERNEL_INEFFICIENCY
     fraction: float  # of the peak FLOPs the devices could have done (may be < 0, see Waterfall)
 
 
@@ -144,37 +149,65 @@ def _peaked(run: RunData) -> Iterator[tuple[float, StepReport]]:
             yield from ((rank.peak_flops, s) for s in rank.steps)
 
 
-def mfu_waterfall(run: RunData) -> Waterfall | None:
-    """The job's MFU waterfall over all decomposed steps of ranks with a known peak.
+def job_waterfall(run: RunData) -> Waterfall | None:
+    """The job's MFU waterfall over all decomposed steps of ranks with a known peak
+    (`core.mfu.mfu_waterfall` on the peak-weighted sums of the buckets).
 
     None when FLOPs or peaks are unknown or no step carries components.
     """
     if not run.flops_known:
         return None
     samples = [(p, s) for p, s in _peaked(run) if s.components]
-    if not samples:
-        return None
     peak_time = math.fsum(p * s.wall_s for p, s in samples)  # FLOPs the devices could have done
+    if not samples or not peak_time > 0:
+        return None
+    # Each rank's seconds weighted by its peak, expressed at the job's wall-weighted mean peak,
+    # so the ratios are the ratio-of-sums (Σ P·bucket / Σ P·wall) the module docstring defines.
+    mean_peak = peak_time / math.fsum(s.wall_s for _, s in samples)
     by_key: dict[tuple[int, str, str], list[float]] = {}
     for peak, step in samples:
         for c in step.components:
-            by_key.setdefault(_segment_key(c.component, c.axis, c.tier), []).append(
-                peak * c.seconds
-            )
-    fraction = {k: math.fsum(v) / peak_time for k, v in by_key.items()}
-    mfu = math.fsum(s.model_flops for _, s in samples) / peak_time
-    hfu = math.fsum(s.hardware_flops for _, s in samples) / peak_time
-    compute_key = _segment_key("compute", "", "")
-    f_compute = fraction.pop(compute_key, 0.0)
-    ordered = sorted(fraction, key=lambda k: (_WATERFALL_ORDER.index(COMPONENTS[k[0]]), k))
+            key = _segment_key(c.component, c.axis, c.tier)
+            by_key.setdefault(key, []).append(peak * c.seconds / mean_peak)
+    seconds = {k: math.fsum(v) for k, v in by_key.items()}
+    per_component = {
+        name: math.fsum(v for k, v in seconds.items() if COMPONENTS[k[0]] == name)
+        for name in COMPONENTS
+    }
+    core = mfu_waterfall(
+        math.fsum(s.model_flops for _, s in samples),
+        mean_peak,
+        StepBuckets(
+            compute_s=per_component["compute"],
+            recompute_s=per_component["recompute"],
+            exposed_comm_s=per_component["exposed_comm"],
+            other_s=per_component["other"],
+            bubble_pipeline_s=per_component["bubble_pipeline"],
+            bubble_idle_s=per_component["bubble_idle"],
+        ),
+    )
+    slice_of = core.slices()
+    keys_per_component = Counter(COMPONENTS[k[0]] for k in seconds)
+    keys = sorted(
+        (k for k in seconds if COMPONENTS[k[0]] != "compute"),
+        key=lambda k: (_WATERFALL_ORDER.index(COMPONENTS[k[0]]), k),
+    )
     slices = [
-        WaterfallSlice(segment_label(COMPONENTS[k[0]], k[1], k[2]), COMPONENTS[k[0]], fraction[k])
-        for k in ordered
+        WaterfallSlice(
+            segment_label(COMPONENTS[k[0]], k[1], k[2]),
+            COMPONENTS[k[0]],
+            # A bucket split per (axis, tier) (exposed communication) gets each part's share.
+            slice_of[COMPONENTS[k[0]]]
+            if keys_per_component[COMPONENTS[k[0]]] == 1
+            else seconds[k] / core.window_s,
+        )
+        for k in keys
     ]
-    # f_compute * (1 - model_flops / (P * compute)) == f_compute - MFU, summed over samples.
-    slices.append(WaterfallSlice(KERNEL_INEFFICIENCY, KERNEL_INEFFICIENCY, f_compute - mfu))
-    efficiency = mfu / f_compute if f_compute > 0 else None
-    return Waterfall(mfu, hfu, efficiency, tuple(slices), len(samples))
+    slices.append(
+        WaterfallSlice(KERNEL_INEFFICIENCY, KERNEL_INEFFICIENCY, core.kernel_inefficiency)
+    )
+    hfu = utilization(math.fsum(s.hardware_flops for _, s in samples), peak_time)
+    return Waterfall(core.mfu, hfu or 0.0, core.kernel_efficiency, tuple(slices), len(samples))
 
 
 @dataclass(frozen=True)
@@ -187,6 +220,15 @@ class StepUtilization:
     ranks: int
 
 
+def _utilization(pairs: list[tuple[float, StepReport]]) -> tuple[float | None, float | None]:
+    """(MFU, HFU) of (peak, step) pairs as a ratio of sums (`core.mfu.utilization`)."""
+    peak_time = math.fsum(p * s.wall_s for p, s in pairs)
+    return (
+        utilization(math.fsum(s.model_flops for _, s in pairs), peak_time),
+        utilization(math.fsum(s.hardware_flops for _, s in pairs), peak_time),
+    )
+
+
 def utilization_over_steps(run: RunData) -> tuple[StepUtilization, ...]:
     """MFU/HFU per step (ratio of sums over ranks); empty when FLOPs or peaks are unknown."""
     if not run.flops_known:
@@ -197,10 +239,9 @@ def utilization_over_steps(run: RunData) -> tuple[StepUtilization, ...]:
     result = []
     for number in sorted(per_step):
         pairs = per_step[number]
-        peak_time = math.fsum(p * s.wall_s for p, s in pairs)
-        mfu = math.fsum(s.model_flops for _, s in pairs) / peak_time
-        hfu = math.fsum(s.hardware_flops for _, s in pairs) / peak_time
-        result.append(StepUtilization(number, mfu, hfu, len(pairs)))
+        mfu, hfu = _utilization(pairs)
+        if mfu is not None and hfu is not None:
+            result.append(StepUtilization(number, mfu, hfu, len(pairs)))
     return tuple(result)
 
 
@@ -211,6 +252,5 @@ def overall_utilization(run: RunData) -> tuple[float, float] | None:
     pairs = list(_peaked(run))
     if not pairs:
         return None
-    peak_time = math.fsum(p * s.wall_s for p, s in pairs)
-    mfu = math.fsum(s.model_flops for _, s in pairs) / peak_time
-    return mfu, math.fsum(s.hardware_flops for _, s in pairs) / peak_time
+    mfu, hfu = _utilization(pairs)
+    return None if mfu is None or hfu is None else (mfu, hfu)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mfuscope.cli.report._data import RunData
-from mfuscope.cli.report._fit import AlphaBetaFit, fit_alpha_beta
+from mfuscope.core.aggregate.run import RunData
 from mfuscope.core.bandwidth import bus_factor, busbw_bytes_per_s
-from mfuscope.core.schema import TIERS
+from mfuscope.core.comm_fit import AlphaBetaFit, fit_alpha_beta
+from mfuscope.core.vocabulary import TIERS
 
 __all__ = ["BandwidthPoint", "TierBandwidth", "bandwidth_by_tier"]
 
@@ -60,7 +60,7 @@ class TierBandwidth:
 
 
 def bandwidth_by_tier(run: RunData) -> tuple[TierBandwidth, ...]:
-    """Points, spec lines and alpha-beta fit per tier, in schema tier order.
+    """Points, spec lines and alpha-beta fit per tier, in vocabulary tier order.
 
     Collectives of unknown size or zero duration carry no bandwidth and are left out.
     """

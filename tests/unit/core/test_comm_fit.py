@@ -1,4 +1,4 @@
-"""The report's alpha-beta fit against known truths (cli/report/_fit.py)."""
+"""The alpha-beta fit against known truths (core/comm_fit.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mfuscope.cli.report._fit import fit_alpha_beta
 from mfuscope.core.bandwidth import LinkModel, ideal_transfer_s
+from mfuscope.core.comm_fit import fit_alpha_beta
 
 SIZES = [float(2**k) for k in range(10, 29, 2)]  # 1 KiB .. 256 MiB
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from mfuscope.core.errors import ReportInputError
 from mfuscope.core.schema import AgentHealth, ReportBatch, StepReport, Topology
 
-__all__ = ["RankRun", "ReportInputError", "RunData", "merge_batches"]
-
-
-class ReportInputError(ValueError):
-    """Input the report cannot use (no data, several jobs without a choice, ...)."""
+__all__ = ["RankRun", "RunData", "merge_batches"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +24,7 @@ class RankRun:
     host: str
     device: str
     peak_flops: float | None  # dense peak FLOP/s of the device for the training dtype
-    peak_source: str  # "spec", "measured", "user" or "unknown" (schema PEAK_SOURCES)
+    peak_source: str  # "spec", "measured", "user" or "unknown" (vocabulary.PEAK_SOURCES)
     steps: tuple[StepReport, ...]
     health: AgentHealth = field(default_factory=AgentHealth)
     topology: Topology | None = None

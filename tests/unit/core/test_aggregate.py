@@ -1,5 +1,5 @@
 """The report's pure aggregation: merging batches, decomposition, waterfall, MFU, stragglers,
-bandwidth (cli/_report)."""
+bandwidth (core/aggregate)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mfuscope.cli.report._bandwidth import bandwidth_by_tier
-from mfuscope.cli.report._data import ReportInputError, RunData, merge_batches
-from mfuscope.cli.report._decompose import (
+from mfuscope.core.aggregate.bandwidth import bandwidth_by_tier
+from mfuscope.core.aggregate.decompose import (
     KERNEL_INEFFICIENCY,
     decomposition_per_rank,
-    mfu_waterfall,
+    job_waterfall,
     overall_utilization,
     utilization_over_steps,
 )
-from mfuscope.cli.report._stragglers import straggler_view
+from mfuscope.core.aggregate.run import RunData, merge_batches
+from mfuscope.core.aggregate.stragglers import straggler_view
 from mfuscope.core.bandwidth import LinkModel, busbw_bytes_per_s, ideal_transfer_s
+from mfuscope.core.errors import ReportInputError
 from mfuscope.core.schema import (
     AgentHealth,
     CollectiveSample,
@@ -162,7 +163,7 @@ def test_waterfall_known_values() -> None:
         flops=0.25e12,
         recompute=0.05e12,
     )
-    w = mfu_waterfall(merge_batches([_batch(0, [step], world=1)]))
+    w = job_waterfall(merge_batches([_batch(0, [step], world=1)]))
     assert w is not None
     assert w.mfu == pytest.approx(0.25) and w.hfu == pytest.approx(0.30)
     assert w.kernel_efficiency == pytest.approx(0.5)
@@ -178,7 +179,7 @@ def test_waterfall_weights_ranks_by_their_peak() -> None:
     # sum(model_flops) / sum(peak * wall) gives, not the mean of per-rank MFUs (1/2).
     busy = _batch(0, [_step(0, 1.0, {"compute": 1.0}, flops=3.0)], peak=3.0)
     idle = _batch(1, [_step(0, 1.0, {})], peak=1.0)
-    w = mfu_waterfall(merge_batches([busy, idle]))
+    w = job_waterfall(merge_batches([busy, idle]))
     assert w is not None
     assert w.mfu == pytest.approx(0.75)
     assert {s.label: s.fraction for s in w.slices} == pytest.approx(
@@ -235,7 +236,7 @@ def test_waterfall_slices_and_mfu_sum_to_one(
             )
         batches.append(_batch(rank, reports, world=len(ranks), peak=peak))
     run = merge_batches(batches)
-    w = mfu_waterfall(run)
+    w = job_waterfall(run)
     assert w is not None
     assert math.fsum(s.fraction for s in w.slices) + w.mfu == pytest.approx(1.0, abs=1e-9)
     assert 0 <= w.mfu <= w.hfu + 1e-12
@@ -249,12 +250,12 @@ def test_waterfall_slices_and_mfu_sum_to_one(
 def test_waterfall_and_mfu_are_unknown_without_flops_or_peaks() -> None:
     step = _step(0, 1.0, {"compute": 1.0}, flops=1.0)
     no_peak = merge_batches([_batch(0, [step], peak=None)])
-    assert mfu_waterfall(no_peak) is None
+    assert job_waterfall(no_peak) is None
     assert utilization_over_steps(no_peak) == ()
     assert overall_utilization(no_peak) is None
     with_peak = merge_batches([_batch(0, [step])])
     no_flops = RunData(with_peak.job, 1, with_peak.ranks, "traces", flops_known=False)
-    assert mfu_waterfall(no_flops) is None and overall_utilization(no_flops) is None
+    assert job_waterfall(no_flops) is None and overall_utilization(no_flops) is None
 
 
 def test_utilization_per_step_is_a_ratio_of_sums() -> None:
@@ -275,13 +276,19 @@ def test_utilization_per_step_is_a_ratio_of_sums() -> None:
 # --- stragglers --------------------------------------------------------------------------------
 
 
-def test_straggler_view_finds_the_busy_rank() -> None:
-    # Rank 1 computes 0.9 s per 1 s step; the others compute 0.5 s and wait the rest.
+def test_straggler_view_finds_the_slow_rank() -> None:
+    # Rank 1 computes 0.9 s per 1 s step; the others compute 0.5 s and wait the rest in
+    # exposed communication. Own time: 1.01 - 0.1 = 0.91 s against 0.5 s.
     batches = [
         _batch(
             r,
             [
-                _step(n, 1.0 + 0.01 * (r == 1), {"compute": 0.9 if r == 1 else 0.5})
+                _step(
+                    n,
+                    1.0 + 0.01 * (r == 1),
+                    {"compute": 0.9 if r == 1 else 0.5},
+                    comm=(("dp", "intra_node", 0.1 if r == 1 else 0.5),),
+                )
                 for n in range(4)
                 if not (r == 2 and n == 3)
             ],
@@ -291,8 +298,8 @@ def test_straggler_view_finds_the_busy_rank() -> None:
     ]
     view = straggler_view(merge_batches(batches))
     paces = {p.rank: p for p in view.ranks}
-    assert paces[1].busy_ratio == pytest.approx(1.8)
-    assert paces[0].busy_ratio == pytest.approx(1.0)
+    assert paces[1].own_ratio == pytest.approx(0.91 / 0.5)
+    assert paces[0].own_ratio == pytest.approx(1.0)
     assert paces[1].step_ratio == pytest.approx(1.01)
     assert view.slowest is not None and view.slowest.rank == 1
     assert view.steps == (0, 1, 2, 3)
@@ -300,9 +307,10 @@ def test_straggler_view_finds_the_busy_rank() -> None:
     assert view.relative_step_time[1][0] == pytest.approx(1.01)
 
 
-def test_straggler_busy_is_unknown_without_components() -> None:
+def test_straggler_own_time_is_unknown_without_components() -> None:
     view = straggler_view(merge_batches([_batch(0, [_step(0, 1.0)]), _batch(1, [_step(0, 3.0)])]))
-    assert [p.busy_ratio for p in view.ranks] == [None, None]
+    assert [p.own_ratio for p in view.ranks] == [None, None]
+    assert view.basis == "wall" and view.slowest is not None and view.slowest.rank == 1
     assert [p.step_ratio for p in view.ranks] == pytest.approx([0.5, 1.5])
 
 

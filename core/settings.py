@@ -1,0 +1,79 @@
+"""Settings from arguments and the environment, resolved one way for the agent and the collector.
+
+Precedence, as OpenTelemetry's SDK does it: an explicit argument (not None), else the environment
+variable ``MFUSCOPE_<NAME>`` (the setting's name upper-cased), else the caller's default. The
+caller passes the environment in, so nothing here reads it.
+
+Environment text converts to the setting's annotated type: ``1/true/yes/on`` and
+``0/false/no/off`` for booleans, numbers for int and float, and an empty value means "not set"
+(None) for an optional setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["ENV_PREFIX", "Setting", "env_name", "parse_bool", "parse_setting_text", "pick_settings"]
+
+ENV_PREFIX = "MFUSCOPE_"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A value as given and where it came from: ``argument`` or the environment variable's name
+    (then `value` is the variable's text)."""
+
+    value: object
+    source: str
+
+    @property
+    def from_env(self) -> bool:
+        return self.source != "argument"
+
+
+def env_name(setting: str) -> str:
+    """The environment variable of `setting`: ``MFUSCOPE_<SETTING>``."""
+    return ENV_PREFIX + setting.upper()
+
+
+def pick_settings(
+    names: Iterable[str], arguments: Mapping[str, object], env: Mapping[str, str]
+) -> dict[str, Setting]:
+    """For each of `names`: the argument when given (not None), else ``MFUSCOPE_<NAME>`` from
+    `env`; names with neither are left out (the caller's default applies)."""
+    picked: dict[str, Setting] = {}
+    for name in names:
+        argument = arguments.get(name)
+        if argument is not None:
+            picked[name] = Setting(argument, "argument")
+        elif env_name(name) in env:
+            picked[name] = Setting(env[env_name(name)], env_name(name))
+    return picked
+
+
+def parse_bool(text: str) -> bool:
+    """``1/true/yes/on`` -> True, ``0/false/no/off`` or empty -> False; ValueError otherwise."""
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(f"expected a boolean (1/0, true/false), got {text!r}")
+
+
+def parse_setting_text(text: str, annotation: str) -> object:
+    """`text` converted to the type `annotation` names (a dataclass field's annotation as written,
+    e.g. ``"float | None"``). Raises ValueError for text that is not of that type."""
+    optional = "None" in annotation
+    if optional and text.strip() == "":
+        return None
+    if annotation.startswith("bool"):
+        return parse_bool(text)
+    if annotation.startswith("int"):
+        return int(text)
+    if annotation.startswith("float"):
+        return float(text)
+    return text

@@ -1,0 +1,77 @@
+"""One way to build the engine's `AnalysisOptions`, link models included, for the live agent,
+`mfuscope analyze` and `mfuscope report --traces` alike, so the three split the same trace the
+same way.
+
+The link models feed the pipeline-bubble rule (see docs/definitions.md): an exposed pipeline
+send/recv counts as communication up to its ideal alpha-beta time on its tier and as pipeline
+bubble beyond it. Which links: detected hardware first (the agent's NVML/sysfs facts), then the
+device's reference-design defaults (`hardware.link_for_tier`). A CPU trace or rank with nothing
+detected has no link model at all: its exposed pipeline p2p is all bubble, since no link rate
+describes a gloo transfer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from mfuscope.core.bandwidth import LinkModel
+from mfuscope.core.hardware import LINK_TIER_KEYS, link_for_tier
+from mfuscope.core.links import DetectedLinks
+from mfuscope.core.trace._events import KinetoTrace
+from mfuscope.core.trace.result import AnalysisOptions
+
+__all__ = ["analysis_options", "link_models", "options_for_trace", "trace_device"]
+
+
+def link_models(
+    device: str | None, detected: DetectedLinks | None = None
+) -> dict[str, LinkModel] | None:
+    """Tier -> alpha-beta model of the link one device uses on it (beta: unidirectional bytes/s).
+
+    `device` is the GPU's model name (None: a CPU); `detected` what hardware detection found.
+    None when neither says anything about links.
+    """
+    if device is None and detected is None:
+        return None
+    return {tier: link_for_tier(tier, device, detected).link_model() for tier in LINK_TIER_KEYS}
+
+
+def analysis_options(
+    *,
+    device: str | None,
+    detected: DetectedLinks | None = None,
+    gpus_per_node: int | None = None,
+    host_of_rank: Mapping[int, str] | None = None,
+    axis_overrides: Mapping[str, str] | None = None,
+    model_flops_per_step: float | None = None,
+    recompute_flops_per_step: float | None = None,
+    peak_flops: float | None = None,
+) -> AnalysisOptions:
+    """The engine's options for one rank on `device` (see `link_models` for the links)."""
+    return AnalysisOptions(
+        gpus_per_node=gpus_per_node,
+        host_of_rank=host_of_rank or None,
+        axis_overrides=dict(axis_overrides or {}),
+        model_flops_per_step=model_flops_per_step,
+        recompute_flops_per_step=recompute_flops_per_step,
+        peak_flops=peak_flops,
+        links=link_models(device, detected),
+    )
+
+
+def trace_device(trace: KinetoTrace) -> str | None:
+    """The device model of a GPU trace when all its devices share one name; None otherwise (a CPU
+    trace has no device properties)."""
+    names = {
+        p.get("name")
+        for p in trace.device_properties or ()
+        if isinstance(p, dict) and isinstance(p.get("name"), str)
+    }
+    return names.pop() if len(names) == 1 else None
+
+
+def options_for_trace(trace: KinetoTrace, base: AnalysisOptions) -> AnalysisOptions:
+    """`base` with the link models of the device `trace` was recorded on (offline: no detection,
+    so the device's defaults)."""
+    return replace(base, links=link_models(trace_device(trace)))
