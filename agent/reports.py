@@ -59,7 +59,7 @@ class CollectiveLike(Protocol):
     @property
     def tier(self) -> str: ...
     @property
-    def group_size(self) -> int: ...
+    def group_size(self) -> int | None: ...
     @property
     def bytes(self) -> int | None: ...
     @property
@@ -185,12 +185,14 @@ def components_for(breakdown: Breakdown, wall_s: float) -> tuple[ComponentShare,
 def collective_samples(records: Iterable[CollectiveLike]) -> tuple[CollectiveSample, ...]:
     """Aggregate collective records per (op, axis, tier, group_size, bytes).
 
-    Records whose op is not an nccl-tests collective name or whose group size is not positive
-    are left out (the schema would reject them). `overlapped_s = seconds * overlapped_ratio`.
+    Records whose op is not an nccl-tests collective name or whose group size is unknown (None)
+    or not positive are left out (the schema would reject them).
+    `overlapped_s = seconds * overlapped_ratio`.
     """
     totals: dict[tuple[str, str, str, int, int | None], list[float]] = {}
     for record in records:
-        if record.op not in COLLECTIVE_OPS or record.group_size < 1:
+        group_size = record.group_size
+        if record.op not in COLLECTIVE_OPS or group_size is None or group_size < 1:
             continue
         seconds = _finite(record.seconds)
         ratio = (
@@ -199,7 +201,7 @@ def collective_samples(records: Iterable[CollectiveLike]) -> tuple[CollectiveSam
             else 0.0
         )
         size = record.bytes if record.bytes is not None and record.bytes >= 0 else None
-        key = (record.op, record.axis or UNKNOWN, _tier(record.tier), record.group_size, size)
+        key = (record.op, record.axis or UNKNOWN, _tier(record.tier), group_size, size)
         entry = totals.setdefault(key, [0.0, 0.0, 0.0])
         entry[0] += 1
         entry[1] += seconds

@@ -48,6 +48,8 @@ def step_report_from_decomposition(step: StepDecomposition, options: TraceOption
     ]
     merged: dict[tuple[str, str, str, int, int | None], tuple[int, float, float]] = {}
     for c in step.collectives:
+        if c.group_size is None:  # the schema needs a group size; the trace did not say
+            continue
         key = (c.op, c.axis, c.tier, c.group_size, c.bytes)
         count, seconds, overlapped = merged.get(key, (0, 0.0, 0.0))
         merged[key] = (count + 1, seconds + c.seconds, overlapped + c.seconds * c.overlapped_ratio)
@@ -78,7 +80,14 @@ def topology_from_analysis(analysis: RankAnalysis) -> Topology:
     """
     known = find_device(analysis.device) is not None
     links = default_link_tiers(analysis.device) if known else {}
-    groups = sorted({(c.axis, c.tier, c.group_size) for s in analysis.steps for c in s.collectives})
+    groups = sorted(
+        {
+            (c.axis, c.tier, c.group_size)
+            for s in analysis.steps
+            for c in s.collectives
+            if c.group_size is not None
+        }
+    )
     return Topology(
         tuple(
             GroupInfo(

@@ -4,10 +4,10 @@ The device timeline is every kernel, memcpy and memset on the rank's device (all
 A device event is linked to the host call that launched it by its ``correlation`` id (the
 flow events ``ac2g`` / ``async_cpu_to_gpu`` are absent from some traces; the id never is).
 
-Step windows (issue 2): step N's window starts when the first device event *launched inside*
+Step windows: step N's window starts when the first device event *launched inside*
 the CPU ``ProfilerStep#N`` range starts on the device, and ends when step N+1's window starts;
 the last step ends when the last device event launched inside it ends. Steps that launched
-nothing are skipped.
+nothing are skipped. Without profiler steps, windows are chosen as `_windows` says.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from mfuscope.core.trace._events import EventArgs, KinetoTrace
 from mfuscope.core.trace._intervals import FloatArray, Spans
 from mfuscope.core.trace._recompute import RecomputeRanges, recompute_ranges
 from mfuscope.core.trace._scan import Event, ScannedEvents, named
-from mfuscope.core.trace._steps import CpuStep, profiler_steps
+from mfuscope.core.trace._steps import CpuStep
 from mfuscope.core.trace._trace_model import (
     CommActivity,
     RankContext,
@@ -49,6 +49,7 @@ from mfuscope.core.trace._trace_model import (
     Timeline,
     TraceError,
 )
+from mfuscope.core.trace._windows import choose_windows
 from mfuscope.core.trace.result import AXIS_UNKNOWN, TIER_UNKNOWN
 from numpy.typing import NDArray
 
@@ -67,6 +68,8 @@ _NAME = operator.attrgetter("name")
 _CORRELATION = operator.attrgetter("args.correlation")
 _comm_name_cache: dict[str, bool] = {}
 _NO_ARGS = EventArgs()
+_NO_METADATA = "neither the kernel nor a record_param_comms around its launch gives the group"
+_NO_GROUP_SIZE = "the collective's metadata does not give its group size"
 _encode = msgspec.json.Encoder().encode
 
 
@@ -178,6 +181,7 @@ class _CommResolver:
                 tier=TIER_UNKNOWN,
                 group_size=None,
                 bytes=None,
+                group_unknown_reason=_NO_METADATA,
             )
         group, axis, tier = self._group(meta)
         name = meta.collective_name
@@ -199,6 +203,7 @@ class _CommResolver:
             tier=tier,
             group_size=group.size,
             bytes=size,
+            group_unknown_reason=None if group.size is not None else _NO_GROUP_SIZE,
         )
 
 
@@ -383,8 +388,18 @@ def _step_windows(
     return tuple(windows)
 
 
+def _span(devices: tuple[_DeviceEvents, ...]) -> tuple[float, float] | None:
+    """(first start, last end) of the device events; None without any."""
+    present = [d for d in devices if len(d.starts)]
+    if not present:
+        return None
+    return (
+        min(float(d.starts.min()) for d in present),
+        max(float(d.ends.max()) for d in present),
+    )
+
+
 def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
-    steps = profiler_steps(scanned)
     resolver = _CommResolver(scanned, context.view, context.groups)
     recompute = recompute_ranges(scanned)
 
@@ -393,7 +408,13 @@ def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
     else:
         device = _device_from_events(scanned)
     kernels, is_comm = device.kernels, device.is_comm
-    windows = _step_windows(steps, (kernels, device.memops), device.launch_ts)
+    device_events = (kernels, device.memops)
+    windows = choose_windows(
+        scanned,
+        context.windows,
+        lambda steps: _step_windows(steps, device_events, device.launch_ts),
+        _span(device_events),
+    )
     comms = tuple(
         resolver.activity(kernel, launch, start, end)
         for kernel, launch, start, end in zip(

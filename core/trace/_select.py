@@ -65,7 +65,15 @@ def _encoded(texts: Iterable[str]) -> tuple[bytes, ...]:
 
 _RULES = (
     # kept whatever their name
-    _encoded((*_scan.KERNEL_CATEGORIES, *_scan.MEMOP_CATEGORIES, *_scan.ANNOTATION_CATEGORIES)),
+    _encoded(
+        (
+            *_scan.KERNEL_CATEGORIES,
+            *_scan.MEMOP_CATEGORIES,
+            *_scan.ANNOTATION_CATEGORIES,
+            *_scan.DEVICE_ANNOTATION_CATEGORIES,
+            *_scan.UNREAD_DEVICE_CATEGORIES,
+        )
+    ),
     # device events (kernels, then memory ops): their presence makes a device trace
     # (`decompose.build_timeline` picks the GPU path), their correlation ids the launches that
     # are kept; they and the launches get columns (`_columns`)

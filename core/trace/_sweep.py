@@ -102,7 +102,7 @@ def _ideal_us(comm: CommActivity, links: Mapping[str, LinkModel] | None) -> floa
     return ideal_transfer_s(links[comm.tier], comm.bytes) / _US
 
 
-def _record(comm: CommActivity, overlapped_us: float, world_size: int) -> CollectiveRecord:
+def _record(comm: CommActivity, overlapped_us: float) -> CollectiveRecord:
     duration_us = comm.duration
     seconds = max(duration_us, 0.0) * _US
     algbw = busbw = None
@@ -116,8 +116,10 @@ def _record(comm: CommActivity, overlapped_us: float, world_size: int) -> Collec
         op=comm.op,
         axis=comm.axis,
         tier=comm.tier,
-        # Unknown group (several gloo groups): the world is the upper bound; busbw stays None.
-        group_size=comm.group_size if comm.group_size is not None else world_size,
+        # Unknown group: null with the reason, never the world size (a guess that would make
+        # busbw wrong); busbw stays None.
+        group_size=comm.group_size,
+        group_size_reason=comm.group_unknown_reason if comm.group_size is None else None,
         bytes=comm.bytes,
         seconds=seconds,
         algbw_bytes_per_s=algbw,
@@ -202,7 +204,7 @@ def decompose_timeline(
         while w < len(windows) and windows[w].end <= comm.start:
             w += 1
         if w < len(windows) and starts[w] <= comm.start:
-            records[w].append(_record(comm, overlapped[i], timeline.world_size))
+            records[w].append(_record(comm, overlapped[i]))
 
     window_starts = np.array(starts, dtype=np.float64)
     window_ends = np.array([w.end for w in windows], dtype=np.float64)
@@ -248,6 +250,7 @@ def decompose_timeline(
                 collectives=tuple(records[k]),
                 mfu=mfu,
                 hfu=hfu,
+                window_source=window.source,
             )
         )
     return tuple(steps)

@@ -6,7 +6,7 @@ converts its results to seconds: no per-event unit conversion on the hot path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mfuscope.core.trace._intervals import Spans
@@ -15,7 +15,14 @@ if TYPE_CHECKING:  # annotations only: both modules import this one
     from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
     from mfuscope.core.trace._columns import DeviceColumns
 
-__all__ = ["CommActivity", "RankContext", "StepWindow", "Timeline", "TraceError"]
+__all__ = [
+    "CommActivity",
+    "RankContext",
+    "StepWindow",
+    "Timeline",
+    "TraceError",
+    "WindowRequest",
+]
 
 
 class TraceError(ValueError):
@@ -45,6 +52,7 @@ class CommActivity:
     tier: str
     group_size: int | None
     bytes: int | None
+    group_unknown_reason: str | None = None  # why `group_size` is None
 
     def sort_key(self) -> tuple[float, float, str, str, str, int, int]:
         return (
@@ -58,6 +66,23 @@ class CommActivity:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class WindowRequest:
+    """The user's choice of windows (both None: profiler steps, else the whole trace; see
+    `_windows`). `range_us` is ``(start, end)`` in the trace's own ``ts`` clock (microseconds)."""
+
+    annotation: str | None = None
+    range_us: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.annotation is not None and not self.annotation:
+            raise ValueError("window annotation must be a non-empty name")
+        if self.range_us is not None:
+            start, end = self.range_us
+            if not end > start:
+                raise ValueError(f"window range must end after it starts, got {start}:{end}")
+
+
 @dataclass(frozen=True)
 class RankContext:
     """What both timelines (`_kineto`, `_gloo`) take besides the events: who the trace is from,
@@ -69,15 +94,18 @@ class RankContext:
     view: TopologyView
     groups: ProcessGroups
     columns: DeviceColumns | None
+    windows: WindowRequest = field(default_factory=lambda: WindowRequest())
 
 
 @dataclass(frozen=True, slots=True)
 class StepWindow:
-    """The timeline window ``[start, end)`` of profiler step `step`."""
+    """The timeline window ``[start, end)`` of profiler step `step` (or of the `step`-th
+    occurrence of a chosen annotation); `source` says how it was chosen (`_windows`)."""
 
     step: int
     start: float
     end: float
+    source: str = "profiler_step"  # result.WINDOW_PROFILER_STEP (result imports this module)
 
 
 @dataclass(frozen=True)
@@ -97,3 +125,4 @@ class Timeline:
     recompute: Spans
     other: Spans
     comms: tuple[CommActivity, ...]
+    warnings: tuple[str, ...] = ()

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mfuscope.core.bandwidth import LinkModel
+from mfuscope.core.trace._trace_model import WindowRequest
 
 __all__ = [
     "AXIS_UNKNOWN",
@@ -17,6 +18,10 @@ __all__ = [
     "TIER_INTER_NODE",
     "TIER_INTRA_NODE",
     "TIER_UNKNOWN",
+    "WINDOW_ANNOTATION_PREFIX",
+    "WINDOW_PROFILER_STEP",
+    "WINDOW_RANGE",
+    "WINDOW_WHOLE_TRACE",
     "AnalysisOptions",
     "CollectiveRecord",
     "ExposedComm",
@@ -29,6 +34,11 @@ TIER_INTER_NODE = "inter_node"
 TIER_UNKNOWN = "unknown"
 TIERS: tuple[str, ...] = (TIER_INTRA_NODE, TIER_INTER_NODE, TIER_UNKNOWN)
 AXIS_UNKNOWN = "unknown"
+# How a window was chosen (`StepDecomposition.window_source`; docs/analyze.md, "Windows").
+WINDOW_PROFILER_STEP = "profiler_step"
+WINDOW_WHOLE_TRACE = "whole_trace"
+WINDOW_RANGE = "range"
+WINDOW_ANNOTATION_PREFIX = "annotation:"  # then the annotation's name
 
 
 def _check_optional_float(name: str, value: float | None, *, positive: bool) -> None:
@@ -56,6 +66,9 @@ class AnalysisOptions:
     - `model_flops_per_step` / `recompute_flops_per_step`: this rank's FLOPs per step.
     - `peak_flops`: dense peak FLOP/s of this rank's device for the training dtype.
     - `links`: tier -> alpha-beta model, for the ideal time of pipeline p2p transfers (DESIGN §2).
+    - `window_annotation`: analyse the ranges of this annotation (a ``record_function`` name)
+      instead of the profiler steps; `window_range_us`: one window ``(start, end)`` on the
+      trace's ``ts`` clock (microseconds). Neither: profiler steps, else the whole trace.
     """
 
     gpus_per_node: int | None = None
@@ -65,8 +78,18 @@ class AnalysisOptions:
     recompute_flops_per_step: float | None = None
     peak_flops: float | None = None
     links: Mapping[str, LinkModel] | None = None
+    window_annotation: str | None = None
+    window_range_us: tuple[float, float] | None = None
+
+    @property
+    def window_request(self) -> WindowRequest:
+        return WindowRequest(self.window_annotation, self.window_range_us)
 
     def __post_init__(self) -> None:
+        if self.window_range_us is not None:
+            for bound in self.window_range_us:
+                _check_optional_float("window_range_us", bound, positive=False)
+        self.window_request  # noqa: B018 - validates the pair
         if self.gpus_per_node is not None and (
             isinstance(self.gpus_per_node, bool)
             or not isinstance(self.gpus_per_node, int)
@@ -104,17 +127,20 @@ class CollectiveRecord:
     `seconds` the duration of its kernel (GPU) or gloo work (CPU), including any wait for peers;
     `algbw = S / seconds`, `busbw = algbw * bus_factor(op, group_size)` (None when S or the group
     is unknown); `overlapped_ratio` the fraction of `seconds` hidden under compute or recompute.
+    `group_size` is None when the trace does not say which group ran it, with the reason in
+    `group_size_reason`.
     """
 
     op: str
     axis: str
     tier: str
-    group_size: int
+    group_size: int | None
     bytes: int | None
     seconds: float
     algbw_bytes_per_s: float | None
     busbw_bytes_per_s: float | None
     overlapped_ratio: float
+    group_size_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +170,7 @@ class StepDecomposition:
     collectives: tuple[CollectiveRecord, ...]
     mfu: float | None
     hfu: float | None
+    window_source: str = WINDOW_PROFILER_STEP
 
 
 @dataclass(frozen=True)
@@ -151,10 +178,12 @@ class RankAnalysis:
     """The decomposition of every profiled step of one rank's trace.
 
     `device` is the device name from the trace (e.g. ``NVIDIA A100-PG509-200``) or ``cpu`` for
-    CPU-only traces.
+    CPU-only traces. `warnings`: one line each about what the trace lacks (e.g. device events
+    of a GPU job), for the reader of the answer.
     """
 
     rank: int
     world_size: int
     device: str
     steps: tuple[StepDecomposition, ...]
+    warnings: tuple[str, ...] = ()

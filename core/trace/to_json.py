@@ -1,7 +1,9 @@
 """`analysis_to_json`: the ``mfuscope.analysis/1`` JSON document (`mfuscope analyze --json`).
 
-The shape is a public contract (issue 2): keys are stable, values in base units (seconds,
-bytes, bytes/s), ``null`` for unknown ``mfu`` / ``hfu`` / ``bytes`` / bandwidths.
+The shape is a public contract: keys are stable, values in base units (seconds,
+bytes, bytes/s), ``null`` for unknown ``mfu`` / ``hfu`` / ``bytes`` / ``group_size`` /
+bandwidths. ``window_source`` says how each window was chosen: ``profiler_step``,
+``whole_trace``, ``annotation:NAME`` or ``range`` (docs/analyze.md).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def _collective(record: CollectiveRecord) -> dict[str, Any]:
         "axis": record.axis,
         "tier": record.tier,
         "group_size": record.group_size,
+        "group_size_reason": record.group_size_reason,
         "bytes": record.bytes,
         "seconds": record.seconds,
         "algbw_bytes_per_s": record.algbw_bytes_per_s,
@@ -42,6 +45,7 @@ def _collective(record: CollectiveRecord) -> dict[str, Any]:
 def _step(step: StepDecomposition) -> dict[str, Any]:
     return {
         "step": step.step,
+        "window_source": step.window_source,
         "start_s": step.start_s,
         "wall_s": step.wall_s,
         "compute_s": step.compute_s,
@@ -59,15 +63,18 @@ def _step(step: StepDecomposition) -> dict[str, Any]:
     }
 
 
-def analysis_to_json(ranks: Sequence[RankAnalysis]) -> dict[str, Any]:
-    """The JSON-ready document for the analyses of one or more ranks, in the given order."""
+def analysis_to_json(ranks: Sequence[RankAnalysis], warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON-ready document for the analyses of one or more ranks, in the given order;
+    `warnings` about the set of inputs (`inputs.input_warnings`) and each rank's own."""
     return {
         "schema": ANALYSIS_SCHEMA,
+        "warnings": list(warnings),
         "ranks": [
             {
                 "rank": r.rank,
                 "world_size": r.world_size,
                 "device": r.device,
+                "warnings": list(r.warnings),
                 "steps": [_step(s) for s in r.steps],
             }
             for r in ranks

@@ -63,7 +63,7 @@ def test_analyze_json_is_one_document(tmp_path: Path, capsys: pytest.CaptureFixt
         (lambda d: (d / "x.json").write_text("nope") and d / "x.json", "x.json: not JSON"),
         (
             lambda d: (d / "e.json").write_text('{"traceEvents": []}') and d / "e.json",
-            "e.json: no ProfilerStep",
+            "e.json: no activity on the timeline",
         ),
         (lambda d: (d / "sub").mkdir() or d / "sub", "sub: directory holds no .json"),
     ],

@@ -154,12 +154,14 @@ def _trace() -> dict[str, object]:
 def test_json_document_has_exactly_the_contract_keys() -> None:
     doc = analysis_to_json([analyze_trace(_trace())])
     json.dumps(doc, allow_nan=False)
-    assert set(doc) == {"schema", "ranks"} and doc["schema"] == "mfuscope.analysis/1"
+    assert set(doc) == {"schema", "warnings", "ranks"} and doc["schema"] == "mfuscope.analysis/1"
     (rank,) = doc["ranks"]
-    assert set(rank) == {"rank", "world_size", "device", "steps"}
+    assert set(rank) == {"rank", "world_size", "device", "warnings", "steps"}
+    assert rank["warnings"] == []
     (step,) = rank["steps"]
     assert set(step) == {
         "step",
+        "window_source",
         "start_s",
         "wall_s",
         "compute_s",
@@ -183,6 +185,7 @@ def test_json_document_has_exactly_the_contract_keys() -> None:
         "axis",
         "tier",
         "group_size",
+        "group_size_reason",
         "bytes",
         "seconds",
         "algbw_bytes_per_s",
@@ -190,6 +193,7 @@ def test_json_document_has_exactly_the_contract_keys() -> None:
         "overlapped_ratio",
     }
     assert unknown["bytes"] is None and unknown["busbw_bytes_per_s"] is None
+    assert step["window_source"] == "profiler_step"
 
 
 def test_json_of_several_ranks_keeps_their_order() -> None:
