@@ -50,6 +50,7 @@ from mfuscope.core.trace._trace_model import (
     TraceError,
 )
 from mfuscope.core.trace._windows import choose_windows
+from mfuscope.core.trace.kernel_classes import class_code
 from mfuscope.core.trace.result import AXIS_UNKNOWN, TIER_UNKNOWN
 from numpy.typing import NDArray
 
@@ -250,6 +251,7 @@ class _Device:
     launch_ts: FloatArray  # per launch row, then NaN for row -1 (no launch)
     launch_tids: Callable[[], list[Any]]  # per launch row (read only when recompute is known)
     is_comm: NDArray[np.bool_]  # per kernel
+    kernel_class: NDArray[np.int8]  # per kernel: position in kernel_classes.KERNEL_CLASSES
     comm_kernels: list[Event]  # the decoded kernels where is_comm, in order
     comm_launches: list[Event | None]  # and their decoded launches
 
@@ -272,6 +274,7 @@ def _device_from_events(scanned: ScannedEvents) -> _Device:
     kernels, kernel_events = on_device(scanned.kernels)
     memops, _ = on_device(scanned.memops)
     is_comm = np.fromiter(map(is_comm_kernel, map(_NAME, kernel_events)), bool, len(kernels.starts))
+    kernel_class = np.fromiter(map(class_code, map(_NAME, kernel_events)), np.int8, len(is_comm))
     comm_rows = np.flatnonzero(is_comm).tolist()
     return _Device(
         pid=pid,
@@ -281,6 +284,7 @@ def _device_from_events(scanned: ScannedEvents) -> _Device:
         launch_ts=np.append(_floats(runtime, _TS) if launch_index else np.empty(0), np.nan),
         launch_tids=lambda: list(map(_TID, runtime)),
         is_comm=is_comm,
+        kernel_class=kernel_class,
         comm_kernels=[kernel_events[k] for k in comm_rows],
         comm_launches=[runtime[j] if j >= 0 else None for j in kernels.launch[comm_rows].tolist()],
     )
@@ -307,6 +311,13 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
     comm_everywhere = np.zeros(len(kernel_rows), dtype=bool)
     comm_everywhere[decoded_rows] = np.fromiter(map(is_comm_kernel, names), bool, len(decoded_rows))
     comm_rows = np.flatnonzero(comm_everywhere & mine)
+    # Classes: the names the selection read (by position in its list of distinct names),
+    # and the decoded kernels' own names where it read none.
+    by_name = np.array([*map(class_code, columns.kernel_names), class_code(None)], np.int8)
+    kernel_class = by_name[kernel_rows.name]  # -1 (no name read) is the last: other
+    kernel_class[decoded_rows] = np.fromiter(
+        map(class_code, map(_NAME, scanned.kernels)), np.int8, len(decoded_rows)
+    )
     decoded_position = (np.cumsum(kernel_rows.decoded) - 1)[comm_rows].tolist()
     # The selection keeps in the document every launch a decoded kernel names.
     comm_launch_rows = kernel_launch[comm_rows]
@@ -322,6 +333,7 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
         launch_ts=np.append(launch_rows.ts, np.nan),
         launch_tids=lambda: launch_rows.tid.tolist(),
         is_comm=comm_everywhere[mine],
+        kernel_class=kernel_class[mine],
         comm_kernels=[scanned.kernels[i] for i in decoded_position],
         comm_launches=[
             runtime[launch_position[r]] if r >= 0 else None for r in comm_launch_rows.tolist()
@@ -437,6 +449,8 @@ def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
         windows=windows,
         compute=Spans(kernels.starts[compute], kernels.ends[compute]),
         recompute=Spans(kernels.starts[recomputed], kernels.ends[recomputed]),
+        compute_class=device.kernel_class[compute],
+        recompute_class=device.kernel_class[recomputed],
         other=Spans(device.memops.starts, device.memops.ends),
         comms=comms,
     )

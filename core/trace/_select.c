@@ -1,7 +1,8 @@
 /* Drop the Kineto events the analysis never reads, before they are decoded.
  *
  * select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,
- *               python_substrings, communication_substrings) -> (bytes | None, bytes | None)
+ *               python_substrings, communication_substrings)
+ *     -> (bytes | None, (bytes, list[str | None]) | None)
  *
  * `raw` is a whole Kineto JSON document. The first result is the same document with some
  * elements of its top-level "traceEvents" array left out; every other byte is copied
@@ -9,8 +10,9 @@
  * keep (see _select.py, which owns the rules). None means "decode `raw` as it is": the
  * document is not one this scanner understands with certainty (invalid JSON anywhere it had
  * to read, no traceEvents array, nesting deeper than MAX_DEPTH), or nothing would be left out.
- * The second result is the columns of the device events and launches (see _columns.py), or
- * None when any of them cannot be read with certainty; with columns, device events the
+ * The second result is the columns of the device events and launches (see _columns.py) with
+ * the distinct kernel names the records point into, or None when any of them cannot be read
+ * with certainty; with columns, device events the
  * analysis reads only as numbers are left out of the document too ("lean", see resolve).
  *
  * Every dropped event is checked to be valid JSON (strings, escapes, numbers, literals,
@@ -78,6 +80,8 @@ typedef struct {
     long long pid, tid;
     unsigned char verdict, bucket, has_correlation;
     unsigned char decoded; /* a device event the analysis reads decoded (communication) */
+    unsigned char named;   /* a kernel with a plain "name": at name_at from `start`, name_len */
+    unsigned int name_at, name_len;
 } Span;
 
 typedef struct {
@@ -551,6 +555,7 @@ static int read_columns(Span *span, const Field *phase, const Number *ts, const 
 /* At the '{' of one event: move past it and decide its verdict. 0 on invalid JSON (or, with
  * s->failed set, no memory). */
 static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
+    const char *event_start = c->p;
     Field cat = {0}, name = {0}, phase = {0};
     Number ts = {0}, dur = {0}, pid = {0}, tid = {0};
     Correlation correlation = {0};
@@ -658,6 +663,12 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
          * communication are read decoded; with columns, the others need not be. */
         if (plain_cat)
             s->is_device = 1;
+        if (span->bucket == KERNEL_BUCKET && name.seen == 1 && name.plain &&
+            name.ptr - event_start < 0xFFFFFFFFL && name.len < 0xFFFFFFFFL) {
+            span->named = 1; /* its kernel class is read from its name (`_columns`) */
+            span->name_at = (unsigned int)(name.ptr - event_start);
+            span->name_len = (unsigned int)name.len;
+        }
         span->decoded = !plain_cat ||
                         (span->bucket == KERNEL_BUCKET &&
                          (name.seen != 1 || !name.plain ||
@@ -1007,15 +1018,107 @@ static int read_set(PyObject *tuple, TextSet *set) {
 
 /* The columns of the device events and launches kept (in the document or not), in file order:
  * one RECORD_SIZE record each, little-endian: ts f8, dur f8, pid i8, correlation i8, tid i8,
- * bucket u1, has_correlation u1, in_document u1. */
+ * bucket u1, has_correlation u1, in_document u1, (pad u1), name u4: a kernel's position in
+ * the list of distinct kernel names returned beside the records (NO_NAME: none read). */
 #define RECORD_SIZE 48
+#define NO_NAME 0xFFFFFFFFu
+
+/* Distinct kernel names, interned by an open-addressing table of positions. Kernel names
+ * repeat (a few hundred distinct in a trace of a million kernels), so the table stays small;
+ * the hash samples the name's ends and length, and equality is checked in full. */
+typedef struct {
+    const char **ptr;
+    unsigned int *len;
+    unsigned int *slots; /* position + 1; 0: empty */
+    size_t mask;
+    unsigned int count, capacity;
+} Names;
+
+static size_t hash_name(const char *p, unsigned int n) {
+    unsigned long long h = 0xcbf29ce484222325ULL ^ n;
+    unsigned int head = n < 32 ? n : 32;
+    for (unsigned int i = 0; i < head; i++)
+        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
+    for (unsigned int i = n > 64 ? n - 32 : head; i < n; i++)
+        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static int names_grow(Names *t) {
+    unsigned int capacity = t->capacity ? t->capacity * 2 : 64;
+    const char **ptr = realloc(t->ptr, capacity * sizeof(*ptr));
+    if (ptr == NULL)
+        return 0;
+    t->ptr = ptr;
+    unsigned int *len = realloc(t->len, capacity * sizeof(*len));
+    if (len == NULL)
+        return 0;
+    t->len = len;
+    size_t slots = (size_t)capacity * 2;
+    unsigned int *table = calloc(slots, sizeof(*table));
+    if (table == NULL)
+        return 0;
+    free(t->slots);
+    t->slots = table;
+    t->mask = slots - 1;
+    t->capacity = capacity;
+    for (unsigned int i = 0; i < t->count; i++) {
+        size_t slot = hash_name(t->ptr[i], t->len[i]) & t->mask;
+        while (t->slots[slot])
+            slot = (slot + 1) & t->mask;
+        t->slots[slot] = i + 1;
+    }
+    return 1;
+}
+
+/* The position of name (p, n), added if new; NO_NAME when out of memory. */
+static unsigned int names_intern(Names *t, const char *p, unsigned int n) {
+    if (t->count == t->capacity && !names_grow(t))
+        return NO_NAME;
+    size_t slot = hash_name(p, n) & t->mask;
+    while (t->slots[slot]) {
+        unsigned int i = t->slots[slot] - 1;
+        if (t->len[i] == n && memcmp(t->ptr[i], p, n) == 0)
+            return i;
+        slot = (slot + 1) & t->mask;
+    }
+    t->ptr[t->count] = p;
+    t->len[t->count] = n;
+    t->slots[slot] = t->count + 1;
+    return t->count++;
+}
+
+static void names_free(Names *t) {
+    free(t->ptr);
+    free(t->len);
+    free(t->slots);
+}
+
+/* The interned names as a list of str; None for one that is not UTF-8 (cannot be: the
+ * decoder would reject the document, but the columns are read before it runs). */
+static PyObject *names_list(const Names *t) {
+    PyObject *out = PyList_New(t->count);
+    if (out == NULL)
+        return NULL;
+    for (unsigned int i = 0; i < t->count; i++) {
+        PyObject *text = PyUnicode_DecodeUTF8(t->ptr[i], t->len[i], NULL);
+        if (text == NULL) {
+            PyErr_Clear();
+            text = Py_NewRef(Py_None);
+        }
+        PyList_SET_ITEM(out, i, text);
+    }
+    return out;
+}
 
 static int in_columns(const Span *span) {
     return span->bucket != NO_BUCKET && (span->verdict == KEEP || span->verdict == COLUMNS);
 }
 
-static PyObject *columns_of(const Scan *s) {
+/* (records, names): the columns and the distinct kernel names they point into. */
+static PyObject *columns_of(const Scan *s, const char *raw) {
     Py_ssize_t n = 0;
+    Names names = {0};
     for (Py_ssize_t i = 0; i < s->count; i++)
         n += in_columns(&s->spans[i]);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * RECORD_SIZE);
@@ -1035,9 +1138,25 @@ static PyObject *columns_of(const Scan *s) {
         dst[40] = (char)span->bucket;
         dst[41] = (char)span->has_correlation;
         dst[42] = (char)(span->verdict == KEEP);
+        unsigned int name = NO_NAME;
+        if (span->named) {
+            name = names_intern(&names, raw + span->start + span->name_at, span->name_len);
+            if (name == NO_NAME) {
+                names_free(&names);
+                Py_DECREF(out);
+                return PyErr_NoMemory();
+            }
+        }
+        memcpy(dst + 44, &name, 4);
         dst += RECORD_SIZE;
     }
-    return out;
+    PyObject *list = names_list(&names);
+    names_free(&names);
+    if (list == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", out, list);
 }
 
 /* The document without the events left out (None: nothing left out), and the columns. */
@@ -1111,7 +1230,8 @@ static PyObject *select_events(PyObject *module, PyObject *args) {
         return Py_BuildValue("(OO)", Py_None, Py_None);
     }
     PyObject *document = selected_document(raw, n, &s, kept);
-    PyObject *columns = document != NULL && s.columns_ok ? columns_of(&s) : Py_NewRef(Py_None);
+    PyObject *columns =
+        document != NULL && s.columns_ok ? columns_of(&s, raw) : Py_NewRef(Py_None);
     release(&s);
     if (document == NULL || columns == NULL) {
         Py_XDECREF(document);
@@ -1146,7 +1266,7 @@ static PyMethodDef methods[] = {
     {"select_events", select_events, METH_VARARGS,
      "select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,"
      " python_substrings, communication_substrings)"
-     " -> bytes | None: the document without the events the rules drop (see _select.py)."},
+     " -> (document, (records, kernel names)): see _select.py and _columns.py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,6 +36,7 @@ from mfuscope.core.bandwidth import (
     busbw_bytes_per_s,
     ideal_transfer_s,
 )
+from mfuscope.core.trace._class_split import class_time_per_window
 from mfuscope.core.trace._collectives import BOOKKEEPING
 from mfuscope.core.trace._intervals import IntervalSet, Spans, subtract_spans, union_spans
 from mfuscope.core.trace._trace_model import CommActivity, StepWindow, Timeline
@@ -43,6 +44,7 @@ from mfuscope.core.trace.result import (
     AnalysisOptions,
     CollectiveRecord,
     ExposedComm,
+    KernelClassSeconds,
     StepDecomposition,
 )
 
@@ -143,6 +145,12 @@ def _flops_ratios(
     return mfu, (model + recompute_flops) / (peak * wall_s)
 
 
+def _seconds(by_class_us: dict[str, float]) -> KernelClassSeconds | None:
+    if not by_class_us:
+        return None
+    return KernelClassSeconds(**{name: us * _US for name, us in by_class_us.items()})
+
+
 def decompose_timeline(
     timeline: Timeline, options: AnalysisOptions
 ) -> tuple[StepDecomposition, ...]:
@@ -214,6 +222,12 @@ def decompose_timeline(
         return measures
 
     compute_us, recompute_us, other_us = map(per_window, (compute_set, recompute_set, other_set))
+    compute_classes = class_time_per_window(
+        timeline.compute, timeline.compute_class, None, window_starts, window_ends
+    )
+    recompute_classes = class_time_per_window(
+        timeline.recompute, timeline.recompute_class, compute, window_starts, window_ends
+    )
     comm_us, exposed_us = per_window(comm_set), per_window(exposed_set)
     steps: list[StepDecomposition] = []
     for k, window in enumerate(windows):
@@ -251,6 +265,8 @@ def decompose_timeline(
                 mfu=mfu,
                 hfu=hfu,
                 window_source=window.source,
+                compute_classes=_seconds(compute_classes[k]),
+                recompute_classes=_seconds(recompute_classes[k]),
             )
         )
     return tuple(steps)

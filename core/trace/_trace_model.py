@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 from mfuscope.core.trace._intervals import Spans
+from numpy.typing import NDArray
 
 if TYPE_CHECKING:  # annotations only: both modules import this one
     from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
@@ -126,3 +128,7 @@ class Timeline:
     other: Spans
     comms: tuple[CommActivity, ...]
     warnings: tuple[str, ...] = ()
+    # Per compute / recompute span: its kernel class (a position in
+    # `kernel_classes.KERNEL_CLASSES`); None on timelines without kernels (CPU).
+    compute_class: NDArray[np.int8] | None = None
+    recompute_class: NDArray[np.int8] | None = None

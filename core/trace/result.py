@@ -25,6 +25,7 @@ __all__ = [
     "AnalysisOptions",
     "CollectiveRecord",
     "ExposedComm",
+    "KernelClassSeconds",
     "RankAnalysis",
     "StepDecomposition",
 ]
@@ -144,6 +145,25 @@ class CollectiveRecord:
 
 
 @dataclass(frozen=True)
+class KernelClassSeconds:
+    """Seconds of a bucket (compute or recompute) per kernel class (`kernel_classes`); they
+    sum to the bucket. Kernels of several classes at once share the instant equally."""
+
+    gemm: float = 0.0
+    attention: float = 0.0
+    elementwise_norm_reduce: float = 0.0
+    other: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "gemm": self.gemm,
+            "attention": self.attention,
+            "elementwise_norm_reduce": self.elementwise_norm_reduce,
+            "other": self.other,
+        }
+
+
+@dataclass(frozen=True)
 class StepDecomposition:
     """One step window ``[start, start + wall)`` split into the DESIGN §2 buckets.
 
@@ -153,6 +173,8 @@ class StepDecomposition:
     the buckets. `start_s` is Unix seconds when the trace carries ``baseTimeNanoseconds``,
     otherwise seconds on the trace's own clock. `mfu`/`hfu` are None when FLOPs or peak are
     unknown (`hfu` also when the step recomputes but no recompute FLOPs were given).
+    `window_source` says how the window was chosen (``WINDOW_*``). `compute_classes` /
+    `recompute_classes` split those buckets by kernel class (None: not known, CPU timelines).
     """
 
     step: int
@@ -171,6 +193,8 @@ class StepDecomposition:
     mfu: float | None
     hfu: float | None
     window_source: str = WINDOW_PROFILER_STEP
+    compute_classes: KernelClassSeconds | None = None
+    recompute_classes: KernelClassSeconds | None = None
 
 
 @dataclass(frozen=True)

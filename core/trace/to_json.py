@@ -3,7 +3,8 @@
 The shape is a public contract: keys are stable, values in base units (seconds,
 bytes, bytes/s), ``null`` for unknown ``mfu`` / ``hfu`` / ``bytes`` / ``group_size`` /
 bandwidths. ``window_source`` says how each window was chosen: ``profiler_step``,
-``whole_trace``, ``annotation:NAME`` or ``range`` (docs/analyze.md).
+``whole_trace``, ``annotation:NAME`` or ``range`` (docs/analyze.md); ``compute_class_s`` /
+``recompute_class_s`` split those buckets by kernel class (``null`` on CPU timelines).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ def _step(step: StepDecomposition) -> dict[str, Any]:
         "collectives": [_collective(c) for c in step.collectives],
         "mfu": step.mfu,
         "hfu": step.hfu,
+        "compute_class_s": None if step.compute_classes is None else step.compute_classes.as_dict(),
+        "recompute_class_s": (
+            None if step.recompute_classes is None else step.recompute_classes.as_dict()
+        ),
     }
 
 

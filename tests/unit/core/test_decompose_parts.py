@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 
 import pytest
@@ -176,7 +177,12 @@ def test_json_document_has_exactly_the_contract_keys() -> None:
         "collectives",
         "mfu",
         "hfu",
+        "compute_class_s",
+        "recompute_class_s",
     }
+    classes = {"gemm", "attention", "elementwise_norm_reduce", "other"}
+    assert set(step["compute_class_s"]) == set(step["recompute_class_s"]) == classes
+    assert math.fsum(step["compute_class_s"].values()) == pytest.approx(step["compute_s"])
     assert step["mfu"] is None and step["hfu"] is None
     assert {tuple(sorted(e)) for e in step["exposed_comm"]} == {("axis", "seconds", "tier")}
     first, unknown = step["collectives"]
