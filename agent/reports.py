@@ -7,7 +7,9 @@ and the collectives seen in it. The agent turns them into:
   exposed communication split per (axis, tier). Every later step report carries it scaled to
   that step's own measured wall time, so its components sum exactly to `wall_s` (schema rule);
 - per profiled step, `CollectiveSample`s aggregated per (op, axis, tier, group_size, bytes), put
-  only on that step's report so collector counters never count a collective twice.
+  only on that step's report so collector counters never count a collective twice;
+- the compute bucket split by kernel class (when the engine split it), scaled like the
+  components: the live f_elementwise slice of the MFU waterfall.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import Protocol
 
 from mfuscope.core.schema import (
     COLLECTIVE_OPS,
+    KERNEL_CLASSES,
     TIERS,
+    ClassShare,
     CollectiveSample,
     ComponentShare,
     StepReport,
@@ -107,11 +111,31 @@ class Share:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Bucket fractions of a profiled window; `step` is the window step it is named after."""
+    """Bucket fractions of a profiled window; `step` is the window step it is named after.
+    `class_fractions`: (kernel class, fraction of the window) splitting the compute share."""
 
     step: int
     shares: tuple[Share, ...]
     overlapped_fraction: float
+    class_fractions: tuple[tuple[str, float], ...] = ()
+
+
+class _ClassSecondsLike(Protocol):
+    def as_dict(self) -> dict[str, float]: ...
+
+
+def _class_totals(steps: Sequence[DecompositionLike]) -> dict[str, float]:
+    """Compute seconds per kernel class over `steps` (the engine's `compute_classes`); empty
+    when any step has no split (CPU timelines), so the split is never partial."""
+    totals = dict.fromkeys(KERNEL_CLASSES, 0.0)
+    for step in steps:
+        classes: _ClassSecondsLike | None = getattr(step, "compute_classes", None)
+        if classes is None:
+            return {}
+        for name, seconds in classes.as_dict().items():
+            if name in totals:
+                totals[name] += _finite(seconds)
+    return totals
 
 
 def _tier(tier: str) -> str:
@@ -163,7 +187,15 @@ def breakdown_from_steps(
         if value > 0
     ]
     overlapped = math.fsum(_finite(s.overlapped_comm_s) for s in steps) / bucket_total
-    return Breakdown(step=breakdown_step, shares=tuple(shares), overlapped_fraction=overlapped)
+    classes = tuple(
+        (name, seconds / bucket_total) for name, seconds in _class_totals(steps).items()
+    )
+    return Breakdown(
+        step=breakdown_step,
+        shares=tuple(shares),
+        overlapped_fraction=overlapped,
+        class_fractions=classes,
+    )
 
 
 def components_for(breakdown: Breakdown, wall_s: float) -> tuple[ComponentShare, ...]:
@@ -245,4 +277,7 @@ def make_report(
         overlapped_comm_s=0.0 if breakdown is None else breakdown.overlapped_fraction * wall_s,
         breakdown_step=None if breakdown is None else breakdown.step,
         collectives=collectives,
+        compute_classes=()
+        if breakdown is None or wall_s <= 0
+        else tuple(ClassShare(name, f * wall_s) for name, f in breakdown.class_fractions),
     )

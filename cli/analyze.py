@@ -196,6 +196,14 @@ def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
             f"  ({_pct(s.bubble_pipeline_s, w)}/{_pct(s.bubble_idle_s, w)})"
             f"  {s.overlapped_comm_s * 1e3:10.3f}  {_ratio(s.mfu)}  {_ratio(s.hfu)}"
         )
+    by_class: dict[str, float] = defaultdict(float)
+    for s in rank.steps:
+        for name, seconds in (s.compute_classes.as_dict() if s.compute_classes else {}).items():
+            by_class[name] += seconds
+    compute_total = math.fsum(by_class.values())
+    if compute_total > 0:
+        parts = [f"{name} {_pct(sec, compute_total).strip()}" for name, sec in by_class.items()]
+        out.append("  compute by kernel class: " + ", ".join(parts))
     exposed: dict[tuple[str, str], float] = defaultdict(float)
     for s in rank.steps:
         for e in s.exposed_comm:

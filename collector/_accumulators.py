@@ -88,6 +88,7 @@ class SeriesAcc:
     __slots__ = (
         "collectives",
         "components",
+        "compute_classes",
         "duplicates",
         "hardware_flops",
         "histogram",
@@ -107,6 +108,7 @@ class SeriesAcc:
         self.overlapped = 0.0
         self.duplicates = 0
         self.components: dict[tuple[str, str, str], float] = {}
+        self.compute_classes: dict[str, float] = {}  # kernel class -> compute seconds
         self.collectives: dict[tuple[str, str, str], CollectiveAcc] = {}
         self.histogram = HistogramAcc()
 
@@ -121,6 +123,9 @@ class SeriesAcc:
         for c in r.components:
             key = (c.component, c.axis, c.tier)
             components[key] = components.get(key, 0.0) + c.seconds
+        classes = self.compute_classes
+        for share in r.compute_classes:
+            classes[share.kernel_class] = classes.get(share.kernel_class, 0.0) + share.seconds
         for sample in r.collectives:
             ckey = (sample.op, sample.axis, sample.tier)
             acc = self.collectives.get(ckey)

@@ -101,6 +101,8 @@ class SeriesTotals:
     components: tuple[ComponentTotals, ...]
     collectives: tuple[CollectiveTotals, ...]
     step_duration: HistogramTotals
+    # (kernel class, compute seconds) from reports that carry the split (schema 1.1)
+    compute_classes: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

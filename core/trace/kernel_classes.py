@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from mfuscope.core.schema import KERNEL_CLASSES
+
 __all__ = [
     "ATTENTION",
     "ELEMENTWISE_NORM_REDUCE",
@@ -38,12 +40,9 @@ __all__ = [
     "classify_kernel",
 ]
 
-GEMM = "gemm"
-ATTENTION = "attention"
-ELEMENTWISE_NORM_REDUCE = "elementwise_norm_reduce"
-OTHER = "other"
-# Codes are positions in this tuple (the engine keeps one small integer per kernel).
-KERNEL_CLASSES: tuple[str, ...] = (GEMM, ATTENTION, ELEMENTWISE_NORM_REDUCE, OTHER)
+# The vocabulary is the wire schema's; codes are positions in it (the engine keeps one small
+# integer per kernel).
+GEMM, ATTENTION, ELEMENTWISE_NORM_REDUCE, OTHER = KERNEL_CLASSES
 
 # (class, lower-case substrings), tried in order.
 _TABLE: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -4,7 +4,9 @@ The shape is a public contract: keys are stable, values in base units (seconds,
 bytes, bytes/s), ``null`` for unknown ``mfu`` / ``hfu`` / ``bytes`` / ``group_size`` /
 bandwidths. ``window_source`` says how each window was chosen: ``profiler_step``,
 ``whole_trace``, ``annotation:NAME`` or ``range`` (docs/analyze.md); ``compute_class_s`` /
-``recompute_class_s`` split those buckets by kernel class (``null`` on CPU timelines).
+``recompute_class_s`` split those buckets by kernel class (``null`` on CPU timelines);
+``waterfall`` holds the slices of ``1 - mfu`` (``elementwise`` is the unfused / memory-bound
+kernels' slice), ``null`` when MFU is unknown.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mfuscope.core.mfu import StepBuckets, mfu_waterfall
 from mfuscope.core.trace.result import (
     CollectiveRecord,
     ExposedComm,
@@ -43,6 +46,32 @@ def _collective(record: CollectiveRecord) -> dict[str, Any]:
     }
 
 
+def _waterfall(step: StepDecomposition) -> dict[str, float] | None:
+    """The step's MFU waterfall slices (`mfu.mfu_waterfall`), None when MFU is unknown.
+
+    The waterfall depends on the FLOPs and the peak only through ``model_flops / peak =
+    mfu * wall_s``, so it is computed with a peak of 1 FLOP/s.
+    """
+    if step.mfu is None:
+        return None
+    elementwise = (
+        0.0 if step.compute_classes is None else step.compute_classes.elementwise_norm_reduce
+    )
+    buckets = StepBuckets(
+        compute_s=step.compute_s,
+        recompute_s=step.recompute_s,
+        exposed_comm_s=step.exposed_comm_s,
+        other_s=step.other_s,
+        bubble_pipeline_s=step.bubble_pipeline_s,
+        bubble_idle_s=step.bubble_idle_s,
+        elementwise_s=min(elementwise, step.compute_s),
+    )
+    try:
+        return mfu_waterfall(step.mfu * step.wall_s, 1.0, buckets).slices()
+    except ValueError:  # FLOPs but no compute time: no honest split (see mfu_waterfall)
+        return None
+
+
 def _step(step: StepDecomposition) -> dict[str, Any]:
     return {
         "step": step.step,
@@ -65,6 +94,7 @@ def _step(step: StepDecomposition) -> dict[str, Any]:
         "recompute_class_s": (
             None if step.recompute_classes is None else step.recompute_classes.as_dict()
         ),
+        "waterfall": _waterfall(step),
     }
 
 

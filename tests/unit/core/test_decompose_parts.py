@@ -179,7 +179,9 @@ def test_json_document_has_exactly_the_contract_keys() -> None:
         "hfu",
         "compute_class_s",
         "recompute_class_s",
+        "waterfall",
     }
+    assert step["waterfall"] is None  # no FLOPs given
     classes = {"gemm", "attention", "elementwise_norm_reduce", "other"}
     assert set(step["compute_class_s"]) == set(step["recompute_class_s"]) == classes
     assert math.fsum(step["compute_class_s"].values()) == pytest.approx(step["compute_s"])
