@@ -239,3 +239,28 @@ def test_real_profiler_window_on_one_process(tmp_path: Path) -> None:
         assert reports[step].breakdown_step == step
     assert reports[last].breakdown_step == 2
     assert not list(tmp_path.glob("mfuscope-window-*"))
+
+
+def test_real_profiler_window_trace_is_kept_and_analysable(tmp_path: Path) -> None:
+    from mfuscope.core.trace import analyze_trace, read_trace
+
+    model = Net()
+    kept = tmp_path / "kept"
+    agent = _agent(
+        tmp_path,
+        model,
+        profile=True,
+        profile_first_step=1,
+        profile_steps=2,
+        keep_traces=3,
+        keep_traces_dir=str(kept),
+    )
+    for _ in range(3):
+        with agent.step():
+            _train(model, batch=64)
+    _step_until_analysed(agent)
+    agent.close()
+    (trace,) = kept.iterdir()
+    assert trace.name.startswith("mfuscope-rank0-step1-2-") and trace.name.endswith(".json.gz")
+    steps = analyze_trace(read_trace(trace)).steps  # the window behind the reported numbers
+    assert [s.step for s in steps] == [1, 2]
