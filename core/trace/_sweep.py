@@ -223,10 +223,15 @@ def decompose_timeline(
 
     compute_us, recompute_us, other_us = map(per_window, (compute_set, recompute_set, other_set))
     compute_classes = class_time_per_window(
-        timeline.compute, timeline.compute_class, None, window_starts, window_ends
+        timeline.compute, timeline.compute_class, None, window_starts, window_ends, compute_us
     )
     recompute_classes = class_time_per_window(
-        timeline.recompute, timeline.recompute_class, compute, window_starts, window_ends
+        timeline.recompute,
+        timeline.recompute_class,
+        compute,
+        window_starts,
+        window_ends,
+        recompute_us,
     )
     comm_us, exposed_us = per_window(comm_set), per_window(exposed_set)
     steps: list[StepDecomposition] = []

@@ -183,3 +183,19 @@ def test_recompute_is_split_too_and_cpu_timelines_have_no_classes(tmp_path: Path
     (host_step,) = analyze_trace(cpu.build()).steps
     assert host_step.compute_classes is None and host_step.recompute_classes is None
     assert set(KERNEL_CLASSES) == {"gemm", "attention", "elementwise_norm_reduce", "other"}
+
+
+def test_recompute_of_several_classes_leaves_out_what_compute_covers() -> None:
+    b = TraceBuilder(world_size=1)
+    b.profiler_step(1, 0.0, 50.0)
+    b.annotation("mfuscope::recompute", 10.0, 20.0)
+    b.kernel(100.0, 40.0, launch_at=1.0)  # compute [100, 140)
+    b.kernel(120.0, 40.0, stream=8, launch_at=12.0, recompute=True)  # gemm, [140, 160) left
+    b.kernel(150.0, 20.0, stream=9, launch_at=13.0, name="softmax_warp_forward", recompute=True)
+    (step,) = analyze_trace(b.build()).steps
+    classes = step.recompute_classes
+    assert classes is not None and step.recompute_s == pytest.approx(30 * US)  # [140, 170)
+    # [140, 150) gemm alone, [150, 160) shared, [160, 170) softmax alone
+    assert classes.gemm == pytest.approx(15 * US)
+    assert classes.elementwise_norm_reduce == pytest.approx(15 * US)
+    assert step.compute_classes is not None and step.compute_classes.gemm == pytest.approx(40 * US)
