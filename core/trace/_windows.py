@@ -73,7 +73,9 @@ def choose_windows(
     if request.annotation is not None:
         name = request.annotation
         source = WINDOW_ANNOTATION_PREFIX + name
-        ranges = _host_ranges(scanned.annotations, name) or _host_ranges(scanned.cpu_ops, name)
+        # Annotations only: operators are left out before decoding on device traces (`_select`),
+        # so looking them up would make the answer depend on the reader.
+        ranges = _host_ranges(scanned.annotations, name)
         if ranges:
             windows = tuple(
                 StepWindow(w.step, w.start, w.end, source) for w in host_windows(ranges)
