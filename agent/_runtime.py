@@ -9,6 +9,8 @@ it). Link peaks: detected links first, then the device's defaults (`hardware.lin
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,8 +21,10 @@ from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
+from mfuscope.agent.kept_traces import TraceKeeper
 from mfuscope.agent.recompute import wrap_checkpoint
 from mfuscope.agent.sampler import (
+    Keep,
     WindowAnalyser,
     WindowRecorder,
     WindowSchedule,
@@ -269,6 +273,17 @@ def _count_session() -> CountSession:
     return StepFlopCount()
 
 
+def _keeper(config: AgentConfig, topology: RankTopology) -> Keep | None:
+    """Where window traces are kept (`keep_traces`), None when they are not."""
+    if config.keep_traces < 1:
+        return None
+    directory = config.keep_traces_dir or os.path.join(tempfile.gettempdir(), "mfuscope-traces")
+    keeper = TraceKeeper(
+        directory, config.keep_traces, config.keep_traces_max_bytes, rank=topology.rank
+    )
+    return keeper.keep_trace
+
+
 def build_runtime(
     config: AgentConfig,
     *,
@@ -303,7 +318,9 @@ def build_runtime(
         model=model,
         max_recounts=config.max_flop_recounts,
     )
-    analyser = WindowAnalyser(seams.analyse or _engine_analyse(topology, device))
+    analyser = WindowAnalyser(
+        seams.analyse or _engine_analyse(topology, device), keep=_keeper(config, topology)
+    )
     windows = WindowCoordinator(
         schedule=WindowSchedule(
             # Counted from this process's first step: a resumed job warms up again too.

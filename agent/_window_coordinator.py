@@ -209,6 +209,12 @@ class WindowCoordinator:
         if self._awaiting != outcome.steps:
             return None  # a late answer for a window already given up on
         self._awaiting = None
+        if outcome.keep_error is not None:
+            self._log.warning(
+                "keep-trace-failed",
+                "mfuscope: could not keep the window's trace (%s); analysis goes on",
+                outcome.keep_error,
+            )
         if outcome.error is not None:
             return self._fail(outcome.steps, outcome.error)
         wanted = set(outcome.steps)

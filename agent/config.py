@@ -28,6 +28,10 @@ class AgentConfig:
     whenever `profile_every_steps` steps or `profile_every_s` seconds have passed since the last
     one, whichever comes first, but never sooner than the measured cost of the last window divided
     by `profile_max_overhead_ratio` (so the amortised profiling cost stays under that ratio).
+
+    Kept traces: with `keep_traces` = N > 0, the Kineto traces of this rank's last N profiled
+    windows are kept gzipped in `keep_traces_dir` (None: ``mfuscope-traces`` in the system temp
+    directory), at most `keep_traces_max_bytes` together (docs/agent.md).
     """
 
     job: str
@@ -51,6 +55,9 @@ class AgentConfig:
     profile_every_s: float = 300.0
     profile_steps: int = 3
     profile_max_overhead_ratio: float = 0.005
+    keep_traces: int = 0
+    keep_traces_dir: str | None = None
+    keep_traces_max_bytes: int = 1 << 30
     wrap_checkpoint: bool = False
     flush_interval_s: float = 5.0
     max_batch_reports: int = 256
@@ -93,7 +100,11 @@ class AgentConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("first_step", "profile_first_step", "max_flop_recounts"):
+        if self.keep_traces_max_bytes < 1:
+            raise ConfigError(
+                "keep_traces_max_bytes", f"must be >= 1 byte, got {self.keep_traces_max_bytes}"
+            )
+        for name in ("first_step", "profile_first_step", "max_flop_recounts", "keep_traces"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
         for name in (

@@ -3,7 +3,8 @@
 The training thread only starts and stops the profiler (and marks each profiled step with a
 `ProfilerStep#N` range, N = the agent's step number, which is how the engine finds steps). The
 stopped profiler goes to a background thread that exports the Kineto trace to a temporary file,
-runs the engine on it, deletes the file and leaves the result for the agent to pick up.
+runs the engine on it, keeps a gzipped copy when asked (`kept_traces`), deletes the file and
+leaves the result for the agent to pick up.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mfuscope.core.errors import MfuscopeError
 from mfuscope.core.step_report import DecompositionLike
 
 __all__ = [
+    "Keep",
     "ProfilerBusy",
     "ProfilerLike",
     "WindowAnalyser",
@@ -183,16 +185,21 @@ def _record_function(name: str) -> contextlib.AbstractContextManager[Any]:
 class WindowOutcome:
     """What one window produced: the decompositions of its steps, or the error that stopped it.
 
-    `cpu_s` is the CPU time the background thread spent on it (export + analysis).
+    `cpu_s` is the CPU time the background thread spent on it (export + analysis + keeping).
+    `kept_trace`: where its trace was kept (None: not kept); `keep_error`: why keeping failed.
     """
 
     steps: tuple[int, ...]
     decompositions: tuple[DecompositionLike, ...] = ()
     error: str | None = None
     cpu_s: float = 0.0
+    kept_trace: str | None = None
+    keep_error: str | None = None
 
 
 Analyse = Callable[[str], Sequence[DecompositionLike]]
+# (exported trace path, window steps) -> where it was kept; raises OSError when it cannot be.
+Keep = Callable[[str, tuple[int, ...]], Any]
 
 
 class WindowAnalyser:
@@ -204,8 +211,10 @@ class WindowAnalyser:
         *,
         temp_dir: str | None = None,
         thread_time: Callable[[], float] = time.thread_time,
+        keep: Keep | None = None,
     ) -> None:
         self._analyse = analyse
+        self._keep = keep
         self._temp_dir = temp_dir
         self._thread_time = thread_time
         self._jobs: queue.Queue[tuple[ProfilerLike, tuple[int, ...]] | None] = queue.Queue()
@@ -245,8 +254,9 @@ class WindowAnalyser:
                 return
             profiler, steps = job
             started = self._thread_time()
+            kept: list[str | None] = [None, None]  # (kept path, keep error)
             try:
-                decompositions = self._export_and_analyse(profiler)
+                decompositions = self._export_and_analyse(profiler, steps, kept)
                 outcome = WindowOutcome(steps=steps, decompositions=tuple(decompositions))
             except Exception as exc:
                 outcome = WindowOutcome(steps=steps, error=f"{type(exc).__name__}: {exc}")
@@ -256,15 +266,24 @@ class WindowAnalyser:
                 decompositions=outcome.decompositions,
                 error=outcome.error,
                 cpu_s=max(self._thread_time() - started, 0.0),
+                kept_trace=kept[0],
+                keep_error=kept[1],
             )
             self._busy.clear()
             self._results.put(outcome)
 
-    def _export_and_analyse(self, profiler: ProfilerLike) -> Sequence[DecompositionLike]:
+    def _export_and_analyse(
+        self, profiler: ProfilerLike, steps: tuple[int, ...], kept: list[str | None]
+    ) -> Sequence[DecompositionLike]:
         fd, path = tempfile.mkstemp(prefix="mfuscope-window-", suffix=".json", dir=self._temp_dir)
         os.close(fd)
         try:
             profiler.export_chrome_trace(path)
+            if self._keep is not None:  # before the analysis: a trace it fails on is kept too
+                try:
+                    kept[0] = str(self._keep(path, steps))
+                except OSError as exc:
+                    kept[1] = f"{type(exc).__name__}: {exc}"
             return self._analyse(path)
         finally:
             with contextlib.suppress(OSError):

@@ -23,7 +23,9 @@ from mfuscope.core.trace import (
     analyze_trace,
     read_trace,
 )
+from mfuscope.core.trace.inputs import input_warnings
 from mfuscope.core.trace.options import analysis_options, options_for_trace
+from mfuscope.core.trace.result import WINDOW_PROFILER_STEP, WINDOW_RANGE, WINDOW_WHOLE_TRACE
 from mfuscope.core.trace.trace_io import find_trace_files, gc_paused
 
 __all__ = ["add_arguments", "run"]
@@ -44,6 +46,17 @@ def _axis_override(text: str) -> tuple[str, str]:
     if not sep or not group or not axis:
         raise argparse.ArgumentTypeError(f"expected GROUP=AXIS, got {text!r}")
     return group, axis
+
+
+def _window_range(text: str) -> tuple[float, float]:
+    start, sep, end = text.partition(":")
+    try:
+        bounds = (float(start), float(end))
+    except ValueError:
+        bounds = (math.nan, math.nan)
+    if not sep or not all(math.isfinite(b) for b in bounds) or not bounds[1] > bounds[0]:
+        raise argparse.ArgumentTypeError(f"expected START_US:END_US with END > START, got {text!r}")
+    return bounds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,10 +87,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="GROUP=AXIS",
         help="name the axis of a process group (by pg name or description); repeatable",
     )
+    windows = parser.add_mutually_exclusive_group()
+    windows.add_argument(
+        "--window-annotation",
+        metavar="NAME",
+        help="analyse each range of this record_function / user annotation instead of the "
+        "profiler steps",
+    )
+    windows.add_argument(
+        "--window-range",
+        type=_window_range,
+        metavar="START_US:END_US",
+        help="analyse one window, in the trace's own ts clock (microseconds)",
+    )
     parser.add_argument("--json", action="store_true", help="print mfuscope.analysis/1 JSON")
 
 
-def _analyse_all(args: argparse.Namespace, progress: TextIO | None) -> list[RankAnalysis]:
+def _analyse_all(
+    args: argparse.Namespace, progress: TextIO | None
+) -> tuple[list[RankAnalysis], list[str]]:
+    """The analyses sorted by rank, and the warnings (per file, then across files)."""
     files = [file for path in args.paths for file in find_trace_files(path)]
     base = analysis_options(
         device=None,  # per trace, below
@@ -86,20 +115,24 @@ def _analyse_all(args: argparse.Namespace, progress: TextIO | None) -> list[Rank
         model_flops_per_step=args.model_flops_per_step,
         recompute_flops_per_step=args.recompute_flops_per_step,
         peak_flops=args.peak_flops or None,
+        window_annotation=args.window_annotation,
+        window_range_us=args.window_range,
     )
-    results: list[RankAnalysis] = []
+    results: list[tuple[str, RankAnalysis]] = []
     for index, file in enumerate(files, 1):
         if progress is not None and file.is_file() and file.stat().st_size >= _PROGRESS_MIN_BYTES:
             print(f"\r[{index}/{len(files)}] reading {file.name} ...", end="", file=progress)
             progress.flush()
         trace = read_trace(file)
         try:
-            results.append(analyze_trace(trace, options_for_trace(trace, base)))
+            results.append((str(file), analyze_trace(trace, options_for_trace(trace, base))))
         except TraceError as exc:
             raise TraceError(file, exc.message) from None
     if progress is not None:
         print("\r\033[K", end="", file=progress)
-    return sorted(results, key=lambda r: r.rank)
+    warnings = [f"{name}: {line}" for name, r in results for line in r.warnings]
+    warnings += input_warnings(results)
+    return sorted((r for _, r in results), key=lambda r: r.rank), warnings
 
 
 def _pct(part: float, whole: float) -> str:
@@ -119,8 +152,17 @@ def _size(n: int | None) -> str:
     return f"{n} B"
 
 
+_WINDOW_WORDS = {
+    WINDOW_WHOLE_TRACE: "the whole trace as one window (no ProfilerStep#N in the trace)",
+    WINDOW_RANGE: "the chosen time range",
+}
+
+
 def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
     out.append(f"rank {rank.rank}/{rank.world_size}  device: {rank.device}")
+    sources = sorted({s.window_source for s in rank.steps})
+    if sources != [WINDOW_PROFILER_STEP]:
+        out.append(f"  windows: {', '.join(_WINDOW_WORDS.get(s, s) for s in sources)}")
     out.append(
         "  step    wall ms  compute  recomp  exp.comm   other  bubble  (pipe / idle)"
         "  overlap ms     MFU     HFU"
@@ -133,6 +175,14 @@ def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
             f"  ({_pct(s.bubble_pipeline_s, w)}/{_pct(s.bubble_idle_s, w)})"
             f"  {s.overlapped_comm_s * 1e3:10.3f}  {_ratio(s.mfu)}  {_ratio(s.hfu)}"
         )
+    by_class: dict[str, float] = defaultdict(float)
+    for s in rank.steps:
+        for name, seconds in (s.compute_classes.as_dict() if s.compute_classes else {}).items():
+            by_class[name] += seconds
+    compute_total = math.fsum(by_class.values())
+    if compute_total > 0:
+        parts = [f"{name} {_pct(sec, compute_total).strip()}" for name, sec in by_class.items()]
+        out.append("  compute by kernel class: " + ", ".join(parts))
     exposed: dict[tuple[str, str], float] = defaultdict(float)
     for s in rank.steps:
         for e in s.exposed_comm:
@@ -140,7 +190,7 @@ def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
     if exposed:
         parts = [f"{a}/{t} {sec * 1e3:.3f} ms" for (a, t), sec in sorted(exposed.items())]
         out.append("  exposed comm over all steps: " + ", ".join(parts))
-    groups: dict[tuple[str, str, str, int, int | None], list[float]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, int | None, int | None], list[float]] = defaultdict(list)
     for s in rank.steps:
         for c in s.collectives:
             groups[(c.op, c.axis, c.tier, c.group_size, c.bytes)].append(c.seconds)
@@ -156,11 +206,11 @@ def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
         total = math.fsum(times)
         busbw = (
             "         -"
-            if size is None or total <= 0
+            if size is None or n is None or total <= 0
             else f"{len(times) * size * bus_factor(op, n) / total / 1e9:10.3f}"
         )
         out.append(
-            f"                {op:<15} {axis:<11} {tier:<11} {n:>3} {_size(size):>11}"
+            f"                {op:<15} {axis:<11} {tier:<11} {n or '?':>3} {_size(size):>11}"
             f"  {len(times):>5} {total / len(times) * 1e3:10.3f}  {busbw}"
         )
 
@@ -181,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         if args.gpus_per_node is not None and args.gpus_per_node < 1:
             raise ValueError("--gpus-per-node must be >= 1")
         with gc_paused():  # a trace is millions of fresh objects, none garbage
-            ranks = _analyse_all(args, progress)
+            ranks, warnings = _analyse_all(args, progress)
     except TraceError as exc:
         name = exc.path if exc.path is not None else "trace"
         print(f"mfuscope analyze: {name}: {exc.message}", file=sys.stderr)
@@ -189,8 +239,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mfuscope analyze: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    for line in warnings:
+        print(f"mfuscope analyze: warning: {line}", file=sys.stderr)
     if args.json:
-        sys.stdout.write(json.dumps(analysis_to_json(ranks), allow_nan=False) + "\n")
+        document = analysis_to_json(ranks, warnings)
+        sys.stdout.write(json.dumps(document, allow_nan=False) + "\n")
     else:
         sys.stdout.write(format_table(ranks))
     return 0

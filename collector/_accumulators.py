@@ -80,6 +80,7 @@ class SeriesAcc:
     __slots__ = (
         "collectives",
         "components",
+        "compute_classes",
         "duplicates",
         "hardware_flops",
         "histogram",
@@ -102,6 +103,7 @@ class SeriesAcc:
         # Counted steps that re-ran a step number an earlier incarnation had reported.
         self.reruns = 0
         self.components: dict[tuple[str, str, str], float] = {}
+        self.compute_classes: dict[str, float] = {}  # kernel class -> compute seconds
         self.collectives: dict[tuple[str, str, str], CollectiveAcc] = {}
         self.histogram = HistogramAcc()
 
@@ -116,6 +118,9 @@ class SeriesAcc:
         for c in r.components:
             key = (c.component, c.axis, c.tier)
             components[key] = components.get(key, 0.0) + c.seconds
+        classes = self.compute_classes
+        for share in r.compute_classes:
+            classes[share.kernel_class] = classes.get(share.kernel_class, 0.0) + share.seconds
         for sample in r.collectives:
             ckey = (sample.op, sample.axis, sample.tier)
             acc = self.collectives.get(ckey)

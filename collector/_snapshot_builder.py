@@ -85,6 +85,7 @@ def _series(rank: int | None, acc: SeriesAcc) -> SeriesTotals:
             min=h.min if observed else 0.0,
             max=h.max if observed else 0.0,
         ),
+        compute_classes=tuple(sorted(acc.compute_classes.items())),
     )
 
 

@@ -163,6 +163,20 @@ def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
             for c in t.components
         ],
     )
+    b.add(
+        "mfuscope_compute_class_seconds_total",
+        "counter",
+        "s",
+        "compute time per kernel class (gemm, attention, elementwise_norm_reduce, other), from "
+        "profiled windows; sums to the compute component over the steps that carry it, seconds",
+        (*b.who_labels, "class"),
+        [
+            Sample((*b.who(j.job, t), name), seconds, t.start_unix_ns)
+            for j in jobs
+            for t in j.totals
+            for name, seconds in t.compute_classes
+        ],
+    )
     for suffix, unit, help_text, cget in _COLLECTIVE_COUNTERS:
         b.add(
             f"mfuscope_collective_{suffix}_total",

@@ -104,6 +104,8 @@ class SeriesTotals:
     collectives: tuple[CollectiveTotals, ...]
     step_duration: HistogramTotals
     reruns: int = 0
+    # (kernel class, compute seconds) from reports that carry the split (schema 1.1)
+    compute_classes: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,15 @@ For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device o
   of the window; a negative kernel slice means the FLOP count or the peak is too high (the kernels
   "beat" the peak, or FLOPs were counted in a window without compute time) and is kept as is so
   the error shows instead of being clipped away.
+- The kernel slice is split in two (docs/analyze.md, "Kernel classes"): ``f_elementwise``, the
+  fraction of the window the compute bucket spends in unfused / memory-bound kernels (class
+  ``elementwise_norm_reduce``: elementwise, norms, softmax, reductions, optimizer kernels, whose
+  FLOPs are negligible next to the matmuls'), and the rest:
+
+      f_compute * (1 - kernel_efficiency) = f_elementwise + kernel_inefficiency
+
+  so the identity above holds exactly with both slices. Without a class split
+  ``f_elementwise`` is 0 and ``kernel_inefficiency`` is the whole kernel slice.
 """
 
 from __future__ import annotations
@@ -121,6 +130,8 @@ class StepBuckets:
     other_s: float = 0.0
     bubble_pipeline_s: float = 0.0
     bubble_idle_s: float = 0.0
+    # Of `compute_s`: the time in elementwise_norm_reduce kernels (not a bucket of its own).
+    elementwise_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
@@ -128,6 +139,10 @@ class StepBuckets:
                 raise ValueError(f"{name} must be a finite number >= 0 s, got {value}")
         if not self.window_s > 0:
             raise ValueError("the buckets sum to 0 s: an empty window has no MFU")
+        if self.elementwise_s > self.compute_s * (1 + 1e-9) + 1e-12:
+            raise ValueError(
+                f"elementwise_s {self.elementwise_s} s is part of compute_s {self.compute_s} s"
+            )
 
     @property
     def window_s(self) -> float:
@@ -147,9 +162,11 @@ class StepBuckets:
 class MfuWaterfall:
     """Where the gap between peak and achieved model FLOP/s went, as fractions of the window.
 
-    ``mfu + exposed_comm + bubble_pipeline + bubble_idle + recompute + other + kernel_inefficiency
-    == 1`` (to float rounding). `kernel_efficiency` is None when no compute time was observed (and
-    the model FLOPs are then 0, so the kernel slice is 0 too).
+    ``mfu + exposed_comm + bubble_pipeline + bubble_idle + recompute + other + elementwise +
+    kernel_inefficiency == 1`` (to float rounding). `elementwise` is ``f_elementwise`` (unfused /
+    memory-bound kernels), `kernel_inefficiency` the rest of the kernel slice. `kernel_efficiency`
+    is None when no compute time was observed (and the model FLOPs are then 0, so the kernel
+    slices are 0 too).
     """
 
     mfu: float
@@ -161,6 +178,7 @@ class MfuWaterfall:
     kernel_inefficiency: float
     kernel_efficiency: float | None
     window_s: float
+    elementwise: float = 0.0
 
     @property
     def bubble(self) -> float:
@@ -174,6 +192,7 @@ class MfuWaterfall:
             "bubble_idle": self.bubble_idle,
             "recompute": self.recompute,
             "other": self.other,
+            "elementwise": self.elementwise,
             "kernel_inefficiency": self.kernel_inefficiency,
         }
 
@@ -192,6 +211,7 @@ def mfu_waterfall(model_flops: float, peak_flops: float, buckets: StepBuckets) -
     efficiency = utilization(model_flops, peak_flops * buckets.compute_s)
     # f_compute * (1 - efficiency) == f_compute - MFU; written so it also holds without compute.
     kernel_slice = buckets.compute_s / window - mfu_value
+    elementwise = buckets.elementwise_s / window
     return MfuWaterfall(
         mfu=mfu_value,
         exposed_comm=buckets.exposed_comm_s / window,
@@ -199,7 +219,8 @@ def mfu_waterfall(model_flops: float, peak_flops: float, buckets: StepBuckets) -
         bubble_idle=buckets.bubble_idle_s / window,
         recompute=buckets.recompute_s / window,
         other=buckets.other_s / window,
-        kernel_inefficiency=kernel_slice,
+        kernel_inefficiency=kernel_slice - elementwise,
         kernel_efficiency=efficiency,
         window_s=window,
+        elementwise=elementwise,
     )

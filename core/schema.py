@@ -71,6 +71,7 @@ from mfuscope.core.hwcounters import (
 from mfuscope.core.vocabulary import (
     COLLECTIVE_OPS,
     COMPONENTS,
+    KERNEL_CLASSES,
     PEAK_SOURCES,
     TENSOR_AXIS,
     TIERS,
@@ -81,6 +82,7 @@ __all__ = [
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "AgentHealth",
+    "ClassShare",
     "CollectiveSample",
     "ComponentShare",
     "GroupInfo",
@@ -125,6 +127,14 @@ class ComponentShare:
 
 
 @dataclass(frozen=True)
+class ClassShare:
+    """Seconds of the step's compute bucket spent in kernels of one class (`KERNEL_CLASSES`)."""
+
+    kernel_class: str
+    seconds: float
+
+
+@dataclass(frozen=True)
 class CollectiveSample:
     op: str
     axis: str
@@ -147,6 +157,9 @@ class StepReport:
     overlapped_comm_s: float = 0.0
     breakdown_step: int | None = None
     collectives: tuple[CollectiveSample, ...] = ()
+    # Since 1.1, optional: the compute component split by kernel class (from the profiled
+    # window `breakdown_step`, like `components`); empty when not known.
+    compute_classes: tuple[ClassShare, ...] = ()
 
     @property
     def hardware_flops(self) -> float:
@@ -297,6 +310,31 @@ def _parse_collective(raw: Any, path: str) -> CollectiveSample:
     )
 
 
+def _parse_classes(raw: Any, path: str, wall_s: float) -> tuple[ClassShare, ...]:
+    entries = _list(raw, path, len(KERNEL_CLASSES))
+    shares = []
+    for i, entry in enumerate(entries):
+        obj = _obj(entry, f"{path}[{i}]")
+        shares.append(
+            ClassShare(
+                kernel_class=_enum(
+                    _get(obj, "kernel_class", f"{path}[{i}]."),
+                    f"{path}[{i}].kernel_class",
+                    KERNEL_CLASSES,
+                ),
+                seconds=_float(
+                    _get(obj, "seconds", f"{path}[{i}]."), f"{path}[{i}].seconds", hi=wall_s
+                ),
+            )
+        )
+    if len({s.kernel_class for s in shares}) != len(shares):
+        raise SchemaError(path, "a kernel class appears twice")
+    total = math.fsum(s.seconds for s in shares)
+    if total > wall_s * (1 + SUM_REL_TOL) + SUM_ABS_TOL:
+        raise SchemaError(path, f"seconds sum to {total!r}, more than wall_s {wall_s!r}")
+    return tuple(shares)
+
+
 def _parse_report(raw: Any, path: str) -> StepReport:
     obj = _obj(raw, path)
     wall_s = _float(_get(obj, "wall_s", f"{path}."), f"{path}.wall_s", hi=MAX_STEP_SECONDS)
@@ -337,6 +375,9 @@ def _parse_report(raw: Any, path: str) -> StepReport:
             for i, c in enumerate(
                 _list(obj.get("collectives", []), f"{path}.collectives", MAX_COLLECTIVES_PER_REPORT)
             )
+        ),
+        compute_classes=_parse_classes(
+            obj.get("compute_classes", []), f"{path}.compute_classes", wall_s
         ),
     )
 

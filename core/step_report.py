@@ -8,10 +8,9 @@ and the collectives seen in it (see docs/definitions.md). They become:
   exposed communication split per (axis, tier). Every later step report carries it scaled to
   that step's own measured wall time, so its components sum exactly to `wall_s` (schema rule);
 - per profiled step, `CollectiveSample`s aggregated per (op, axis, tier, group_size, bytes), put
-  only on that step's report so collector counters never count a collective twice.
-
-The agent reports every step, profiled or not, with the latest window's breakdown (`make_report`);
-an offline trace has only profiled steps, each its own breakdown (`report_from_decomposition`).
+  only on that step's report so collector counters never count a collective twice;
+- the compute bucket split by kernel class (when the engine split it), scaled like the
+  components: the live f_elementwise slice of the MFU waterfall.
 """
 
 from __future__ import annotations
@@ -21,12 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from mfuscope.core.schema import (
-    CollectiveSample,
-    ComponentShare,
-    StepReport,
-)
-from mfuscope.core.vocabulary import COLLECTIVE_OPS, TIERS
+from mfuscope.core.schema import ClassShare, CollectiveSample, ComponentShare, StepReport
+from mfuscope.core.vocabulary import COLLECTIVE_OPS, KERNEL_CLASSES, TIERS
 
 __all__ = [
     "Breakdown",
@@ -63,7 +58,7 @@ class CollectiveLike(Protocol):
     @property
     def tier(self) -> str: ...
     @property
-    def group_size(self) -> int: ...
+    def group_size(self) -> int | None: ...
     @property
     def bytes(self) -> int | None: ...
     @property
@@ -111,11 +106,31 @@ class Share:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Bucket fractions of a profiled window; `step` is the window step it is named after."""
+    """Bucket fractions of a profiled window; `step` is the window step it is named after.
+    `class_fractions`: (kernel class, fraction of the window) splitting the compute share."""
 
     step: int
     shares: tuple[Share, ...]
     overlapped_fraction: float
+    class_fractions: tuple[tuple[str, float], ...] = ()
+
+
+class _ClassSecondsLike(Protocol):
+    def as_dict(self) -> dict[str, float]: ...
+
+
+def _class_totals(steps: Sequence[DecompositionLike]) -> dict[str, float]:
+    """Compute seconds per kernel class over `steps` (the engine's `compute_classes`); empty
+    when any step has no split (CPU timelines), so the split is never partial."""
+    totals = dict.fromkeys(KERNEL_CLASSES, 0.0)
+    for step in steps:
+        classes: _ClassSecondsLike | None = getattr(step, "compute_classes", None)
+        if classes is None:
+            return {}
+        for name, seconds in classes.as_dict().items():
+            if name in totals:
+                totals[name] += _finite(seconds)
+    return totals
 
 
 def _tier(tier: str) -> str:
@@ -167,7 +182,15 @@ def breakdown_from_steps(
         if value > 0
     ]
     overlapped = math.fsum(_finite(s.overlapped_comm_s) for s in steps) / bucket_total
-    return Breakdown(step=breakdown_step, shares=tuple(shares), overlapped_fraction=overlapped)
+    classes = tuple(
+        (name, seconds / bucket_total) for name, seconds in _class_totals(steps).items()
+    )
+    return Breakdown(
+        step=breakdown_step,
+        shares=tuple(shares),
+        overlapped_fraction=overlapped,
+        class_fractions=classes,
+    )
 
 
 def components_for(breakdown: Breakdown, wall_s: float) -> tuple[ComponentShare, ...]:
@@ -189,12 +212,14 @@ def components_for(breakdown: Breakdown, wall_s: float) -> tuple[ComponentShare,
 def collective_samples(records: Iterable[CollectiveLike]) -> tuple[CollectiveSample, ...]:
     """Aggregate collective records per (op, axis, tier, group_size, bytes).
 
-    Records whose op is not an nccl-tests collective name or whose group size is not positive
-    are left out (the schema would reject them). `overlapped_s = seconds * overlapped_ratio`.
+    Records whose op is not an nccl-tests collective name or whose group size is unknown (None)
+    or not positive are left out (the schema would reject them).
+    `overlapped_s = seconds * overlapped_ratio`.
     """
     totals: dict[tuple[str, str, str, int, int | None], list[float]] = {}
     for record in records:
-        if record.op not in COLLECTIVE_OPS or record.group_size < 1:
+        group_size = record.group_size
+        if record.op not in COLLECTIVE_OPS or group_size is None or group_size < 1:
             continue
         seconds = _finite(record.seconds)
         ratio = (
@@ -203,7 +228,7 @@ def collective_samples(records: Iterable[CollectiveLike]) -> tuple[CollectiveSam
             else 0.0
         )
         size = record.bytes if record.bytes is not None and record.bytes >= 0 else None
-        key = (record.op, record.axis or UNKNOWN, _tier(record.tier), record.group_size, size)
+        key = (record.op, record.axis or UNKNOWN, _tier(record.tier), group_size, size)
         entry = totals.setdefault(key, [0.0, 0.0, 0.0])
         entry[0] += 1
         entry[1] += seconds
@@ -247,6 +272,9 @@ def make_report(
         overlapped_comm_s=0.0 if breakdown is None else breakdown.overlapped_fraction * wall_s,
         breakdown_step=None if breakdown is None else breakdown.step,
         collectives=collectives,
+        compute_classes=()
+        if breakdown is None or wall_s <= 0
+        else tuple(ClassShare(name, f * wall_s) for name, f in breakdown.class_fractions),
     )
 
 

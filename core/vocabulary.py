@@ -14,6 +14,7 @@ __all__ = [
     "AXIS_UNKNOWN",
     "COLLECTIVE_OPS",
     "COMPONENTS",
+    "KERNEL_CLASSES",
     "P2P_OPS",
     "PEAK_SOURCES",
     "PIPELINE_AXIS",
@@ -51,6 +52,9 @@ TIERS: tuple[str, ...] = (TIER_INTRA_NODE, TIER_INTER_NODE, TIER_UNKNOWN)
 PEAK_SOURCES: tuple[str, ...] = ("spec", "measured", "user", "unknown")
 
 # Collective op names as nccl-tests spells them; the point-to-point ones carry pipeline traffic.
+# Kernel classes the compute bucket is split into (docs/analyze.md, "Kernel classes").
+KERNEL_CLASSES: tuple[str, ...] = ("gemm", "attention", "elementwise_norm_reduce", "other")
+
 COLLECTIVE_OPS: tuple[str, ...] = (
     "all_reduce",
     "all_gather",

@@ -48,7 +48,14 @@ def topology_from_analysis(analysis: RankAnalysis) -> Topology:
     """
     known = find_device(analysis.device) is not None
     links = default_link_tiers(analysis.device) if known else {}
-    groups = sorted({(c.axis, c.tier, c.group_size) for s in analysis.steps for c in s.collectives})
+    groups = sorted(
+        {
+            (c.axis, c.tier, c.group_size)
+            for s in analysis.steps
+            for c in s.collectives
+            if c.group_size is not None
+        }
+    )
     return Topology(
         tuple(
             GroupInfo(

@@ -14,6 +14,7 @@ memops and runtime lists, which `usable_columns` checks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,13 +29,24 @@ __all__ = ["DeviceColumns", "EventColumns", "LaunchIndex", "usable_columns"]
 # The record layout written by `columns_of` in _select.c.
 _RECORD = np.dtype(
     {
-        "names": ["ts", "dur", "pid", "correlation", "tid", "bucket", "has_correlation", "kept"],
-        "formats": ["<f8", "<f8", "<i8", "<i8", "<i8", "u1", "u1", "u1"],
-        "offsets": [0, 8, 16, 24, 32, 40, 41, 42],
+        "names": [
+            "ts",
+            "dur",
+            "pid",
+            "correlation",
+            "tid",
+            "bucket",
+            "has_correlation",
+            "kept",
+            "name",
+        ],
+        "formats": ["<f8", "<f8", "<i8", "<i8", "<i8", "u1", "u1", "u1", "<u4"],
+        "offsets": [0, 8, 16, 24, 32, 40, 41, 42, 44],
         "itemsize": 48,
     }
 )
 _KERNEL, _MEMOP, _LAUNCH = 1, 2, 3
+_NO_NAME = 0xFFFFFFFF
 IntArray = NDArray[np.int64]
 
 
@@ -51,6 +63,7 @@ class EventColumns:
     has_correlation: NDArray[np.bool_]
     tid: IntArray
     decoded: NDArray[np.bool_]
+    name: IntArray  # kernels: position in `DeviceColumns.kernel_names`, -1 if not read
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -58,14 +71,16 @@ class EventColumns:
 
 @dataclass(frozen=True, slots=True)
 class DeviceColumns:
-    """The columns of the kernels, memory ops and launches `read_trace` kept."""
+    """The columns of the kernels, memory ops and launches `read_trace` kept, and the
+    distinct kernel names (None: not UTF-8) that `kernels.name` points into."""
 
     kernels: EventColumns
     memops: EventColumns
     launches: EventColumns
+    kernel_names: tuple[str | None, ...] = ()
 
     @classmethod
-    def from_records(cls, records: bytes) -> DeviceColumns:
+    def from_records(cls, records: bytes, kernel_names: Sequence[str | None] = ()) -> DeviceColumns:
         table = np.frombuffer(records, dtype=_RECORD)
 
         def bucket(code: int) -> EventColumns:
@@ -78,9 +93,10 @@ class DeviceColumns:
                 has_correlation=rows["has_correlation"].astype(bool),
                 tid=rows["tid"].copy(),
                 decoded=rows["kept"].astype(bool),
+                name=np.where(rows["name"] == _NO_NAME, -1, rows["name"]).astype(np.int64),
             )
 
-        return cls(bucket(_KERNEL), bucket(_MEMOP), bucket(_LAUNCH))
+        return cls(bucket(_KERNEL), bucket(_MEMOP), bucket(_LAUNCH), tuple(kernel_names))
 
     def line_up_with(self, kernels: int, memops: int, launches: int) -> bool:
         """Whether the decoded rows match the lengths of `_scan`'s buckets."""

@@ -114,6 +114,7 @@ _Category = Literal[
     "collective_comm",
     "mtia_runtime",
     "mtia_ccp_events",
+    "mtia_insight",
     "hpu_op",
     "xpu_runtime",
     "xpu_driver",

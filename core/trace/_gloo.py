@@ -13,7 +13,7 @@ What torch 2.x writes for a gloo job (verified on traces recorded here, see FACT
 Compute is the time any training thread (every thread that is not a gloo worker) runs an
 operator. Step N's window runs from the start of ``ProfilerStep#N`` to the start of the next
 one (the last step ends with its own range): on CPU the first operator launched inside a step
-starts with it.
+starts with it. Without steps, windows are chosen as `_windows` says.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from mfuscope.core.trace._events import EventArgs, KinetoTrace
 from mfuscope.core.trace._intervals import Interval, Spans, subtract, union
 from mfuscope.core.trace._recompute import recompute_ranges
 from mfuscope.core.trace._scan import Event, ScannedEvents
-from mfuscope.core.trace._steps import profiler_steps
+from mfuscope.core.trace._steps import CpuStep
 from mfuscope.core.trace._trace_model import CommActivity, RankContext, StepWindow, Timeline
+from mfuscope.core.trace._windows import choose_windows
 from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
 
 __all__ = ["cpu_timeline"]
@@ -88,23 +89,32 @@ class _GlooGroup:
     def __init__(self, groups: ProcessGroups, view: TopologyView) -> None:
         candidates = groups.multi_rank_groups()
         self.size: int | None
+        self.unknown_reason: str | None = None
         if len(candidates) == 1:
             group = candidates[0]
             self.axis = view.axis(group)
             self.size = group.size or (len(group.ranks) if group.ranks else None)
             self.tier = view.tier(group.ranks, self.size)
+            if self.size is None:
+                self.unknown_reason = "the trace's only process group does not give its size"
             return
-        if not candidates:  # no pg_config: assume the world group
+        if not candidates:  # no pg_config: the axis and tier of the world, but no group size
             world = GroupInfo(name="", desc="default_pg", ranks=None, size=view.world_size)
             world_ranks = tuple(range(view.world_size))
-            self.axis, self.size = view.axis(world), view.world_size
+            self.axis, self.size = view.axis(world), None
             self.tier = view.tier(world_ranks, view.world_size)
+            self.unknown_reason = "the trace has no process-group table (distributedInfo.pg_config)"
             return
         sizes = {g.size for g in candidates}
         tiers = {view.tier(g.ranks, g.size) for g in candidates}
         self.axis = AXIS_UNKNOWN
         self.size = sizes.pop() if len(sizes) == 1 else None
         self.tier = tiers.pop() if len(tiers) == 1 else TIER_UNKNOWN
+        if self.size is None:
+            self.unknown_reason = (
+                "the trace has process groups of several sizes and a gloo annotation does not "
+                "say which one it ran on"
+            )
 
 
 def _comm_activity(event: Event, group: _GlooGroup) -> CommActivity:
@@ -127,16 +137,21 @@ def _comm_activity(event: Event, group: _GlooGroup) -> CommActivity:
         tier=group.tier,
         group_size=group.size,
         bytes=size,
+        group_unknown_reason=group.unknown_reason,
     )
 
 
-def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
-    steps = profiler_steps(scanned)
-    windows = tuple(
+def _host_windows(steps: list[CpuStep]) -> tuple[StepWindow, ...]:
+    """On CPU the first operator launched inside a range starts with it: a window runs from
+    its range's start to the next range's start (the last one to its own end)."""
+    windows = (
         StepWindow(step.step, step.start, steps[i + 1].start if i + 1 < len(steps) else step.end)
         for i, step in enumerate(steps)
     )
-    windows = tuple(w for w in windows if w.end > w.start)
+    return tuple(w for w in windows if w.end > w.start)
+
+
+def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
     step_threads = {e.tid for e in scanned.annotations if e.name.startswith("ProfilerStep#")}
     workers = _gloo_threads(scanned, step_threads)
     group = _GlooGroup(context.groups, context.view)
@@ -174,6 +189,9 @@ def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
             recomputed.extend(subtract(busy, not_recompute))
         else:
             compute.extend(busy)
+    activity = [*compute, *recomputed, *((c.start, c.end) for c in comms)]
+    span = (min(a for a, _ in activity), max(b for _, b in activity)) if activity else None
+    windows = choose_windows(scanned, context.windows, _host_windows, span)
     return Timeline(
         rank=context.rank,
         world_size=context.world_size,

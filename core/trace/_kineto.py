@@ -7,7 +7,8 @@ flow events ``ac2g`` / ``async_cpu_to_gpu`` are absent from some traces; the id 
 Step windows (docs/analyze.md#definitions): step N's window starts when the first device event
 *launched inside* the CPU ``ProfilerStep#N`` range starts on the device, and ends when step N+1's
 window starts; the last step ends when the last device event launched inside it ends. Steps that
-launched nothing are skipped.
+launched nothing are skipped. Without profiler steps, windows are chosen as
+`_windows` says.
 """
 
 from __future__ import annotations
@@ -42,13 +43,15 @@ from mfuscope.core.trace._events import EventArgs, KinetoTrace
 from mfuscope.core.trace._intervals import FloatArray, Spans
 from mfuscope.core.trace._recompute import RecomputeRanges, recompute_ranges
 from mfuscope.core.trace._scan import Event, ScannedEvents, named
-from mfuscope.core.trace._steps import CpuStep, profiler_steps
+from mfuscope.core.trace._steps import CpuStep
 from mfuscope.core.trace._trace_model import (
     CommActivity,
     RankContext,
     StepWindow,
     Timeline,
 )
+from mfuscope.core.trace._windows import choose_windows
+from mfuscope.core.trace.kernel_classes import class_code
 from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
 from numpy.typing import NDArray
 
@@ -67,6 +70,8 @@ _NAME = operator.attrgetter("name")
 _CORRELATION = operator.attrgetter("args.correlation")
 _comm_name_cache: dict[str, bool] = {}
 _NO_ARGS = EventArgs()
+_NO_METADATA = "neither the kernel nor a record_param_comms around its launch gives the group"
+_NO_GROUP_SIZE = "the collective's metadata does not give its group size"
 _encode = msgspec.json.Encoder().encode
 
 
@@ -178,6 +183,7 @@ class _CommResolver:
                 tier=TIER_UNKNOWN,
                 group_size=None,
                 bytes=None,
+                group_unknown_reason=_NO_METADATA,
             )
         group, axis, tier = self._group(meta)
         name = meta.collective_name
@@ -199,6 +205,7 @@ class _CommResolver:
             tier=tier,
             group_size=group.size,
             bytes=size,
+            group_unknown_reason=None if group.size is not None else _NO_GROUP_SIZE,
         )
 
 
@@ -245,6 +252,7 @@ class _Device:
     launch_ts: FloatArray  # per launch row, then NaN for row -1 (no launch)
     launch_tids: Callable[[], list[Any]]  # per launch row (read only when recompute is known)
     is_comm: NDArray[np.bool_]  # per kernel
+    kernel_class: NDArray[np.int8]  # per kernel: position in kernel_classes.KERNEL_CLASSES
     comm_kernels: list[Event]  # the decoded kernels where is_comm, in order
     comm_launches: list[Event | None]  # and their decoded launches
 
@@ -267,6 +275,7 @@ def _device_from_events(scanned: ScannedEvents) -> _Device:
     kernels, kernel_events = on_device(scanned.kernels)
     memops, _ = on_device(scanned.memops)
     is_comm = np.fromiter(map(is_comm_kernel, map(_NAME, kernel_events)), bool, len(kernels.starts))
+    kernel_class = np.fromiter(map(class_code, map(_NAME, kernel_events)), np.int8, len(is_comm))
     comm_rows = np.flatnonzero(is_comm).tolist()
     return _Device(
         pid=pid,
@@ -276,6 +285,7 @@ def _device_from_events(scanned: ScannedEvents) -> _Device:
         launch_ts=np.append(_floats(runtime, _TS) if launch_index else np.empty(0), np.nan),
         launch_tids=lambda: list(map(_TID, runtime)),
         is_comm=is_comm,
+        kernel_class=kernel_class,
         comm_kernels=[kernel_events[k] for k in comm_rows],
         comm_launches=[runtime[j] if j >= 0 else None for j in kernels.launch[comm_rows].tolist()],
     )
@@ -302,6 +312,13 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
     comm_everywhere = np.zeros(len(kernel_rows), dtype=bool)
     comm_everywhere[decoded_rows] = np.fromiter(map(is_comm_kernel, names), bool, len(decoded_rows))
     comm_rows = np.flatnonzero(comm_everywhere & mine)
+    # Classes: the names the selection read (by position in its list of distinct names),
+    # and the decoded kernels' own names where it read none.
+    by_name = np.array([*map(class_code, columns.kernel_names), class_code(None)], np.int8)
+    kernel_class = by_name[kernel_rows.name]  # -1 (no name read) is the last: other
+    kernel_class[decoded_rows] = np.fromiter(
+        map(class_code, map(_NAME, scanned.kernels)), np.int8, len(decoded_rows)
+    )
     decoded_position = (np.cumsum(kernel_rows.decoded) - 1)[comm_rows].tolist()
     # The selection keeps in the document every launch a decoded kernel names.
     comm_launch_rows = kernel_launch[comm_rows]
@@ -317,6 +334,7 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
         launch_ts=np.append(launch_rows.ts, np.nan),
         launch_tids=lambda: launch_rows.tid.tolist(),
         is_comm=comm_everywhere[mine],
+        kernel_class=kernel_class[mine],
         comm_kernels=[scanned.kernels[i] for i in decoded_position],
         comm_launches=[
             runtime[launch_position[r]] if r >= 0 else None for r in comm_launch_rows.tolist()
@@ -383,8 +401,18 @@ def _step_windows(
     return tuple(windows)
 
 
+def _span(devices: tuple[_DeviceEvents, ...]) -> tuple[float, float] | None:
+    """(first start, last end) of the device events; None without any."""
+    present = [d for d in devices if len(d.starts)]
+    if not present:
+        return None
+    return (
+        min(float(d.starts.min()) for d in present),
+        max(float(d.ends.max()) for d in present),
+    )
+
+
 def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
-    steps = profiler_steps(scanned)
     resolver = _CommResolver(scanned, context.view, context.groups)
     recompute = recompute_ranges(scanned)
 
@@ -393,7 +421,13 @@ def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
     else:
         device = _device_from_events(scanned)
     kernels, is_comm = device.kernels, device.is_comm
-    windows = _step_windows(steps, (kernels, device.memops), device.launch_ts)
+    device_events = (kernels, device.memops)
+    windows = choose_windows(
+        scanned,
+        context.windows,
+        lambda steps: _step_windows(steps, device_events, device.launch_ts),
+        _span(device_events),
+    )
     comms = tuple(
         resolver.activity(kernel, launch, start, end)
         for kernel, launch, start, end in zip(
@@ -416,6 +450,8 @@ def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
         windows=windows,
         compute=Spans(kernels.starts[compute], kernels.ends[compute]),
         recompute=Spans(kernels.starts[recomputed], kernels.ends[recomputed]),
+        compute_class=device.kernel_class[compute],
+        recompute_class=device.kernel_class[recomputed],
         other=Spans(device.memops.starts, device.memops.ends),
         comms=comms,
     )

@@ -17,11 +17,13 @@ from mfuscope.core.trace._events import TraceEvent
 
 __all__ = [
     "ANNOTATION_CATEGORIES",
+    "DEVICE_ANNOTATION_CATEGORIES",
     "KERNEL_CATEGORIES",
     "MEMOP_CATEGORIES",
     "OPERATOR_CATEGORIES",
     "PYTHON_CATEGORIES",
     "RUNTIME_CATEGORIES",
+    "UNREAD_DEVICE_CATEGORIES",
     "Event",
     "ScannedEvents",
     "named",
@@ -32,11 +34,28 @@ Event = TraceEvent
 _NAME = operator.attrgetter("name")
 
 # The categories the analysis reads; events of any other category are never looked at.
-KERNEL_CATEGORIES = ("kernel", "Kernel")
+# Kineto's activity names (libkineto ActivityType.cpp): CUDA/HIP kernels are ``kernel`` (CUDA
+# graph replays and Triton kernels too), MTIA device work ``mtia_ccp_events``.
+KERNEL_CATEGORIES = ("kernel", "Kernel", "mtia_ccp_events")
 MEMOP_CATEGORIES = ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
-RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime")
+# Host launches: a device event names its launch by correlation id (``cudaLaunchKernel``,
+# ``cudaGraphLaunch``, the driver's ``cuLaunchKernel`` that Triton uses, MTIA's runtime).
+RUNTIME_CATEGORIES = (
+    "cuda_runtime",
+    "cuda_driver",
+    "Runtime",
+    "mtia_runtime",
+    "xpu_runtime",
+    "privateuse1_runtime",
+    "privateuse1_driver",
+)
 OPERATOR_CATEGORIES = ("cpu_op", "Operator")
 ANNOTATION_CATEGORIES = ("user_annotation",)
+# Device-side ranges of record_function / ProfilerStep (read only for user-chosen windows).
+DEVICE_ANNOTATION_CATEGORIES = ("gpu_user_annotation",)
+# Device activity kinds Kineto writes that the analysis cannot read as a timeline: kept, so a
+# trace made only of them gets a message naming them instead of a silent CPU analysis.
+UNREAD_DEVICE_CATEGORIES = ("hpu_op", "mtia_insight")
 PYTHON_CATEGORIES = ("python_function",)
 
 
@@ -47,6 +66,8 @@ class ScannedEvents:
     runtime: list[Event] = field(default_factory=list)
     cpu_ops: list[Event] = field(default_factory=list)
     annotations: list[Event] = field(default_factory=list)
+    device_annotations: list[Event] = field(default_factory=list)
+    unread_device: list[Event] = field(default_factory=list)
     python: list[Event] = field(default_factory=list)
     meta: list[Event] = field(default_factory=list)
 
@@ -61,6 +82,8 @@ def scan_events(events: Sequence[Event]) -> ScannedEvents:
         (RUNTIME_CATEGORIES, out.runtime),
         (OPERATOR_CATEGORIES, out.cpu_ops),
         (ANNOTATION_CATEGORIES, out.annotations),
+        (DEVICE_ANNOTATION_CATEGORIES, out.device_annotations),
+        (UNREAD_DEVICE_CATEGORIES, out.unread_device),
         (PYTHON_CATEGORIES, out.python),
     )
     appenders: dict[str | None, Callable[[Event], None]] = {None: uncategorised.append}

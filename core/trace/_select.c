@@ -1,7 +1,8 @@
 /* Drop the Kineto events the analysis never reads, before they are decoded.
  *
  * select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,
- *               python_substrings, communication_substrings) -> (bytes | None, bytes | None)
+ *               python_substrings, communication_substrings)
+ *     -> (bytes | None, (bytes, list[str | None]) | None)
  *
  * `raw` is a whole Kineto JSON document. The first result is the same document with some
  * elements of its top-level "traceEvents" array left out; every other byte is copied
@@ -9,8 +10,9 @@
  * keep (see _select.py, which owns the rules). None means "decode `raw` as it is": the
  * document is not one this scanner understands with certainty (invalid JSON anywhere it had
  * to read, no traceEvents array, nesting deeper than MAX_DEPTH), or nothing would be left out.
- * The second result is the columns of the device events and launches (see _columns.py), or
- * None when any of them cannot be read with certainty; with columns, device events the
+ * The second result is the columns of the device events and launches (see _columns.py) with
+ * the distinct kernel names the records point into, or None when any of them cannot be read
+ * with certainty; with columns, device events the
  * analysis reads only as numbers are left out of the document too ("lean", see resolve).
  *
  * Every dropped event is checked to be valid JSON (strings, escapes, numbers, literals,
@@ -78,6 +80,7 @@ typedef struct {
     long long pid, tid;
     unsigned char verdict, bucket, has_correlation;
     unsigned char decoded; /* a device event the analysis reads decoded (communication) */
+    unsigned int name; /* a kernel's plain "name": its position in the scan's names, or NO_NAME */
 } Span;
 
 typedef struct {
@@ -456,6 +459,115 @@ static int scan_args(Cursor *c, Correlation *correlation) {
     }
 }
 
+#define NO_NAME 0xFFFFFFFFu
+
+/* Distinct kernel names, interned by an open-addressing table of positions. Kernel names
+ * repeat (a few hundred distinct in a trace of a million kernels), so the table stays small;
+ * the hash samples the name's ends and length, and equality is checked in full. */
+typedef struct {
+    const char **ptr;
+    unsigned int *len;
+    unsigned int *slots; /* position + 1; 0: empty */
+    size_t mask;
+    unsigned int count, capacity;
+    unsigned int last; /* the last name interned (kernels come in runs of one name), or NO_NAME */
+} Names;
+
+static size_t hash_name(const char *p, unsigned int n) {
+    /* Words of the first and last 32 bytes (kernel names differ at the start or in their
+     * template arguments near the end), and the length; equality is checked in full. */
+    unsigned long long h = 0x9e3779b97f4a7c15ULL ^ n, w;
+    unsigned int head = n < 32 ? n : 32, i = 0;
+    for (; i + 8 <= head; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+    }
+    for (; i < head; i++)
+        h = (h ^ (unsigned char)p[i]) * 0x100000001b3ULL;
+    if (n > 40) {
+        memcpy(&w, p + n - 8, 8);
+        h = (h ^ w) * 0x94d049bb133111ebULL;
+        memcpy(&w, p + n - 16, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+        memcpy(&w, p + n - 24, 8);
+        h = (h ^ w) * 0x94d049bb133111ebULL;
+    }
+    return (size_t)(h ^ (h >> 31));
+}
+
+static int names_grow(Names *t) {
+    unsigned int capacity = t->capacity ? t->capacity * 2 : 64;
+    const char **ptr = realloc(t->ptr, capacity * sizeof(*ptr));
+    if (ptr == NULL)
+        return 0;
+    t->ptr = ptr;
+    unsigned int *len = realloc(t->len, capacity * sizeof(*len));
+    if (len == NULL)
+        return 0;
+    t->len = len;
+    size_t slots = (size_t)capacity * 2;
+    unsigned int *table = calloc(slots, sizeof(*table));
+    if (table == NULL)
+        return 0;
+    free(t->slots);
+    t->slots = table;
+    t->mask = slots - 1;
+    t->capacity = capacity;
+    for (unsigned int i = 0; i < t->count; i++) {
+        size_t slot = hash_name(t->ptr[i], t->len[i]) & t->mask;
+        while (t->slots[slot])
+            slot = (slot + 1) & t->mask;
+        t->slots[slot] = i + 1;
+    }
+    return 1;
+}
+
+/* The position of name (p, n), added if new; NO_NAME when out of memory. */
+static unsigned int names_intern(Names *t, const char *p, unsigned int n) {
+    if (t->count > 0 && t->len[t->last] == n && memcmp(t->ptr[t->last], p, n) == 0)
+        return t->last;
+    if (t->count == t->capacity && !names_grow(t))
+        return NO_NAME;
+    size_t slot = hash_name(p, n) & t->mask;
+    while (t->slots[slot]) {
+        unsigned int i = t->slots[slot] - 1;
+        if (t->len[i] == n && memcmp(t->ptr[i], p, n) == 0)
+            return t->last = i;
+        slot = (slot + 1) & t->mask;
+    }
+    t->ptr[t->count] = p;
+    t->len[t->count] = n;
+    t->slots[slot] = t->count + 1;
+    return t->last = t->count++;
+}
+
+static void names_free(Names *t) {
+    free(t->ptr);
+    free(t->len);
+    free(t->slots);
+}
+
+/* The interned names as a list of str; None for one that is not UTF-8 (cannot be: the
+ * decoder would reject the document, but the columns are read before it runs). */
+static PyObject *names_list(const Names *t) {
+    PyObject *out = PyList_New(t->count);
+    if (out == NULL)
+        return NULL;
+    for (unsigned int i = 0; i < t->count; i++) {
+        PyObject *text = PyUnicode_DecodeUTF8(t->ptr[i], t->len[i], NULL);
+        if (text == NULL) {
+            PyErr_Clear();
+            text = Py_NewRef(Py_None);
+        }
+        PyList_SET_ITEM(out, i, text);
+    }
+    return out;
+}
+
+static int in_columns(const Span *span) {
+    return span->bucket != NO_BUCKET && (span->verdict == KEEP || span->verdict == COLUMNS);
+}
+
 typedef struct {
     Span *spans;
     Py_ssize_t count, capacity;
@@ -468,6 +580,7 @@ typedef struct {
     int keep_launches; /* a link we cannot read: keep every launch */
     int columns_ok;    /* every device event and launch has columns read with certainty */
     int failed;
+    Names names; /* the kernel names, interned while their bytes are in cache */
 } Scan;
 
 static int grow(void **items, Py_ssize_t *capacity, size_t size) {
@@ -658,6 +771,15 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
          * communication are read decoded; with columns, the others need not be. */
         if (plain_cat)
             s->is_device = 1;
+        span->name = NO_NAME;
+        if (span->bucket == KERNEL_BUCKET && name.seen == 1 && name.plain &&
+            name.len < 0xFFFFFFFFL) { /* its kernel class is read from its name (`_columns`) */
+            span->name = names_intern(&s->names, name.ptr, (unsigned int)name.len);
+            if (span->name == NO_NAME) {
+                s->failed = 1;
+                return 0;
+            }
+        }
         span->decoded = !plain_cat ||
                         (span->bucket == KERNEL_BUCKET &&
                          (name.seen != 1 || !name.plain ||
@@ -747,6 +869,7 @@ static void release(Scan *s) {
     free(s->spans);
     free(s->linked);
     free(s->decoded_links);
+    names_free(&s->names);
 }
 
 enum { INVALID = 0, DONE = 1, STOPPED = 2 };
@@ -815,6 +938,26 @@ static int merge_scans(Scan *into, const Scan *from) {
         if (!grow((void **)&into->spans, &into->capacity, sizeof(Span)))
             return 0;
     memcpy(into->spans + into->count, from->spans, (size_t)from->count * sizeof(Span));
+    /* The later part's kernel names, as positions in `into`'s names. */
+    unsigned int *remap = NULL;
+    if (from->names.count > 0) {
+        remap = malloc(from->names.count * sizeof(*remap));
+        if (remap == NULL)
+            return 0;
+        for (unsigned int i = 0; i < from->names.count; i++) {
+            remap[i] = names_intern(&into->names, from->names.ptr[i], from->names.len[i]);
+            if (remap[i] == NO_NAME) {
+                free(remap);
+                return 0;
+            }
+        }
+    }
+    for (Py_ssize_t i = into->count; i < into->count + from->count; i++) {
+        Span *span = &into->spans[i];
+        if (span->bucket == KERNEL_BUCKET && span->name != NO_NAME)
+            span->name = remap[span->name];
+    }
+    free(remap);
     into->count += from->count;
     for (Py_ssize_t i = 0; i < from->linked_count; i++)
         if (!append_id(&into->linked, &into->linked_count, &into->linked_capacity,
@@ -1007,13 +1150,11 @@ static int read_set(PyObject *tuple, TextSet *set) {
 
 /* The columns of the device events and launches kept (in the document or not), in file order:
  * one RECORD_SIZE record each, little-endian: ts f8, dur f8, pid i8, correlation i8, tid i8,
- * bucket u1, has_correlation u1, in_document u1. */
+ * bucket u1, has_correlation u1, in_document u1, (pad u1), name u4: a kernel's position in
+ * the list of distinct kernel names returned beside the records (NO_NAME: none read). */
 #define RECORD_SIZE 48
 
-static int in_columns(const Span *span) {
-    return span->bucket != NO_BUCKET && (span->verdict == KEEP || span->verdict == COLUMNS);
-}
-
+/* (records, names): the columns and the distinct kernel names they point into. */
 static PyObject *columns_of(const Scan *s) {
     Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < s->count; i++)
@@ -1035,9 +1176,16 @@ static PyObject *columns_of(const Scan *s) {
         dst[40] = (char)span->bucket;
         dst[41] = (char)span->has_correlation;
         dst[42] = (char)(span->verdict == KEEP);
+        unsigned int name = span->bucket == KERNEL_BUCKET ? span->name : NO_NAME;
+        memcpy(dst + 44, &name, 4);
         dst += RECORD_SIZE;
     }
-    return out;
+    PyObject *list = names_list(&s->names);
+    if (list == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", out, list);
 }
 
 /* The document without the events left out (None: nothing left out), and the columns. */
@@ -1111,7 +1259,8 @@ static PyObject *select_events(PyObject *module, PyObject *args) {
         return Py_BuildValue("(OO)", Py_None, Py_None);
     }
     PyObject *document = selected_document(raw, n, &s, kept);
-    PyObject *columns = document != NULL && s.columns_ok ? columns_of(&s) : Py_NewRef(Py_None);
+    PyObject *columns =
+        document != NULL && s.columns_ok ? columns_of(&s) : Py_NewRef(Py_None);
     release(&s);
     if (document == NULL || columns == NULL) {
         Py_XDECREF(document);
@@ -1146,7 +1295,7 @@ static PyMethodDef methods[] = {
     {"select_events", select_events, METH_VARARGS,
      "select_events(raw, keep, kernels, memops, launches, operators, operator_prefixes, python,"
      " python_substrings, communication_substrings)"
-     " -> bytes | None: the document without the events the rules drop (see _select.py)."},
+     " -> (document, (records, kernel names)): see _select.py and _columns.py."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,11 +23,12 @@ reading a new name must list it there; `tests/unit/core/test_decompose_select.py
 analysing the selected document gives exactly the result of analysing the whole one.
 
 On the way it reads the few numbers the timeline needs of every device event and launch
-(`_columns`), when it can read them with certainty. Then ("lean") the document also leaves out
-every kernel whose name holds none of `_kineto.COMM_KERNEL_SUBSTRINGS` (ASCII case ignored; a
-name that is not ASCII stays), every memory op, and the launches only those name: they are
-in the columns alone, and the analysis of such a document needs its columns (`read_trace`
-attaches them).
+(`_columns`), when it can read them with certainty, and each kernel's name as a position in
+the list of distinct names (for its kernel class, `kernel_classes`). Then ("lean") the
+document also leaves out every kernel whose name holds none of
+`_kineto.COMM_KERNEL_SUBSTRINGS` (ASCII case ignored; a name that is not ASCII stays), every
+memory op, and the launches only those name: they are in the columns alone, and the analysis
+of such a document needs its columns (`read_trace` attaches them).
 
 The scan runs without the GIL, and arrays of 4 MB or more are scanned in two halves on two
 threads. Without the compiled scanner (no C compiler at install time) nothing is selected and
@@ -47,12 +48,15 @@ from mfuscope.core.trace._columns import DeviceColumns
 __all__ = ["SELECTION_AVAILABLE", "Selection", "select_events"]
 
 
-def _compiled() -> Callable[..., tuple[bytes | None, bytes | None]] | None:
+_Columns = tuple[bytes, list[str | None]]  # the records and the distinct kernel names
+
+
+def _compiled() -> Callable[..., tuple[bytes | None, _Columns | None]] | None:
     try:
         module = importlib.import_module("mfuscope.core.trace._select_c")
     except ImportError:  # built without a C compiler: decode everything
         return None
-    return cast(Callable[..., "tuple[bytes | None, bytes | None]"], module.select_events)
+    return cast(Callable[..., "tuple[bytes | None, _Columns | None]"], module.select_events)
 
 
 _select_c = _compiled()
@@ -65,7 +69,15 @@ def _encoded(texts: Iterable[str]) -> tuple[bytes, ...]:
 
 _RULES = (
     # kept whatever their name
-    _encoded((*_scan.KERNEL_CATEGORIES, *_scan.MEMOP_CATEGORIES, *_scan.ANNOTATION_CATEGORIES)),
+    _encoded(
+        (
+            *_scan.KERNEL_CATEGORIES,
+            *_scan.MEMOP_CATEGORIES,
+            *_scan.ANNOTATION_CATEGORIES,
+            *_scan.DEVICE_ANNOTATION_CATEGORIES,
+            *_scan.UNREAD_DEVICE_CATEGORIES,
+        )
+    ),
     # device events (kernels, then memory ops): their presence makes a device trace
     # (`decompose.build_timeline` picks the GPU path), their correlation ids the launches that
     # are kept; they and the launches get columns (`_columns`)
@@ -99,6 +111,6 @@ def select_events(raw: bytes) -> Selection:
     """What of `raw` to decode, and the columns read on the way (see the module docstring)."""
     if _select_c is None:
         return Selection(None, None)
-    document, records = _select_c(raw, *_RULES)
-    columns = None if records is None else DeviceColumns.from_records(records)
+    document, read = _select_c(raw, *_RULES)
+    columns = None if read is None else DeviceColumns.from_records(*read)
     return Selection(document, columns)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._scan import Event, ScannedEvents
 
-__all__ = ["OPERATOR_PREFIXES", "CpuStep", "profiler_steps"]
+__all__ = ["OPERATOR_PREFIXES", "CpuStep", "find_profiler_steps", "profiler_steps"]
 
 _PREFIX = "ProfilerStep#"
 OPERATOR_PREFIXES = (_PREFIX,)  # the operators read here (older traces)
@@ -38,11 +38,9 @@ def _candidates(events: Iterable[Event]) -> Iterable[CpuStep]:
                 yield CpuStep(int(number), start, start + float(event.dur or 0.0))
 
 
-def profiler_steps(scanned: ScannedEvents) -> list[CpuStep]:
-    """Profiler steps sorted by start time; one entry per step number (the earliest).
-
-    Raises `TraceError` when the trace has none: without steps there is nothing to decompose.
-    """
+def find_profiler_steps(scanned: ScannedEvents) -> list[CpuStep]:
+    """Profiler steps sorted by start time; one entry per step number (the earliest); empty
+    when the trace has none."""
     by_number: dict[int, CpuStep] = {}
     for step in _candidates(scanned.annotations):
         known = by_number.get(step.step)
@@ -52,8 +50,14 @@ def profiler_steps(scanned: ScannedEvents) -> list[CpuStep]:
         # Some older traces record the step range as an operator.
         for step in _candidates(scanned.cpu_ops):
             by_number.setdefault(step.step, step)
-    if not by_number:
+    return sorted(by_number.values(), key=lambda s: (s.start, s.step))
+
+
+def profiler_steps(scanned: ScannedEvents) -> list[CpuStep]:
+    """`find_profiler_steps`, raising `TraceError` when the trace has none."""
+    steps = find_profiler_steps(scanned)
+    if not steps:
         raise TraceError(
             None, "no ProfilerStep#N annotation: profile with torch.profiler and call prof.step()"
         )
-    return sorted(by_number.values(), key=lambda s: (s.start, s.step))
+    return steps

@@ -38,6 +38,7 @@ from mfuscope.core.bandwidth import (
     ideal_transfer_s,
 )
 from mfuscope.core.mfu import hfu_or_none, mfu_or_none
+from mfuscope.core.trace._class_split import class_time_per_window
 from mfuscope.core.trace._collectives import BOOKKEEPING
 from mfuscope.core.trace._intervals import IntervalSet, Spans, subtract_spans, union_spans
 from mfuscope.core.trace._trace_model import CommActivity, StepWindow, Timeline
@@ -45,6 +46,7 @@ from mfuscope.core.trace.result import (
     AnalysisOptions,
     CollectiveRecord,
     ExposedComm,
+    KernelClassSeconds,
     StepDecomposition,
 )
 from mfuscope.core.vocabulary import COLLECTIVE_OPS, P2P_OPS, PIPELINE_AXIS
@@ -103,7 +105,7 @@ def _ideal_us(comm: CommActivity, links: Mapping[str, LinkModel] | None) -> floa
     return ideal_transfer_s(links[comm.tier], comm.bytes) / _US
 
 
-def _record(comm: CommActivity, overlapped_us: float, world_size: int) -> CollectiveRecord:
+def _record(comm: CommActivity, overlapped_us: float) -> CollectiveRecord:
     duration_us = comm.duration
     seconds = max(duration_us, 0.0) * _US
     algbw = busbw = None
@@ -117,8 +119,10 @@ def _record(comm: CommActivity, overlapped_us: float, world_size: int) -> Collec
         op=comm.op,
         axis=comm.axis,
         tier=comm.tier,
-        # Unknown group (several gloo groups): the world is the upper bound; busbw stays None.
-        group_size=comm.group_size if comm.group_size is not None else world_size,
+        # Unknown group: null with the reason, never the world size (a guess that would make
+        # busbw wrong); busbw stays None.
+        group_size=comm.group_size,
+        group_size_reason=comm.group_unknown_reason if comm.group_size is None else None,
         bytes=comm.bytes,
         seconds=seconds,
         algbw_bytes_per_s=algbw,
@@ -137,6 +141,12 @@ def _flops_ratios(
     if recompute_flops is None and recompute_s <= 0:
         recompute_flops = 0.0  # no recomputation in the step; unknown FLOPs of one there: no HFU
     return mfu_or_none(model, peak, wall_s), hfu_or_none(model, recompute_flops, peak, wall_s)
+
+
+def _seconds(by_class_us: dict[str, float]) -> KernelClassSeconds | None:
+    if not by_class_us:
+        return None
+    return KernelClassSeconds(**{name: us * _US for name, us in by_class_us.items()})
 
 
 def decompose_timeline(
@@ -200,7 +210,7 @@ def decompose_timeline(
         while w < len(windows) and windows[w].end <= comm.start:
             w += 1
         if w < len(windows) and starts[w] <= comm.start:
-            records[w].append(_record(comm, overlapped[i], timeline.world_size))
+            records[w].append(_record(comm, overlapped[i]))
 
     window_starts = np.array(starts, dtype=np.float64)
     window_ends = np.array([w.end for w in windows], dtype=np.float64)
@@ -210,6 +220,17 @@ def decompose_timeline(
         return measures
 
     compute_us, recompute_us, other_us = map(per_window, (compute_set, recompute_set, other_set))
+    compute_classes = class_time_per_window(
+        timeline.compute, timeline.compute_class, None, window_starts, window_ends, compute_us
+    )
+    recompute_classes = class_time_per_window(
+        timeline.recompute,
+        timeline.recompute_class,
+        compute,
+        window_starts,
+        window_ends,
+        recompute_us,
+    )
     comm_us, exposed_us = per_window(comm_set), per_window(exposed_set)
     steps: list[StepDecomposition] = []
     for k, window in enumerate(windows):
@@ -246,6 +267,9 @@ def decompose_timeline(
                 collectives=tuple(records[k]),
                 mfu=mfu,
                 hfu=hfu,
+                window_source=window.source,
+                compute_classes=_seconds(compute_classes[k]),
+                recompute_classes=_seconds(recompute_classes[k]),
             )
         )
     return tuple(steps)

@@ -6,16 +6,18 @@ converts its results to seconds: no per-event unit conversion on the hot path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 from mfuscope.core.trace._intervals import Spans
+from numpy.typing import NDArray
 
 if TYPE_CHECKING:  # annotations only: both modules import this one
     from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
     from mfuscope.core.trace._columns import DeviceColumns
 
-__all__ = ["CommActivity", "RankContext", "StepWindow", "Timeline"]
+__all__ = ["CommActivity", "RankContext", "StepWindow", "Timeline", "WindowRequest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class CommActivity:
     tier: str
     group_size: int | None
     bytes: int | None
+    group_unknown_reason: str | None = None  # why `group_size` is None
 
     def sort_key(self) -> tuple[float, float, str, str, str, int, int]:
         return (
@@ -49,6 +52,23 @@ class CommActivity:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class WindowRequest:
+    """The user's choice of windows (both None: profiler steps, else the whole trace; see
+    `_windows`). `range_us` is ``(start, end)`` in the trace's own ``ts`` clock (microseconds)."""
+
+    annotation: str | None = None
+    range_us: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.annotation is not None and not self.annotation:
+            raise ValueError("window annotation must be a non-empty name")
+        if self.range_us is not None:
+            start, end = self.range_us
+            if not end > start:
+                raise ValueError(f"window range must end after it starts, got {start}:{end}")
+
+
 @dataclass(frozen=True)
 class RankContext:
     """What both timelines (`_kineto`, `_gloo`) take besides the events: who the trace is from,
@@ -60,15 +80,18 @@ class RankContext:
     view: TopologyView
     groups: ProcessGroups
     columns: DeviceColumns | None
+    windows: WindowRequest = field(default_factory=lambda: WindowRequest())
 
 
 @dataclass(frozen=True, slots=True)
 class StepWindow:
-    """The timeline window ``[start, end)`` of profiler step `step`."""
+    """The timeline window ``[start, end)`` of profiler step `step` (or of the `step`-th
+    occurrence of a chosen annotation); `source` says how it was chosen (`_windows`)."""
 
     step: int
     start: float
     end: float
+    source: str = "profiler_step"  # result.WINDOW_PROFILER_STEP (result imports this module)
 
 
 @dataclass(frozen=True)
@@ -88,3 +111,8 @@ class Timeline:
     recompute: Spans
     other: Spans
     comms: tuple[CommActivity, ...]
+    warnings: tuple[str, ...] = ()
+    # Per compute / recompute span: its kernel class (a position in
+    # `kernel_classes.KERNEL_CLASSES`); None on timelines without kernels (CPU).
+    compute_class: NDArray[np.int8] | None = None
+    recompute_class: NDArray[np.int8] | None = None

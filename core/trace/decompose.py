@@ -10,6 +10,7 @@ GPU traces (any kernel on a device) take the device timeline (`_kineto`); CPU-on
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
 from mfuscope.core.trace._columns import usable_columns
 from mfuscope.core.trace._events import KinetoTrace, as_kineto_trace
+from mfuscope.core.trace._evidence import missing_device_timeline
 from mfuscope.core.trace._gloo import cpu_timeline
 from mfuscope.core.trace._kineto import DEFAULT_GPUS_PER_NODE, gpu_timeline
 from mfuscope.core.trace._scan import scan_events
@@ -59,8 +61,16 @@ def build_timeline(trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOpti
             axis_overrides=options.axis_overrides,
         )
         groups = ProcessGroups((kineto.distributed_info or {}).get("pg_config"))
-        context = RankContext(rank, world_size, offset_s, view, groups, columns)
-        return (gpu_timeline if on_device else cpu_timeline)(kineto, scanned, context)
+        context = RankContext(
+            rank, world_size, offset_s, view, groups, columns, options.window_request
+        )
+        if on_device:
+            return gpu_timeline(kineto, scanned, context)
+        warning = missing_device_timeline(kineto, scanned)
+        timeline = cpu_timeline(kineto, scanned, context)
+        if warning is None:
+            return timeline
+        return dataclasses.replace(timeline, warnings=(*timeline.warnings, warning))
     except TraceError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -77,13 +87,18 @@ def analyze_trace(
     """Decompose every profiled step of one rank's trace (docs/definitions.md#step-buckets).
 
     `trace` is a `KinetoTrace` from `read_trace` or a decoded Kineto JSON dict (`load_trace`,
-    or built in memory). Raises `TraceError` (with ``path=None``) for input that is not a
-    usable Kineto trace, e.g. one without any ``ProfilerStep#N``.
+    or built in memory). Windows: `options.window_annotation` / `window_range_us` if given, else
+    the profiler steps, else the whole trace (`_windows`). Raises `TraceError` (with
+    ``path=None``) for input that is not a usable Kineto trace, e.g. one with no activity.
     """
     timeline = build_timeline(trace, options)
     steps = decompose_timeline(timeline, options)
     if not steps:
         raise TraceError(None, "no profiler step has any activity on the timeline")
     return RankAnalysis(
-        rank=timeline.rank, world_size=timeline.world_size, device=timeline.device, steps=steps
+        rank=timeline.rank,
+        world_size=timeline.world_size,
+        device=timeline.device,
+        steps=steps,
+        warnings=timeline.warnings,
     )

@@ -47,8 +47,12 @@ def analysis_options(
     model_flops_per_step: float | None = None,
     recompute_flops_per_step: float | None = None,
     peak_flops: float | None = None,
+    window_annotation: str | None = None,
+    window_range_us: tuple[float, float] | None = None,
 ) -> AnalysisOptions:
-    """The engine's options for one rank on `device` (see `link_models` for the links)."""
+    """The engine's options for one rank on `device` (see `link_models` for the links).
+    `window_annotation` / `window_range_us` choose the windows of a trace without
+    ``ProfilerStep#N`` (docs/analyze.md); by default each step, else the whole trace."""
     return AnalysisOptions(
         gpus_per_node=gpus_per_node,
         host_of_rank=host_of_rank or None,
@@ -57,6 +61,8 @@ def analysis_options(
         recompute_flops_per_step=recompute_flops_per_step,
         peak_flops=peak_flops,
         links=link_models(device, detected),
+        window_annotation=window_annotation,
+        window_range_us=window_range_us,
     )
 
 

@@ -10,14 +10,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mfuscope.core.bandwidth import LinkModel
+from mfuscope.core.trace._trace_model import WindowRequest
 
 __all__ = [
+    "WINDOW_ANNOTATION_PREFIX",
+    "WINDOW_PROFILER_STEP",
+    "WINDOW_RANGE",
+    "WINDOW_WHOLE_TRACE",
     "AnalysisOptions",
     "CollectiveRecord",
     "ExposedComm",
+    "KernelClassSeconds",
     "RankAnalysis",
     "StepDecomposition",
 ]
+
+# How a window was chosen (`StepDecomposition.window_source`; docs/analyze.md, "Windows").
+WINDOW_PROFILER_STEP = "profiler_step"
+WINDOW_WHOLE_TRACE = "whole_trace"
+WINDOW_RANGE = "range"
+WINDOW_ANNOTATION_PREFIX = "annotation:"  # then the annotation's name
 
 
 def _check_optional_float(name: str, value: float | None, *, positive: bool) -> None:
@@ -46,6 +58,9 @@ class AnalysisOptions:
     - `peak_flops`: dense peak FLOP/s of this rank's device for the training dtype.
     - `links`: tier -> alpha-beta model, for the ideal time of pipeline p2p transfers
       (docs/definitions.md#pipeline-bubble).
+    - `window_annotation`: analyse the ranges of this annotation (a ``record_function`` name)
+      instead of the profiler steps; `window_range_us`: one window ``(start, end)`` on the
+      trace's ``ts`` clock (microseconds). Neither: profiler steps, else the whole trace.
     """
 
     gpus_per_node: int | None = None
@@ -55,8 +70,18 @@ class AnalysisOptions:
     recompute_flops_per_step: float | None = None
     peak_flops: float | None = None
     links: Mapping[str, LinkModel] | None = None
+    window_annotation: str | None = None
+    window_range_us: tuple[float, float] | None = None
+
+    @property
+    def window_request(self) -> WindowRequest:
+        return WindowRequest(self.window_annotation, self.window_range_us)
 
     def __post_init__(self) -> None:
+        if self.window_range_us is not None:
+            for bound in self.window_range_us:
+                _check_optional_float("window_range_us", bound, positive=False)
+        self.window_request  # noqa: B018 - validates the pair
         if self.gpus_per_node is not None and (
             isinstance(self.gpus_per_node, bool)
             or not isinstance(self.gpus_per_node, int)
@@ -94,17 +119,39 @@ class CollectiveRecord:
     `seconds` the duration of its kernel (GPU) or gloo work (CPU), including any wait for peers;
     `algbw = S / seconds`, `busbw = algbw * bus_factor(op, group_size)` (None when S or the group
     is unknown); `overlapped_ratio` the fraction of `seconds` hidden under compute or recompute.
+    `group_size` is None when the trace does not say which group ran it, with the reason in
+    `group_size_reason`.
     """
 
     op: str
     axis: str
     tier: str
-    group_size: int
+    group_size: int | None
     bytes: int | None
     seconds: float
     algbw_bytes_per_s: float | None
     busbw_bytes_per_s: float | None
     overlapped_ratio: float
+    group_size_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelClassSeconds:
+    """Seconds of a bucket (compute or recompute) per kernel class (`kernel_classes`); they
+    sum to the bucket. Kernels of several classes at once share the instant equally."""
+
+    gemm: float = 0.0
+    attention: float = 0.0
+    elementwise_norm_reduce: float = 0.0
+    other: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "gemm": self.gemm,
+            "attention": self.attention,
+            "elementwise_norm_reduce": self.elementwise_norm_reduce,
+            "other": self.other,
+        }
 
 
 @dataclass(frozen=True)
@@ -118,6 +165,8 @@ class StepDecomposition:
     the buckets. `start_s` is Unix seconds when the trace carries ``baseTimeNanoseconds``,
     otherwise seconds on the trace's own clock. `mfu`/`hfu` are None when FLOPs or peak are
     unknown (`hfu` also when the step recomputes but no recompute FLOPs were given).
+    `window_source` says how the window was chosen (``WINDOW_*``). `compute_classes` /
+    `recompute_classes` split those buckets by kernel class (None: not known, CPU timelines).
     """
 
     step: int
@@ -135,6 +184,9 @@ class StepDecomposition:
     collectives: tuple[CollectiveRecord, ...]
     mfu: float | None
     hfu: float | None
+    window_source: str = WINDOW_PROFILER_STEP
+    compute_classes: KernelClassSeconds | None = None
+    recompute_classes: KernelClassSeconds | None = None
 
 
 @dataclass(frozen=True)
@@ -142,10 +194,12 @@ class RankAnalysis:
     """The decomposition of every profiled step of one rank's trace.
 
     `device` is the device name from the trace (e.g. ``NVIDIA A100-PG509-200``) or ``cpu`` for
-    CPU-only traces.
+    CPU-only traces. `warnings`: one line each about what the trace lacks (e.g. device events
+    of a GPU job), for the reader of the answer.
     """
 
     rank: int
     world_size: int
     device: str
     steps: tuple[StepDecomposition, ...]
+    warnings: tuple[str, ...] = ()

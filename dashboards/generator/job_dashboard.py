@@ -223,6 +223,26 @@ def _decomposition_row() -> Row:
                 max_value=1,
             ),
             timeseries_panel(
+                "Compute by kernel class",
+                "Share of step time in compute kernels of each class (from the profiled "
+                "windows): gemm (matmuls and convolutions), attention (fused attention), "
+                "elementwise_norm_reduce (unfused / memory-bound kernels: elementwise, norms, "
+                "softmax, reductions, optimizer), other. The elementwise_norm_reduce line is the "
+                "waterfall's unfused-kernels slice f_elementwise, a part of 'compute below peak': "
+                "fusing those kernels (torch.compile, fused norms/optimizers) wins it back.",
+                "percentunit",
+                [
+                    Query(
+                        f"sum by (class) (rate(mfuscope_compute_class_seconds_total{{{JOB}}}"
+                        f"[$__rate_interval])) / on () group_left () {_ALL_COMPONENTS_RATE}",
+                        "{{class}}",
+                    ),
+                ],
+                stacked=True,
+                min_value=0,
+                max_value=1,
+            ),
+            timeseries_panel(
                 "Exposed communication by axis and tier",
                 "Share of step time in which no compute kernel runs while a collective of this "
                 "axis/tier does. Red from 20 % for the job as a whole (MFUScopeExposedCommHigh). "

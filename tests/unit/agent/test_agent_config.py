@@ -30,6 +30,8 @@ def test_defaults_need_only_a_job() -> None:
         ({"job": "j", "profile": True}, {"MFUSCOPE_PROFILE": "0"}, "profile", True),
         ({"job": "j"}, {"MFUSCOPE_WRAP_CHECKPOINT": "yes"}, "wrap_checkpoint", True),
         ({"job": "j"}, {"MFUSCOPE_PROFILE_EVERY_STEPS": "50"}, "profile_every_steps", 50),
+        ({"job": "j"}, {"MFUSCOPE_KEEP_TRACES": "5"}, "keep_traces", 5),
+        ({"job": "j"}, {"MFUSCOPE_KEEP_TRACES_DIR": "/tmp/t"}, "keep_traces_dir", "/tmp/t"),
         (
             {"job": "j"},
             {"MFUSCOPE_COLLECTOR_URL": "http://c:9464"},

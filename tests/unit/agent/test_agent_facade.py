@@ -261,3 +261,28 @@ def test_first_step_numbers_a_resumed_job_and_each_agent_is_its_own_incarnation(
     assert len({b.incarnation for b in first}) == len({b.incarnation for b in resumed}) == 1
     assert first[0].incarnation and resumed[0].incarnation
     assert first[0].incarnation != resumed[0].incarnation
+
+
+def test_real_profiler_window_trace_is_kept_and_analysable(tmp_path: Path) -> None:
+    from mfuscope.core.trace import analyze_trace, read_trace
+
+    model = Net()
+    kept = tmp_path / "kept"
+    agent = _agent(
+        tmp_path,
+        model,
+        profile=True,
+        profile_first_step=1,
+        profile_steps=2,
+        keep_traces=3,
+        keep_traces_dir=str(kept),
+    )
+    for _ in range(3):
+        with agent.step():
+            _train(model, batch=64)
+    _step_until_analysed(agent)
+    agent.close()
+    (trace,) = kept.iterdir()
+    assert trace.name.startswith("mfuscope-rank0-step1-2-") and trace.name.endswith(".json.gz")
+    steps = analyze_trace(read_trace(trace)).steps  # the window behind the reported numbers
+    assert [s.step for s in steps] == [1, 2]

@@ -259,3 +259,60 @@ def test_torch_profiler_busy_sees_a_running_profiler() -> None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
         assert torch_profiler_busy()
     assert not torch_profiler_busy()
+
+
+def test_analyser_keeps_the_last_window_traces_rotated_and_capped(tmp_path: Path) -> None:
+    import gzip
+
+    from mfuscope.agent.kept_traces import TraceKeeper
+
+    kept_dir = tmp_path / "kept"
+    keeper = TraceKeeper(kept_dir, keep=2, max_bytes=1 << 20, rank=3)
+    work = tmp_path / "work"
+    work.mkdir()
+    analyser = WindowAnalyser(lambda path: [_step(1)], temp_dir=str(work), keep=keeper.keep_trace)
+    outcomes = []
+    for first in (10, 20, 30):
+        analyser.submit(FakeProfiler([]), (first, first + 1))
+        outcomes.append(analyser.wait(10.0))
+    analyser.close(1.0)
+    assert all(o is not None and o.error is None and o.keep_error is None for o in outcomes)
+    names = sorted(p.name for p in kept_dir.iterdir())
+    assert len(names) == 2 and all(n.startswith("mfuscope-rank3-step") for n in names)
+    assert {n.split("-")[2] for n in names} == {"step20", "step30"}  # the oldest went
+    last = outcomes[-1]
+    assert last is not None and last.kept_trace is not None
+    with gzip.open(last.kept_trace, "rt") as handle:
+        assert handle.read() == EMPTY_TRACE  # the very trace that was analysed
+    assert list(work.iterdir()) == []  # the temporary export is still deleted
+
+
+def test_kept_traces_respect_the_size_cap_but_keep_the_newest(tmp_path: Path) -> None:
+    from mfuscope.agent.kept_traces import TraceKeeper
+
+    source = tmp_path / "t.json"
+    source.write_bytes(os.urandom(4096))  # incompressible: ~4 kB gzipped
+    keeper = TraceKeeper(tmp_path / "kept", keep=10, max_bytes=6000, rank=0)
+    for step in range(3):
+        keeper.keep_trace(str(source), (step,))
+    kept = sorted((tmp_path / "kept").iterdir())
+    assert len(kept) == 1 and "step2-2" in kept[0].name  # one 4 kB file fits under 6000 bytes
+    tiny = TraceKeeper(tmp_path / "tiny", keep=3, max_bytes=1, rank=0)
+    tiny.keep_trace(str(source), (5,))
+    assert len(list((tmp_path / "tiny").iterdir())) == 1  # bigger than the cap, still kept
+
+
+def test_a_trace_that_cannot_be_kept_is_still_analysed(tmp_path: Path) -> None:
+    def keep(path: str, steps: tuple[int, ...]) -> str:
+        raise PermissionError("read-only")
+
+    analyser = WindowAnalyser(lambda path: [_step(4)], temp_dir=str(tmp_path), keep=keep)
+    analyser.submit(FakeProfiler([]), (4,))
+    outcome = analyser.wait(10.0)
+    analyser.close(1.0)
+    assert (
+        outcome is not None
+        and outcome.error is None
+        and [d.step for d in outcome.decompositions] == [4]
+    )
+    assert outcome.kept_trace is None and "read-only" in (outcome.keep_error or "")

@@ -63,7 +63,7 @@ def test_analyze_json_is_one_document(tmp_path: Path, capsys: pytest.CaptureFixt
         (lambda d: (d / "x.json").write_text("nope") and d / "x.json", "x.json: not JSON"),
         (
             lambda d: (d / "e.json").write_text('{"traceEvents": []}') and d / "e.json",
-            "e.json: no ProfilerStep",
+            "e.json: no activity on the timeline",
         ),
         (lambda d: (d / "sub").mkdir() or d / "sub", "sub: directory holds no .json"),
     ],
@@ -78,3 +78,42 @@ def test_bad_input_is_one_stderr_line_and_exit_2(
     assert code == 2
     assert out == ""  # no partial output
     assert err.count("\n") == 1 and message in err and err.startswith("mfuscope analyze: ")
+
+
+def test_analyze_warns_about_the_same_file_twice_and_still_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write_trace(tmp_path / "r.json")
+    assert main(["analyze", str(path), str(path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    (line,) = err.splitlines()
+    assert line.startswith("mfuscope analyze: warning: ") and "the same trace" in line
+    doc = json.loads(out)
+    assert len(doc["ranks"]) == 2 and "the same trace" in doc["warnings"][0]
+
+
+def test_analyze_chosen_windows_and_their_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write_trace(tmp_path / "r.json")
+    assert main(["analyze", str(path), "--json", "--window-range", "30:70"]) == 0
+    (step,) = json.loads(capsys.readouterr().out)["ranks"][0]["steps"]
+    assert step["window_source"] == "range" and step["wall_s"] == pytest.approx(40e-6)
+    code = main(["analyze", str(path), "--window-annotation", "decode"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "window annotation 'decode': no such annotation" in err
+    with pytest.raises(SystemExit):  # argparse: a range that ends before it starts
+        main(["analyze", str(path), "--window-range", "70:30"])
+
+
+def test_analyze_without_profiler_steps_says_it_took_the_whole_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = TraceBuilder(world_size=1)
+    b.kernel(20.0, 50.0, launch_at=1.0)
+    path = tmp_path / "eager.json"
+    path.write_text(json.dumps(b.build()))
+    assert main(["analyze", str(path)]) == 0
+    out, _ = capsys.readouterr()
+    assert "windows: the whole trace as one window (no ProfilerStep#N in the trace)" in out

@@ -337,3 +337,18 @@ def test_memory_stops_growing_once_every_window_is_full() -> None:
     steady = sizes[10:]
     assert max(steady) - min(steady) < ranks * 600, sizes
     assert _series(collector)[("mfuscope_steps_total", ("job-a",))] == ranks * rounds * 5
+
+
+def test_compute_class_seconds_sum_over_ranks_and_only_where_reported() -> None:
+    collector, _ = _new()
+    with_classes = report_dict(1)
+    with_classes["compute_classes"] = [
+        {"kernel_class": "gemm", "seconds": 0.5},
+        {"kernel_class": "elementwise_norm_reduce", "seconds": 0.25},
+    ]
+    _ingest(collector, batch_dict(rank=0, reports=[with_classes, report_dict(2)]))
+    _ingest(collector, batch_dict(rank=1, reports=[dict(with_classes)]))
+    s = _series(collector)
+    assert s[("mfuscope_compute_class_seconds_total", ("job-a", "gemm"))] == 1.0
+    assert s[("mfuscope_compute_class_seconds_total", ("job-a", "elementwise_norm_reduce"))] == 0.5
+    assert ("mfuscope_compute_class_seconds_total", ("job-a", "attention")) not in s

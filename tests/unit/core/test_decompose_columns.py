@@ -201,6 +201,7 @@ def test_launch_index_keeps_the_last_of_duplicate_ids() -> None:
             has_correlation=np.array([i is not None for i in ids]),
             tid=np.zeros(n, np.int64),
             decoded=np.ones(n, bool),
+            name=np.full(n, -1, np.int64),
         )
 
     index = LaunchIndex(columns([5, 7, 5, None, 9]))

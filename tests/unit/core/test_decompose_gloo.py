@@ -65,8 +65,10 @@ def test_gloo_with_several_groups_keeps_axis_unknown() -> None:
     b.profiler_step(1, 0.0, 10.0)
     b.gloo("all_reduce", 1.0, 5.0, nelems=10)
     (record,) = analyze_trace(b.build()).steps[0].collectives
-    # Group sizes differ: the size is unknown, so busbw is not computed; world as upper bound.
-    assert (record.axis, record.tier, record.group_size) == ("unknown", "intra_node", 4)
+    # Group sizes differ: the size is unknown (null with the reason, never the world size),
+    # so busbw is not computed.
+    assert (record.axis, record.tier, record.group_size) == ("unknown", "intra_node", None)
+    assert record.group_size_reason is not None and "several sizes" in record.group_size_reason
     assert record.busbw_bytes_per_s is None and record.bytes == 40
 
 

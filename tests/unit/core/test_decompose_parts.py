@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 
 import numpy as np
@@ -156,12 +157,14 @@ def _trace() -> dict[str, object]:
 def test_json_document_has_exactly_the_contract_keys() -> None:
     doc = analysis_to_json([analyze_trace(_trace())])
     json.dumps(doc, allow_nan=False)
-    assert set(doc) == {"schema", "ranks"} and doc["schema"] == "mfuscope.analysis/1"
+    assert set(doc) == {"schema", "warnings", "ranks"} and doc["schema"] == "mfuscope.analysis/1"
     (rank,) = doc["ranks"]
-    assert set(rank) == {"rank", "world_size", "device", "steps"}
+    assert set(rank) == {"rank", "world_size", "device", "warnings", "steps"}
+    assert rank["warnings"] == []
     (step,) = rank["steps"]
     assert set(step) == {
         "step",
+        "window_source",
         "start_s",
         "wall_s",
         "compute_s",
@@ -176,7 +179,14 @@ def test_json_document_has_exactly_the_contract_keys() -> None:
         "collectives",
         "mfu",
         "hfu",
+        "compute_class_s",
+        "recompute_class_s",
+        "waterfall",
     }
+    assert step["waterfall"] is None  # no FLOPs given
+    classes = {"gemm", "attention", "elementwise_norm_reduce", "other"}
+    assert set(step["compute_class_s"]) == set(step["recompute_class_s"]) == classes
+    assert math.fsum(step["compute_class_s"].values()) == pytest.approx(step["compute_s"])
     assert step["mfu"] is None and step["hfu"] is None
     assert {tuple(sorted(e)) for e in step["exposed_comm"]} == {("axis", "seconds", "tier")}
     first, unknown = step["collectives"]
@@ -185,6 +195,7 @@ def test_json_document_has_exactly_the_contract_keys() -> None:
         "axis",
         "tier",
         "group_size",
+        "group_size_reason",
         "bytes",
         "seconds",
         "algbw_bytes_per_s",
@@ -192,6 +203,7 @@ def test_json_document_has_exactly_the_contract_keys() -> None:
         "overlapped_ratio",
     }
     assert unknown["bytes"] is None and unknown["busbw_bytes_per_s"] is None
+    assert step["window_source"] == "profiler_step"
 
 
 def test_json_of_several_ranks_keeps_their_order() -> None:

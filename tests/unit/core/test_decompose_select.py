@@ -193,7 +193,8 @@ def _doc(*events: dict[str, Any], device: bool = True) -> bytes:
     [
         ({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 1}, True, False),
         ({"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"}, True, False),
-        ({"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#1"}, True, False),
+        # device-side ranges: read for user-chosen windows (`_windows`)
+        ({"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#1"}, True, True),
         ({"ph": "X", "cat": "cpu_op", "name": "aten::mm"}, True, False),
         ({"ph": "X", "cat": "cpu_op", "name": "aten::mm"}, False, True),  # host-only: compute
         ({"ph": "X", "cat": "cpu_op", "name": "record_param_comms"}, True, True),

@@ -51,6 +51,18 @@ def test_waterfall_worked_example() -> None:
     assert w.mfu + sum(w.slices().values()) == pytest.approx(1.0)
 
 
+def test_waterfall_splits_the_kernel_slice_by_elementwise_time() -> None:
+    # The worked example with 0.2 s of the 0.6 s compute in elementwise/norm/reduce kernels:
+    # f_elementwise = 0.2, and the rest of the 0.3 kernel slice is 0.1.
+    buckets = StepBuckets(0.6, 0.1, 0.15, 0.05, 0.06, 0.04, elementwise_s=0.2)
+    w = mfu_waterfall(3e14, 1e15, buckets)
+    assert w.window_s == pytest.approx(1.0)  # elementwise time is inside compute, not beside it
+    assert (w.elementwise, w.kernel_inefficiency) == (pytest.approx(0.2), pytest.approx(0.1))
+    assert w.mfu + sum(w.slices().values()) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="part of compute_s"):
+        StepBuckets(0.6, elementwise_s=0.7)
+
+
 def test_waterfall_without_compute() -> None:
     w = mfu_waterfall(0.0, 1e15, StepBuckets(0.0, bubble_idle_s=2.0))
     assert w.kernel_efficiency is None
@@ -90,7 +102,7 @@ seconds = st.floats(0.0, 10.0, allow_nan=False)
 def test_waterfall_identity(
     parts: tuple[float, ...], kernel_efficiency: float, peak: float
 ) -> None:
-    buckets = StepBuckets(*parts)
+    buckets = StepBuckets(*parts, elementwise_s=parts[0] * kernel_efficiency)
     model_flops = kernel_efficiency * peak * buckets.compute_s
     w = mfu_waterfall(model_flops, peak, buckets)
     assert w.mfu + sum(w.slices().values()) == pytest.approx(1.0, abs=1e-9)

@@ -127,3 +127,44 @@ def test_integer_too_large_for_a_float_is_a_schema_error() -> None:
     with pytest.raises(s.SchemaError) as info:
         s.parse_batch(_batch(peak_flops=10**400))
     assert info.value.field == "peak_flops"
+
+
+def _with_classes(classes: Any) -> dict[str, Any]:
+    body = _batch(version="1.1")
+    body["reports"][0]["compute_classes"] = classes
+    return body
+
+
+def test_compute_classes_round_trip_and_default_to_none() -> None:
+    shares = [
+        {"kernel_class": "gemm", "seconds": 0.5},
+        {"kernel_class": "elementwise_norm_reduce", "seconds": 0.25},
+    ]
+    batch = s.parse_batch(_with_classes(shares))
+    assert batch.reports[0].compute_classes == (
+        s.ClassShare("gemm", 0.5),
+        s.ClassShare("elementwise_norm_reduce", 0.25),
+    )
+    assert s.batch_from_json(s.batch_to_json(batch)) == batch
+    assert s.parse_batch(_batch()).reports[0].compute_classes == ()  # a 1.0 batch
+
+
+@pytest.mark.parametrize(
+    ("classes", "field"),
+    [
+        ([{"kernel_class": "conv", "seconds": 0.1}], "compute_classes[0].kernel_class"),
+        ([{"kernel_class": "gemm", "seconds": -0.1}], "compute_classes[0].seconds"),
+        (
+            [{"kernel_class": "gemm", "seconds": 0.1}, {"kernel_class": "gemm", "seconds": 0.1}],
+            "compute_classes",
+        ),
+        (
+            [{"kernel_class": "gemm", "seconds": 0.8}, {"kernel_class": "other", "seconds": 0.8}],
+            "compute_classes",
+        ),
+    ],
+)
+def test_bad_compute_classes_name_the_field(classes: Any, field: str) -> None:
+    with pytest.raises(s.SchemaError) as info:
+        s.parse_batch(_with_classes(classes))
+    assert info.value.field == f"reports[0].{field}"

@@ -179,3 +179,31 @@ def test_collective_aggregation_is_independent_of_order(order: list[int]) -> Non
         assert a.seconds == pytest.approx(b.seconds) and a.overlapped_s == pytest.approx(
             b.overlapped_s
         )
+
+
+def test_compute_classes_from_an_engine_result_reach_the_report() -> None:
+    from mfuscope.core.trace import analyze_trace
+
+    from tests.support.trace_builder import TraceBuilder
+
+    b = TraceBuilder(world_size=1)
+    b.profiler_step(1, 0.0, 50.0)
+    b.kernel(100.0, 30.0, launch_at=1.0)  # gemm
+    b.kernel(130.0, 10.0, launch_at=2.0, name="void at::native::vectorized_elementwise_kernel")
+    b.kernel(150.0, 10.0, launch_at=3.0)  # after a 10 µs gap
+    steps = analyze_trace(b.build()).steps
+    breakdown = breakdown_from_steps(steps, 1)
+    assert breakdown is not None
+    report = make_report(
+        step=7, start_unix_ns=0, wall_s=2.0, model_flops=1.0, recompute_flops=0.0,
+        breakdown=breakdown,
+    )  # fmt: skip
+    by_class = {c.kernel_class: c.seconds for c in report.compute_classes}
+    # 60 µs window: 40 µs gemm, 10 µs elementwise, 10 µs idle; scaled to a 2 s step
+    assert by_class["gemm"] == pytest.approx(2.0 * 40 / 60)
+    assert by_class["elementwise_norm_reduce"] == pytest.approx(2.0 * 10 / 60)
+    compute = next(c.seconds for c in report.components if c.component == "compute")
+    assert math.fsum(by_class.values()) == pytest.approx(compute)
+    # A fake decomposition without a class split gives none (never a partial split).
+    plain = breakdown_from_steps([_step()], 1)
+    assert plain is not None and plain.class_fractions == ()

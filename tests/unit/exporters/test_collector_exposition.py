@@ -97,6 +97,8 @@ mfuscope_job_restarts_total{job="train"} 0.0
 # TYPE mfuscope_step_component_seconds_total counter
 mfuscope_step_component_seconds_total{axis="",component="compute",job="train",tier=""} 2.125
 mfuscope_step_component_seconds_total{axis="dp",component="exposed_comm",job="train",tier="intra_node"} 1.375
+# HELP mfuscope_compute_class_seconds_total compute time per kernel class (gemm, attention, elementwise_norm_reduce, other), from profiled windows; sums to the compute component over the steps that carry it, seconds
+# TYPE mfuscope_compute_class_seconds_total counter
 # HELP mfuscope_collective_calls_total collective calls observed in profiled windows
 # TYPE mfuscope_collective_calls_total counter
 mfuscope_collective_calls_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 2.0
