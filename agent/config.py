@@ -63,9 +63,9 @@ class AgentConfig:
     max_batch_reports: int = 256
     max_queue_reports: int = 10_000
     request_timeout_s: float = 5.0
-    max_send_attempts: int = 5
+    max_send_attempts: int = 0  # 0: retry while the report buffer has room
     retry_base_s: float = 0.5
-    retry_max_s: float = 30.0
+    retry_max_s: float = 10.0
     close_timeout_s: float = 10.0
     analysis_timeout_s: float = 120.0
     log_interval_s: float = 60.0
@@ -92,12 +92,11 @@ class AgentConfig:
             "profile_steps",
             "max_batch_reports",
             "max_queue_reports",
-            "max_send_attempts",
             "profile_every_steps",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("profile_first_step", "max_flop_recounts"):
+        for name in ("profile_first_step", "max_flop_recounts", "max_send_attempts"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
         for name in (

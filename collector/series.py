@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mfuscope.collector.errors import (
+    LIMIT_REASONS,
     BadRequest,
     PayloadTooLarge,
     RateLimited,
     Unauthorized,
+    UnsupportedMediaType,
     UnsupportedVersion,
 )
 from mfuscope.collector.snapshot import (
@@ -32,8 +34,18 @@ __all__ = ["REJECT_REASONS", "metric_families"]
 REJECT_REASONS: tuple[str, ...] = tuple(
     sorted(
         {
-            e.reason
-            for e in (BadRequest, UnsupportedVersion, Unauthorized, PayloadTooLarge, RateLimited)
+            *LIMIT_REASONS,
+            *(
+                e.reason
+                for e in (
+                    BadRequest,
+                    UnsupportedVersion,
+                    Unauthorized,
+                    PayloadTooLarge,
+                    RateLimited,
+                    UnsupportedMediaType,
+                )
+            ),
         }
     )
 )

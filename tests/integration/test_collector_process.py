@@ -82,6 +82,7 @@ def request(
 
 def post(url: str, batch: Any, **headers: str) -> tuple[int, Any]:
     body = batch if isinstance(batch, bytes) else json.dumps(batch).encode()
+    headers = {"Content-Type": "application/json", **headers}
     status, _, payload = request(url + "/v1/reports", body, headers)
     return status, json.loads(payload)
 
