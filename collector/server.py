@@ -79,7 +79,9 @@ class _GuardedServer(web.Server):
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
         if len(self._deadlines) >= self._limits.max_connections:
-            transport.abort()  # over the cap: refuse at once rather than queue
+            # Over the cap: close at once rather than queue. On the next loop turn, once aiohttp
+            # has finished setting the connection up (closing it now races its start-up).
+            asyncio.get_running_loop().call_soon(handler.force_close)
             return
         self._deadlines[handler] = None
         self.expect_headers(handler)

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,37 +17,9 @@ from mfuscope.collector import Collector, StateConfig
 from mfuscope.collector.routes import HttpRequest, Routes
 from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 
+from tests.support.collector_process import CollectorProcess, post, request
+
 pytestmark = pytest.mark.slow
-
-
-class CollectorProcess:
-    """`mfuscope collector` in a subprocess; `url` once it has written its bound address."""
-
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.address_file = tmp_path / f"address-{time.monotonic_ns()}"
-        cmd = [sys.executable, "-m", "mfuscope.cli", "collector", "--listen", "127.0.0.1:0"]
-        cmd += ["--address-file", str(self.address_file), *args]
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        deadline = time.monotonic() + 30
-        while not self.address_file.exists():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"collector exited: {self.proc.communicate()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError("collector did not start")
-            time.sleep(0.02)
-        self.url = "http://" + self.address_file.read_text().strip()
-
-    def stop(self) -> tuple[int, str, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        out, err = self.proc.communicate(timeout=30)
-        return self.proc.returncode, out, err
 
 
 @pytest.fixture
@@ -66,25 +34,6 @@ def start(tmp_path: Path) -> Iterator[Any]:
     yield _start
     for process in started:
         process.stop()
-
-
-def request(
-    url: str, body: bytes | None = None, headers: dict[str, str] | None = None
-) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(url, data=body, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, dict(exc.headers), exc.read()
-
-
-def post(url: str, batch: Any, **headers: str) -> tuple[int, Any]:
-    body = batch if isinstance(batch, bytes) else json.dumps(batch).encode()
-    headers = {"Content-Type": "application/json", **headers}
-    status, _, payload = request(url + "/v1/reports", body, headers)
-    return status, json.loads(payload)
 
 
 def metric_lines(url: str) -> list[str]:
