@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,12 @@ class ServerLimits:
 
 
 class _GuardedServer(web.Server):
-    """aiohttp's low-level server with a connection cap and a per-connection header deadline."""
+    """aiohttp's low-level server with a connection cap and a per-connection header deadline.
+
+    At the cap, the connection that has waited longest for its next request's headers is closed
+    to make room (a real agent sends its headers within milliseconds of connecting, so the
+    connections that sit waiting are the idle and the slow); only when every open connection is
+    busy in a handler is the new one closed instead."""
 
     def __init__(
         self,
@@ -69,45 +75,48 @@ class _GuardedServer(web.Server):
     ) -> None:
         super().__init__(handler, **kwargs)
         self._limits = limits
-        # Open, admitted connections -> the timer that closes them if headers do not arrive.
-        self._deadlines: dict[RequestHandler, asyncio.TimerHandle | None] = {}
+        self._admitted: set[RequestHandler] = set()
+        # Admitted connections waiting for headers, oldest wait first -> the timer closing them.
+        self._waiting: OrderedDict[RequestHandler, asyncio.TimerHandle] = OrderedDict()
 
     @property
     def open_connections(self) -> int:
-        return len(self._deadlines)
+        return len(self._admitted)
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
-        if len(self._deadlines) >= self._limits.max_connections:
-            # Over the cap: close at once rather than queue. On the next loop turn, once aiohttp
-            # has finished setting the connection up (closing it now races its start-up).
-            asyncio.get_running_loop().call_soon(handler.force_close)
-            return
-        self._deadlines[handler] = None
+        # Close on the next loop turn, once aiohttp has finished setting the connection up
+        # (closing it right here races its start-up).
+        loop = asyncio.get_running_loop()
+        if len(self._admitted) >= self._limits.max_connections:
+            if not self._waiting:
+                loop.call_soon(handler.force_close)  # everyone is busy: refuse the newcomer
+                return
+            oldest, timer = self._waiting.popitem(last=False)
+            timer.cancel()
+            self._admitted.discard(oldest)
+            loop.call_soon(oldest.force_close)
+        self._admitted.add(handler)
         self.expect_headers(handler)
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
-        timer = self._deadlines.pop(handler, None)
-        if timer is not None:
-            timer.cancel()
+        self.headers_received(handler)
+        self._admitted.discard(handler)
         super().connection_lost(handler, exc)
 
     def expect_headers(self, handler: RequestHandler) -> None:
         """(Re)start `handler`'s header deadline: the next request must arrive in time."""
-        if handler not in self._deadlines:
+        if handler not in self._admitted:
             return
         self.headers_received(handler)
         loop = asyncio.get_running_loop()
-        self._deadlines[handler] = loop.call_later(
-            self._limits.header_timeout_s, handler.force_close
-        )
+        self._waiting[handler] = loop.call_later(self._limits.header_timeout_s, handler.force_close)
 
     def headers_received(self, handler: RequestHandler) -> None:
         """Stop `handler`'s header deadline: a request is being handled."""
-        timer = self._deadlines.get(handler)
+        timer = self._waiting.pop(handler, None)
         if timer is not None:
             timer.cancel()
-            self._deadlines[handler] = None
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -138,6 +147,16 @@ def _response(response: HttpResponse) -> web.Response:
     for name, value in response.headers:
         resp.headers[name] = value
     return resp
+
+
+async def _answer_and_close(request: web.BaseRequest, response: web.Response) -> web.Response:
+    """Send `response`, then close the connection at once: the rest of the body is still on the
+    wire, and aiohttp would otherwise keep reading ("lingering") it for up to 10 s."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
 
 
 class CollectorServer:
@@ -217,15 +236,10 @@ class CollectorServer:
         try:
             body = await self._read_body(request)
         except PayloadTooLarge as error:
-            response = _response(self._routes.refuse(error))
-            response.force_close()  # the rest of the body is still on the wire
-            return response
+            return await _answer_and_close(request, _response(self._routes.refuse(error)))
         except TimeoutError:
-            response = _response(
-                HttpResponse(408, b'{"error":"body not received in time","field":"body"}')
-            )
-            response.force_close()
-            return response
+            timed_out = HttpResponse(408, b'{"error":"body not received in time","field":"body"}')
+            return await _answer_and_close(request, _response(timed_out))
         return _response(self._routes.handle(req, body))
 
 
