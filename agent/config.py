@@ -74,6 +74,13 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.job, str) or not self.job or len(self.job) > 256:
             raise ConfigError("job", "a non-empty name of at most 256 characters is required")
+        try:  # a Latin-1 environment value decodes to lone surrogates: no collector accepts it
+            self.job.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                "job",
+                f"{self.job!r} is not valid UTF-8 (set it in UTF-8, e.g. from a UTF-8 locale)",
+            ) from None
         for name in ("flops_per_step", "recompute_flops_per_step"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
