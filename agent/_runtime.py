@@ -85,7 +85,7 @@ class Runtime:
                 "MFUSCOPE_JSONL_PATH): reports are measured but not shipped",
             )
         retry = RetryPolicy(
-            max_attempts=self.config.max_send_attempts,
+            max_attempts=self.config.max_send_attempts or None,
             base_s=self.config.retry_base_s,
             max_s=self.config.retry_max_s,
             request_timeout_s=self.config.request_timeout_s,

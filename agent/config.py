@@ -63,9 +63,9 @@ class AgentConfig:
     max_batch_reports: int = 256
     max_queue_reports: int = 10_000
     request_timeout_s: float = 5.0
-    max_send_attempts: int = 5
+    max_send_attempts: int = 0  # 0: retry while the report buffer has room
     retry_base_s: float = 0.5
-    retry_max_s: float = 30.0
+    retry_max_s: float = 10.0
     close_timeout_s: float = 10.0
     analysis_timeout_s: float = 120.0
     log_interval_s: float = 60.0
@@ -77,6 +77,13 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.job, str) or not self.job or len(self.job) > 256:
             raise ConfigError("job", "a non-empty name of at most 256 characters is required")
+        try:  # a Latin-1 environment value decodes to lone surrogates: no collector accepts it
+            self.job.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                "job",
+                f"{self.job!r} is not valid UTF-8 (set it in UTF-8, e.g. from a UTF-8 locale)",
+            ) from None
         for name in ("flops_per_step", "recompute_flops_per_step"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
@@ -95,7 +102,6 @@ class AgentConfig:
             "profile_steps",
             "max_batch_reports",
             "max_queue_reports",
-            "max_send_attempts",
             "profile_every_steps",
         ):
             if getattr(self, name) < 1:
@@ -104,7 +110,13 @@ class AgentConfig:
             raise ConfigError(
                 "keep_traces_max_bytes", f"must be >= 1 byte, got {self.keep_traces_max_bytes}"
             )
-        for name in ("first_step", "profile_first_step", "max_flop_recounts", "keep_traces"):
+        for name in (
+            "first_step",
+            "profile_first_step",
+            "max_flop_recounts",
+            "keep_traces",
+            "max_send_attempts",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
         for name in (

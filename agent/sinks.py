@@ -6,11 +6,15 @@ whether a retry can help. Sinks are used from the transport's background thread 
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
 import gzip
 import http.client
 import json
 import os
+import socket
 import threading
+import time
 import urllib.parse
 from typing import Protocol
 
@@ -26,12 +30,21 @@ _RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 class SendError(MfuscopeError):
-    """A batch that did not arrive. `retryable` says whether sending it again can help."""
+    """A batch that did not arrive. `retryable` says whether sending it again can help;
+    `retry_after_s` is how long the collector asked to wait (``Retry-After``), if it did."""
 
-    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 class Sink(Protocol):
@@ -49,7 +62,9 @@ class HttpSink:
 
     One connection per batch: batches are seconds apart, and a fresh connection never inherits
     a half-dead socket from a collector restart. Proxies from the environment are not used (the
-    collector is a sidecar or on the job's network).
+    collector is a sidecar or on the job's network). `timeout_s` is the deadline of the whole
+    exchange (connect, send, response), not of each socket read: a collector that trickles its
+    answer a byte at a time is cut off at the deadline like a silent one.
     """
 
     def __init__(self, url: str, token: str | None = None) -> None:
@@ -75,15 +90,23 @@ class HttpSink:
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         connection_type = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        connection = connection_type(self._host, self._port, timeout=max(timeout_s, 1e-3))
+        timeout_s = max(timeout_s, 1e-3)
+        connection = connection_type(self._host, self._port, timeout=timeout_s)
+        # The socket timeout bounds each read; this timer bounds the whole exchange by shutting
+        # the socket down under a read that keeps receiving a byte now and then.
+        deadline = threading.Timer(timeout_s, _shut_down, (connection,))
+        deadline.daemon = True
+        deadline.start()
         try:
             connection.request("POST", self._path, body=body, headers=headers)
             response = connection.getresponse()
             payload = response.read(64 * 1024)
         except (OSError, http.client.HTTPException) as exc:
             # Refused, reset, timed out (a hanging collector), or a garbled reply.
-            raise SendError(f"{type(exc).__name__}: {exc}", retryable=True) from None
+            late = " (deadline passed)" if deadline.finished.is_set() else ""
+            raise SendError(f"{type(exc).__name__}: {exc}{late}", retryable=True) from None
         finally:
+            deadline.cancel()
             connection.close()
         if response.status == 200:
             return
@@ -91,10 +114,34 @@ class HttpSink:
             f"HTTP {response.status}: {_error_text(payload)}",
             retryable=response.status in _RETRYABLE_STATUS,
             status=response.status,
+            retry_after_s=_retry_after_s(response.getheader("Retry-After")),
         )
 
     def close(self) -> None:
         return None
+
+
+def _shut_down(connection: http.client.HTTPConnection) -> None:
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """``Retry-After`` in seconds: delta-seconds or an HTTP date; None if absent or unreadable."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        return float(min(int(text[:12]), 10**9))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _error_text(payload: bytes) -> str:

@@ -3,9 +3,14 @@
 The training thread only calls `submit` (a lock and a deque append, never blocking on I/O). A
 daemon thread takes up to `max_batch_reports` reports at a time (or whatever accumulated within
 `flush_interval_s`), encodes them with the caller's `encode` (which stamps the batch header and
-the current health counters), and hands the bytes to a `Sink`. A failed send is retried with
-exponential backoff up to `max_send_attempts`; then the batch is dropped and counted. When the
-buffer is full the *oldest* report is dropped (a live view wants the newest data) and counted.
+the current health counters), and hands the bytes to a `Sink`.
+
+A batch whose send fails (retryably) stays in the buffer: it is retried with capped exponential
+backoff (longer when the collector asks so with ``Retry-After``) for as long as the buffer has
+room, so an outage loses nothing until the buffer is full. The batch in flight counts against the
+buffer; when a new report would overflow it, the *oldest* report goes (a live view wants the
+newest data), counted as dropped. `RetryPolicy.max_attempts` can bound the attempts per batch
+instead. A refusal that cannot get better (HTTP 400/401/413) drops the batch at once, counted.
 Re-sent reports are safe: `(job, rank, step)` is the collector's idempotency key.
 """
 
@@ -27,15 +32,17 @@ __all__ = ["RetryPolicy", "Transport", "backoff_delay_s"]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how patiently to re-send one batch (seconds)."""
+    """How patiently to re-send one batch (seconds). `max_attempts` None: retry for as long as
+    the buffer has room; `max_s` caps every delay, also one the collector asks for with
+    ``Retry-After``; `request_timeout_s` is the whole deadline of one send attempt."""
 
-    max_attempts: int = 5
+    max_attempts: int | None = None
     base_s: float = 0.5
-    max_s: float = 30.0
+    max_s: float = 10.0
     request_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
+        if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
         if self.base_s < 0 or self.max_s < 0 or self.request_timeout_s <= 0:
             raise ValueError("retry delays must be >= 0 and request_timeout_s > 0")
@@ -70,21 +77,38 @@ class Transport:
     ) -> None:
         if max_queue_reports < 1 or max_batch_reports < 1:
             raise ValueError("max_queue_reports and max_batch_reports must be >= 1")
+        if max_queue_reports < max_batch_reports:
+            log.warning(
+                "transport-small-buffer",
+                "mfuscope: the report buffer for %s holds %d reports, fewer than one batch (%d, "
+                "sent at least every %g s): a collector outage of one flush interval will drop "
+                "reports; raise max_queue_reports to %d or more",
+                sink.describe(),
+                max_queue_reports,
+                max_batch_reports,
+                flush_interval_s,
+                max_batch_reports,
+            )
         self._sink = sink
         self._encode = encode
         self._health = health
         self._log = log
         self._max_queue = max_queue_reports
-        self._max_batch = max_batch_reports
+        # A batch is due once this many reports wait: never more than the buffer holds.
+        self._max_batch = min(max_batch_reports, max_queue_reports)
         self._flush_interval_s = flush_interval_s
         self._retry = retry or RetryPolicy()
         self._clock = clock
         self._cond = threading.Condition()
         self._queue: collections.deque[StepReport] = collections.deque()
-        self._in_flight = 0  # reports taken by the sender and not yet delivered or dropped
+        # Reports taken by the sender and not yet delivered or dropped (the oldest ones). While
+        # the sender waits between attempts, `submit` may drop from its front.
+        self._batch: list[StepReport] = []
+        self._sending = False  # an attempt is on the wire: its body already holds `_batch`
         self._closing = False
         self._deadline = float("inf")
         self._abandoned = False
+        self._force_flush = False
         self._dropped = 0
         self._thread = threading.Thread(
             target=self._run, name=f"mfuscope-transport({sink.describe()})", daemon=True
@@ -101,8 +125,11 @@ class Transport:
                 dropped = 1
             else:
                 self._queue.append(report)
-                if len(self._queue) > self._max_queue:
-                    self._queue.popleft()
+                if len(self._queue) + len(self._batch) > self._max_queue:
+                    if self._batch and not self._sending:
+                        del self._batch[0]
+                    else:
+                        self._queue.popleft()
                     dropped = 1
                 if len(self._queue) == 1 or len(self._queue) >= self._max_batch:
                     self._cond.notify()
@@ -113,6 +140,12 @@ class Transport:
                 "mfuscope: report buffer for %s full or closed; dropping reports",
                 self._sink.describe(),
             )
+
+    def flush_now(self) -> None:
+        """Ask the sender to send what is queued without waiting for the flush interval."""
+        with self._cond:
+            self._force_flush = True
+            self._cond.notify()
 
     def _count_dropped(self, count: int) -> None:
         with self._cond:
@@ -140,9 +173,9 @@ class Transport:
         self._thread.join(max(timeout_s, 0.0) + 0.05)
         with self._cond:
             self._abandoned = True
-            leftover = len(self._queue) + self._in_flight
+            leftover = len(self._queue) + len(self._batch)
             self._queue.clear()
-            self._in_flight = 0
+            self._batch = []
         if leftover:
             self._count_dropped(leftover)
             self._log.warning(
@@ -178,29 +211,29 @@ class Transport:
                     first_seen = now
                 due = first_seen + self._flush_interval_s
                 full = len(self._queue) >= self._max_batch
-                if full or self._closing or now >= due:
+                if full or self._force_flush or self._closing or now >= due:
                     break
                 self._cond.wait(due - now)
+            self._force_flush = False
             count = min(len(self._queue), self._max_batch)
-            batch = [self._queue.popleft() for _ in range(count)]
-            self._in_flight = count
-            return batch
+            self._batch = [self._queue.popleft() for _ in range(count)]
+            return list(self._batch)
 
     def _run(self) -> None:
         while True:
             try:
-                batch = self._take_batch()
-                if batch is None:
+                if self._take_batch() is None:
                     return
-                delivered = self._send_with_retries(batch)
+                delivered = self._send_with_retries()
             except Exception as exc:  # never let the sender die silently
                 self._log.warning("transport-bug", "mfuscope: transport error: %r", exc)
-                delivered = False
+                delivered = 0
             with self._cond:
                 if self._abandoned:
                     return
-                lost = 0 if delivered else self._in_flight
-                self._in_flight = 0
+                lost = len(self._batch) - delivered
+                self._batch = []
+                self._sending = False
             if lost:
                 self._count_dropped(lost)
 
@@ -208,33 +241,54 @@ class Transport:
         with self._cond:
             return self._deadline - self._clock()
 
-    def _send_with_retries(self, batch: list[StepReport]) -> bool:
-        body = self._encode(batch)
-        for attempt in range(1, self._retry.max_attempts + 1):
-            remaining = self._remaining_s()
-            if remaining <= 0:
-                return False
+    def _attempt(self) -> tuple[list[StepReport], float]:
+        """The reports to send now (what is left of the batch) and the time left before close."""
+        with self._cond:
+            self._sending = bool(self._batch)
+            return list(self._batch), self._deadline - self._clock()
+
+    def _send_with_retries(self) -> int:
+        """Send the current batch until it arrives; returns how many of its reports arrived (0:
+        the batch is given up, all of it dropped by `submit` meanwhile, or the close deadline
+        passed)."""
+        body, encoded = b"", -1
+        attempt = 0
+        while True:
+            attempt += 1
+            batch, remaining = self._attempt()
+            if not batch or remaining <= 0:
+                return 0
+            if len(batch) != encoded:  # `submit` dropped the oldest while we waited: re-encode
+                body, encoded = self._encode(batch), len(batch)
             try:
                 self._sink.send(body, min(self._retry.request_timeout_s, remaining))
-                return True
+                return len(batch)
             except SendError as exc:
                 self._health.add_send_failure()
+                limit = self._retry.max_attempts
                 self._log.warning(
                     "send-failed",
-                    "mfuscope: sending %d reports to %s failed (attempt %d of %d): %s",
+                    "mfuscope: sending %d reports to %s failed (attempt %d%s): %s",
                     len(batch),
                     self._sink.describe(),
                     attempt,
-                    self._retry.max_attempts,
+                    "" if limit is None else f" of {limit}",
                     exc,
                 )
-                if not exc.retryable or attempt == self._retry.max_attempts:
-                    return False
-            delay = backoff_delay_s(attempt, self._retry.base_s, self._retry.max_s)
-            with self._cond:
-                wake = self._clock() + delay
-                while not self._abandoned and self._clock() < min(wake, self._deadline):
-                    self._cond.wait(min(wake, self._deadline) - self._clock())
-                if self._abandoned:
-                    return False
-        return False
+                if not exc.retryable or (limit is not None and attempt >= limit):
+                    return 0
+                delay = backoff_delay_s(attempt, self._retry.base_s, self._retry.max_s)
+                if exc.retry_after_s is not None:
+                    delay = min(self._retry.max_s, max(delay, exc.retry_after_s))
+            if not self._wait(delay):
+                return 0
+
+    def _wait(self, delay_s: float) -> bool:
+        """Sleep `delay_s` between attempts (`submit` may trim the batch meanwhile); False if the
+        transport was abandoned."""
+        with self._cond:
+            self._sending = False
+            wake = self._clock() + delay_s
+            while not self._abandoned and self._clock() < min(wake, self._deadline):
+                self._cond.wait(min(wake, self._deadline) - self._clock())
+            return not self._abandoned

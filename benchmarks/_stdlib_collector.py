@@ -50,6 +50,7 @@ def _handler(routes: Routes) -> type[BaseHTTPRequestHandler]:
                 content_length=length,
                 content_encoding=self.headers.get("Content-Encoding", ""),
                 accept=self.headers.get("Accept", ""),
+                content_type=self.headers.get("Content-Type", ""),
             )
             early = routes.before_body(request)
             if early is not None:

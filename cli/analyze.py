@@ -1,8 +1,11 @@
 """`mfuscope analyze PATH...`: decompose profiled steps of Kineto traces.
 
 Each PATH is a trace file (``.json`` / ``.json.gz``, one rank each) or a directory of them.
-Every file is read and analysed before anything is printed, so bad input yields one line on
-stderr naming the file and the problem, exit code 2, and no partial output.
+Every file is read and analysed, and the whole output rendered, before anything is printed, so
+bad input yields one line on stderr naming the file and the problem, exit code 2, and nothing on
+stdout. That covers impossible timings (a negative or absurd ``ts``/``dur``), files that are not
+regular files (a FIFO would block the read), and traces over ``--max-trace-bytes`` once
+gzip-decoded (docs/analyze.md).
 """
 
 from __future__ import annotations
@@ -26,18 +29,40 @@ from mfuscope.core.trace import (
 from mfuscope.core.trace.inputs import input_warnings
 from mfuscope.core.trace.options import analysis_options, options_for_trace
 from mfuscope.core.trace.result import WINDOW_PROFILER_STEP, WINDOW_RANGE, WINDOW_WHOLE_TRACE
-from mfuscope.core.trace.trace_io import find_trace_files, gc_paused
+from mfuscope.core.trace.trace_io import DEFAULT_MAX_TRACE_BYTES, find_trace_files, gc_paused
 
 __all__ = ["add_arguments", "run"]
 
 EXIT_BAD_INPUT = 2
 _PROGRESS_MIN_BYTES = 8 << 20  # show progress for files that take more than a moment
+# FLOPs per step per rank beyond any machine (an exaFLOP/s device running a day is ~1e23): larger
+# inputs are typos, and would overflow the ratios built on them.
+_MAX_FLOPS_PER_STEP = 1e30
 
 
-def _positive_float(text: str) -> float:
+def _flops(text: str) -> float:
     value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    if not (math.isfinite(value) and 0 <= value <= _MAX_FLOPS_PER_STEP):
+        raise argparse.ArgumentTypeError(
+            f"expected FLOPs in [0, {_MAX_FLOPS_PER_STEP:g}], got {text}"
+        )
+    return value
+
+
+def _peak(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and (value == 0 or 1 <= value <= 1e21)):
+        raise argparse.ArgumentTypeError(f"expected a FLOP/s in [1, 1e21] (0: unset), got {text}")
+    return value
+
+
+def _byte_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes >= 1, got {text}")
     return value
 
 
@@ -68,16 +93,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ranks per host for intra/inter-node tiers (default: 8 on GPU traces; "
         "CPU traces: all ranks on one host)",
     )
-    parser.add_argument(
-        "--model-flops-per-step", type=_positive_float, help="model FLOPs per step per rank"
-    )
+    parser.add_argument("--model-flops-per-step", type=_flops, help="model FLOPs per step per rank")
     parser.add_argument(
         "--recompute-flops-per-step",
-        type=_positive_float,
+        type=_flops,
         help="activation-recomputation FLOPs per step per rank (for HFU)",
     )
     parser.add_argument(
-        "--peak-flops", type=_positive_float, help="dense peak FLOP/s of one device (for MFU)"
+        "--peak-flops", type=_peak, help="dense peak FLOP/s of one device (for MFU)"
+    )
+    parser.add_argument(
+        "--max-trace-bytes",
+        type=_byte_count,
+        default=DEFAULT_MAX_TRACE_BYTES,
+        metavar="BYTES",
+        help="refuse a trace larger than this once gzip-decoded "
+        f"(default {DEFAULT_MAX_TRACE_BYTES >> 30} GiB; decoding needs several times it in memory)",
     )
     parser.add_argument(
         "--axis",
@@ -123,7 +154,7 @@ def _analyse_all(
         if progress is not None and file.is_file() and file.stat().st_size >= _PROGRESS_MIN_BYTES:
             print(f"\r[{index}/{len(files)}] reading {file.name} ...", end="", file=progress)
             progress.flush()
-        trace = read_trace(file)
+        trace = read_trace(file, max_bytes=args.max_trace_bytes)
         try:
             results.append((str(file), analyze_trace(trace, options_for_trace(trace, base))))
         except TraceError as exc:
@@ -232,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--gpus-per-node must be >= 1")
         with gc_paused():  # a trace is millions of fresh objects, none garbage
             ranks, warnings = _analyse_all(args, progress)
+        output = _render(ranks, warnings, as_json=args.json)
     except TraceError as exc:
         name = exc.path if exc.path is not None else "trace"
         print(f"mfuscope analyze: {name}: {exc.message}", file=sys.stderr)
@@ -239,11 +271,27 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mfuscope analyze: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except MemoryError:
+        print(
+            "mfuscope analyze: out of memory reading the traces "
+            "(lower --max-trace-bytes, or analyse fewer files at once)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     for line in warnings:
         print(f"mfuscope analyze: warning: {line}", file=sys.stderr)
-    if args.json:
-        document = analysis_to_json(ranks, warnings)
-        sys.stdout.write(json.dumps(document, allow_nan=False) + "\n")
-    else:
-        sys.stdout.write(format_table(ranks))
+    sys.stdout.write(output)
     return 0
+
+
+def _render(ranks: Sequence[RankAnalysis], warnings: Sequence[str], *, as_json: bool) -> str:
+    """The whole output, built before anything is written. Raises ValueError for a result that
+    is not a finite number (only absurd FLOP inputs get there)."""
+    if not as_json:
+        return format_table(ranks)
+    try:
+        return json.dumps(analysis_to_json(ranks, list(warnings)), allow_nan=False) + "\n"
+    except ValueError:
+        raise ValueError(
+            "a result is not a finite number: check --model-flops-per-step and --peak-flops"
+        ) from None

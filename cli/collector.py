@@ -70,6 +70,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="requests/s allowed per client address, 0 = unlimited (default 50)",
     )
     add("--rate-burst", type=float, metavar="N", help="burst per client address (default 100)")
+    add("--max-jobs", type=int, metavar="N", help="live jobs tracked at once (default 256)")
+    add(
+        "--max-ranks-per-job",
+        type=int,
+        metavar="N",
+        help="live ranks tracked per job (default 65536)",
+    )
+    add(
+        "--max-axes-per-job",
+        type=int,
+        metavar="N",
+        help="distinct parallelism axes one job may name (default 16)",
+    )
+    add(
+        "--header-timeout",
+        dest="header_timeout_s",
+        type=float,
+        metavar="SECONDS",
+        help="time a connection has to send a request's headers (default 10)",
+    )
+    add(
+        "--body-timeout",
+        dest="body_timeout_s",
+        type=float,
+        metavar="SECONDS",
+        help="time to send a request body once its headers are in (default 30)",
+    )
+    add(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="open connections at once; more are closed on accept (default 512)",
+    )
     add(
         "--otlp-endpoint",
         metavar="URL",

@@ -30,6 +30,7 @@ from mfuscope.collector._incarnations import JobIncarnations
 from mfuscope.collector._rank import RankState
 from mfuscope.collector._seen_steps import DEFAULT_WIDTH
 from mfuscope.collector._sums import REBUILD_EVERY, CountedSums
+from mfuscope.collector.errors import OverLimit
 from mfuscope.core.schema import ReportBatch
 
 __all__ = ["AggregationState", "IngestResult", "StateConfig"]
@@ -39,13 +40,21 @@ __all__ = ["AggregationState", "IngestResult", "StateConfig"]
 class StateConfig:
     """Aggregation settings. `window_steps`: steps per rank behind the latest-window MFU and the
     straggler times; `straggler_top`: how many slowest ranks to expose; `idempotency_steps`: how
-    far below a rank's highest step a re-sent step is still recognised individually."""
+    far below a rank's highest step a re-sent step is still recognised individually.
+
+    Cardinality limits (each bounds the exported series; docs/collector.md): `max_jobs` live jobs,
+    `max_ranks_per_job` live ranks in one job, `max_axes_per_job` distinct parallelism axes named
+    by one job's batches (every other label is a closed set, so with the axes bounded a job's
+    series are bounded too; with per-rank labels they also grow with its ranks)."""
 
     per_rank_labels: bool = False
     expire_after_s: float = 300.0
     window_steps: int = 20
     straggler_top: int = 3
     idempotency_steps: int = DEFAULT_WIDTH
+    max_jobs: int = 256
+    max_ranks_per_job: int = 65_536
+    max_axes_per_job: int = 16
 
     def __post_init__(self) -> None:
         if not (self.expire_after_s > 0 and math.isfinite(self.expire_after_s)):
@@ -56,6 +65,9 @@ class StateConfig:
             raise ValueError(f"straggler_top must be >= 0, got {self.straggler_top}")
         if self.idempotency_steps < 1:
             raise ValueError(f"idempotency_steps must be >= 1, got {self.idempotency_steps}")
+        for name in ("max_jobs", "max_ranks_per_job", "max_axes_per_job"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,7 @@ class IngestResult:
 
 class JobState:
     __slots__ = (
+        "axes",
         "hardware",
         "health",
         "incarnations",
@@ -96,6 +109,17 @@ class JobState:
         self.series: dict[int | None, SeriesAcc] = {}
         # The launches this job ran under, and its restarts (see `_incarnations`).
         self.incarnations = JobIncarnations()
+        # Every axis this job's batches named while it lives (bounded by `max_axes_per_job`).
+        self.axes: set[str] = set()
+
+
+def batch_axes(batch: ReportBatch) -> set[str]:
+    """The parallelism axes a batch names (each becomes a label value)."""
+    axes = {c.axis for r in batch.reports for c in r.components if c.axis}
+    axes.update(c.axis for r in batch.reports for c in r.collectives)
+    if batch.topology is not None:
+        axes.update(g.axis for g in batch.topology.groups)
+    return axes
 
 
 class AggregationState:
@@ -111,11 +135,14 @@ class AggregationState:
     def apply(self, batch: ReportBatch, now_s: float, now_unix_ns: int) -> IngestResult:
         """Count a validated batch whole. Re-sent steps of ``(job, incarnation, rank)`` are
         acknowledged as duplicates and not counted; steps a relaunch runs again are counted, and
-        also as reruns (see `_incarnations`). Cannot fail part-way: the batch was validated."""
+        also as reruns (see `_incarnations`). Raises `OverLimit`, changing nothing, for a batch
+        past a cardinality limit; otherwise cannot fail part-way (the parser validated it)."""
         self.expire(now_s)
+        axes = self._admit(batch)
         job = self.jobs.get(batch.job)
         if job is None:
             job = self.jobs[batch.job] = JobState(batch.job, now_unix_ns)
+        job.axes.update(axes)
         rank = job.ranks.get(batch.rank)
         if rank is None:
             rank = job.ranks[batch.rank] = RankState(
@@ -158,6 +185,37 @@ class AggregationState:
         series.duplicates += duplicates
         series.reruns += reruns
         return IngestResult(accepted=accepted, duplicates=duplicates, reruns=reruns)
+
+    def _admit(self, batch: ReportBatch) -> set[str]:
+        """Refuse a batch that would pass a cardinality limit; returns the axes it names."""
+        config = self.config
+        # Jobs and ranks free up as silent ones expire: the agent should retry after that.
+        retry_s = config.expire_after_s
+        job = self.jobs.get(batch.job)
+        if job is None and len(self.jobs) >= config.max_jobs:
+            raise OverLimit(
+                "job",
+                f"the collector already tracks {config.max_jobs} jobs (max_jobs)",
+                reason="too_many_jobs",
+                retry_after_s=retry_s,
+            )
+        ranks = job.ranks if job is not None else {}
+        if batch.rank not in ranks and len(ranks) >= config.max_ranks_per_job:
+            raise OverLimit(
+                "rank",
+                f"job already has {config.max_ranks_per_job} live ranks (max_ranks_per_job)",
+                reason="too_many_ranks",
+                retry_after_s=retry_s,
+            )
+        axes = batch_axes(batch)
+        known = job.axes if job is not None else set()
+        if len(known | axes) > config.max_axes_per_job:
+            raise OverLimit(
+                "axis",
+                f"more than {config.max_axes_per_job} distinct axes in one job (max_axes_per_job)",
+                reason="too_many_axes",
+            )
+        return axes
 
     def reject(self, reason: str) -> None:
         """Count one refused batch under `reason`."""

@@ -26,7 +26,7 @@ from mfuscope.collector.clock import Clock, SystemClock
 from mfuscope.collector.ingest import DEFAULT_MAX_BODY_BYTES, Aggregator
 from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.routes import Routes
-from mfuscope.collector.server import bind_socket, serve_until
+from mfuscope.collector.server import ServerLimits, bind_socket, serve_until
 from mfuscope.core.settings import env_name, parse_setting_text, pick_settings
 
 __all__ = ["CollectorConfig", "parse_listen", "resolve_config", "run"]
@@ -47,7 +47,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 @dataclass(frozen=True)
 class CollectorConfig:
     """Everything the collector process needs, validated. `token` None means no authentication,
-    which is allowed only on a loopback address. `rate_limit_per_s` 0 turns rate limiting off."""
+    which is allowed only on a loopback address. `rate_limit_per_s` 0 turns rate limiting off.
+    The cardinality limits (`max_jobs`, `max_ranks_per_job`, `max_axes_per_job`) and the slow-client
+    bounds (`header_timeout_s`, `body_timeout_s`, `max_connections`) are in docs/collector.md."""
 
     listen: str = "127.0.0.1:9464"
     token: str | None = None
@@ -61,6 +63,12 @@ class CollectorConfig:
     otlp_endpoint: str | None = None
     otlp_interval_s: float = 15.0
     address_file: str | None = None
+    max_jobs: int = StateConfig.max_jobs
+    max_ranks_per_job: int = StateConfig.max_ranks_per_job
+    max_axes_per_job: int = StateConfig.max_axes_per_job
+    header_timeout_s: float = ServerLimits.header_timeout_s
+    body_timeout_s: float = ServerLimits.body_timeout_s
+    max_connections: int = ServerLimits.max_connections
 
     def __post_init__(self) -> None:
         host, _ = parse_listen(self.listen)
@@ -78,6 +86,7 @@ class CollectorConfig:
         if not self.otlp_interval_s > 0:
             raise ValueError(f"otlp_interval_s must be > 0, got {self.otlp_interval_s}")
         self.state_config()  # validates the aggregation settings
+        self.server_limits()  # and the slow-client bounds
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -89,6 +98,16 @@ class CollectorConfig:
             expire_after_s=self.expire_after_s,
             window_steps=self.window_steps,
             straggler_top=self.straggler_top,
+            max_jobs=self.max_jobs,
+            max_ranks_per_job=self.max_ranks_per_job,
+            max_axes_per_job=self.max_axes_per_job,
+        )
+
+    def server_limits(self) -> ServerLimits:
+        return ServerLimits(
+            header_timeout_s=self.header_timeout_s,
+            body_timeout_s=self.body_timeout_s,
+            max_connections=self.max_connections,
         )
 
 
@@ -169,7 +188,7 @@ async def _serve(config: CollectorConfig, clock: Clock, sock: socket.socket) -> 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await serve_until(routes, sock, stop, _announce(config))
+        await serve_until(routes, sock, stop, _announce(config), config.server_limits())
     finally:
         if pusher is not None:
             # Off the event loop: the final export is a blocking HTTP request.

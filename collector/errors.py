@@ -6,11 +6,14 @@ from __future__ import annotations
 from mfuscope.core.errors import MfuscopeError
 
 __all__ = [
+    "LIMIT_REASONS",
     "BadRequest",
     "IngestError",
+    "OverLimit",
     "PayloadTooLarge",
     "RateLimited",
     "Unauthorized",
+    "UnsupportedMediaType",
     "UnsupportedVersion",
 ]
 
@@ -64,4 +67,31 @@ class RateLimited(IngestError):
 
     def __init__(self, field: str, message: str, retry_after_s: float) -> None:
         super().__init__(field, message)
+        self.retry_after_s = retry_after_s
+
+
+# The `reason` labels of `OverLimit`, one per cardinality limit.
+LIMIT_REASONS: tuple[str, ...] = ("too_many_axes", "too_many_jobs", "too_many_ranks")
+
+
+class UnsupportedMediaType(IngestError):
+    """415: the body is not declared ``application/json`` (a browser's cross-origin form or
+    ``text/plain`` POST must not reach the collector)."""
+
+    status = 415
+    reason = "content_type"
+
+
+class OverLimit(IngestError):
+    """A batch that would take the collector past one of its cardinality limits. `reason` names
+    the limit (``too_many_jobs``, ``too_many_ranks``, ``too_many_axes``). With `retry_after_s`
+    (capacity that frees up as silent jobs and ranks expire) it is a 429 the agent retries later,
+    without (the batch itself is over the limit) a 400 it does not."""
+
+    def __init__(
+        self, field: str, message: str, *, reason: str, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(field, message)
+        self.reason = reason
+        self.status = 400 if retry_after_s is None else 429
         self.retry_after_s = retry_after_s

@@ -16,7 +16,13 @@ import zlib
 from mfuscope.collector._snapshot_builder import build_snapshot
 from mfuscope.collector._state import AggregationState, IngestResult, StateConfig
 from mfuscope.collector.clock import Clock, SystemClock
-from mfuscope.collector.errors import BadRequest, IngestError, PayloadTooLarge, UnsupportedVersion
+from mfuscope.collector.errors import (
+    BadRequest,
+    IngestError,
+    OverLimit,
+    PayloadTooLarge,
+    UnsupportedVersion,
+)
 from mfuscope.collector.series import metric_families
 from mfuscope.collector.snapshot import CollectorSnapshot
 from mfuscope.core.errors import SchemaError
@@ -42,6 +48,8 @@ def _inflate(body: bytes, max_bytes: int) -> bytes:
         raise PayloadTooLarge("body", f"gzip-decoded body is over {max_bytes} bytes")
     if not inflater.eof:
         raise BadRequest("body", "truncated gzip stream")
+    if inflater.unused_data:
+        raise BadRequest("body", "data after the end of the gzip member")
     return data
 
 
@@ -106,9 +114,14 @@ class Aggregator:
         return self.apply(batch)
 
     def apply(self, batch: ReportBatch) -> IngestResult:
-        """Apply an already validated batch whole."""
+        """Apply an already validated batch whole. Raises `OverLimit` (and counts it) for a batch
+        past a cardinality limit."""
         with self._lock:
-            return self._state.apply(batch, self._clock.monotonic(), self._clock.time_ns())
+            try:
+                return self._state.apply(batch, self._clock.monotonic(), self._clock.time_ns())
+            except OverLimit as exc:
+                self._state.reject(exc.reason)
+                raise
 
     def count_rejection(self, error: IngestError) -> None:
         """Count a refused request under its reason (also those refused before decoding)."""

@@ -1,8 +1,10 @@
 """The collector's HTTP API, independent of the HTTP server that carries it.
 
-- ``POST /v1/reports``: one batch (JSON, optionally ``Content-Encoding: gzip``), optional
-  ``Authorization: Bearer <token>`` -> ``200 {"accepted": N, "duplicates": M}``; refusals
-  ``400/401/413/429`` with ``{"error": "...", "field": "..."}``.
+- ``POST /v1/reports``: one batch (``Content-Type: application/json``, optionally
+  ``Content-Encoding: gzip``), optional ``Authorization: Bearer <token>`` ->
+  ``200 {"accepted": N, "duplicates": M}``; refusals ``400/401/413/415/429`` with
+  ``{"error": "...", "field": "..."}``. The rate limit is checked first, before the token, so a
+  flood of unauthenticated requests costs a token-bucket lookup each and nothing more.
 - ``GET /metrics``: Prometheus exposition (classic text, or OpenMetrics if the scrape asks).
 - ``GET /healthz``: ``200 {"status": "ok"}``.
 - ``GET /v1/summary``: the JSON digest of `summary.py`.
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mfuscope.collector.auth import check_bearer
-from mfuscope.collector.errors import IngestError, PayloadTooLarge
+from mfuscope.collector.errors import IngestError, PayloadTooLarge, UnsupportedMediaType
 from mfuscope.collector.ingest import Aggregator
 from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.summary import summary
@@ -43,6 +45,12 @@ class HttpRequest:
     content_length: int | None = None
     content_encoding: str = ""
     accept: str = ""
+    content_type: str = _JSON
+
+
+def _is_json(content_type: str) -> bool:
+    """``application/json``, with parameters (``; charset=utf-8``) or not, in any case."""
+    return content_type.partition(";")[0].strip().lower() == _JSON
 
 
 @dataclass(frozen=True)
@@ -99,9 +107,14 @@ class Routes:
             if request.method != "POST":
                 return _error(405, "method", f"{request.method} not allowed on {request.path}")
             try:
-                check_bearer(request.authorization, self._token)
                 if self._rate_limiter is not None:
                     self._rate_limiter.check(request.client)
+                check_bearer(request.authorization, self._token)
+                if not _is_json(request.content_type):
+                    raise UnsupportedMediaType(
+                        "content-type",
+                        f"expected application/json, got {request.content_type[:100]!r}",
+                    )
                 if request.content_length is not None and (
                     request.content_length > self.max_body_bytes
                 ):

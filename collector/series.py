@@ -13,10 +13,12 @@ from collections.abc import Callable
 
 from mfuscope.collector.device_series import device_families
 from mfuscope.collector.errors import (
+    LIMIT_REASONS,
     BadRequest,
     PayloadTooLarge,
     RateLimited,
     Unauthorized,
+    UnsupportedMediaType,
     UnsupportedVersion,
 )
 from mfuscope.collector.snapshot import (
@@ -34,8 +36,18 @@ __all__ = ["REJECT_REASONS", "metric_families"]
 REJECT_REASONS: tuple[str, ...] = tuple(
     sorted(
         {
-            e.reason
-            for e in (BadRequest, UnsupportedVersion, Unauthorized, PayloadTooLarge, RateLimited)
+            *LIMIT_REASONS,
+            *(
+                e.reason
+                for e in (
+                    BadRequest,
+                    UnsupportedVersion,
+                    Unauthorized,
+                    PayloadTooLarge,
+                    RateLimited,
+                    UnsupportedMediaType,
+                )
+            ),
         }
     )
 )

@@ -10,19 +10,113 @@ construction; the `Aggregator` lock is there for renders and the OTLP pusher, wh
 
 aiohttp's automatic request decompression is off: `decode_batch` inflates gzip itself with a hard
 output limit, so the limit means the same with and without compression.
+
+Slow and idle clients are bounded (`ServerLimits`, docs/collector.md): a connection has
+`header_timeout_s` to deliver a request's headers (from the connection's start, and again after
+each response), then `body_timeout_s` for its body, else it is closed; connections beyond
+`max_connections` are closed as soon as they are accepted. aiohttp alone has no header timeout
+(its keep-alive timer stops at the first byte), so without these a few thousand connections that
+never finish their headers hold every file descriptor, and real agents time out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from mfuscope.collector.errors import PayloadTooLarge
 from mfuscope.collector.routes import REPORTS_PATH, HttpRequest, HttpResponse, Routes
 
-__all__ = ["CollectorServer", "bind_socket", "serve_until"]
+__all__ = ["CollectorServer", "ServerLimits", "bind_socket", "serve_until"]
+
+_BODY_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Bounds on what one client can hold. `header_timeout_s`: seconds a connection has to send a
+    request's headers (from its start, and after each response); `body_timeout_s`: seconds to send
+    the body once the headers are in; `max_connections`: open connections at once (keep it well
+    below the process's open-file limit)."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 512
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout_s", "body_timeout_s"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
+
+
+class _GuardedServer(web.Server):
+    """aiohttp's low-level server with a connection cap and a per-connection header deadline.
+
+    At the cap, the connection that has waited longest for its next request's headers is closed
+    to make room (a real agent sends its headers within milliseconds of connecting, so the
+    connections that sit waiting are the idle and the slow); only when every open connection is
+    busy in a handler is the new one closed instead."""
+
+    def __init__(
+        self,
+        handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+        limits: ServerLimits,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(handler, **kwargs)
+        self._limits = limits
+        self._admitted: set[RequestHandler] = set()
+        # Admitted connections waiting for headers, oldest wait first -> the timer closing them.
+        self._waiting: OrderedDict[RequestHandler, asyncio.TimerHandle] = OrderedDict()
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._admitted)
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        # Close on the next loop turn, once aiohttp has finished setting the connection up
+        # (closing it right here races its start-up).
+        loop = asyncio.get_running_loop()
+        if len(self._admitted) >= self._limits.max_connections:
+            if not self._waiting:
+                loop.call_soon(handler.force_close)  # everyone is busy: refuse the newcomer
+                return
+            oldest, timer = self._waiting.popitem(last=False)
+            timer.cancel()
+            self._admitted.discard(oldest)
+            loop.call_soon(oldest.force_close)
+        self._admitted.add(handler)
+        self.expect_headers(handler)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self.headers_received(handler)
+        self._admitted.discard(handler)
+        super().connection_lost(handler, exc)
+
+    def expect_headers(self, handler: RequestHandler) -> None:
+        """(Re)start `handler`'s header deadline: the next request must arrive in time."""
+        if handler not in self._admitted:
+            return
+        self.headers_received(handler)
+        loop = asyncio.get_running_loop()
+        self._waiting[handler] = loop.call_later(self._limits.header_timeout_s, handler.force_close)
+
+    def headers_received(self, handler: RequestHandler) -> None:
+        """Stop `handler`'s header deadline: a request is being handled."""
+        timer = self._waiting.pop(handler, None)
+        if timer is not None:
+            timer.cancel()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -55,17 +149,32 @@ def _response(response: HttpResponse) -> web.Response:
     return resp
 
 
+async def _answer_and_close(request: web.BaseRequest, response: web.Response) -> web.Response:
+    """Send `response`, then close the connection at once: the rest of the body is still on the
+    wire, and aiohttp would otherwise keep reading ("lingering") it for up to 10 s."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
+
+
 class CollectorServer:
     """Serve `routes` on an already bound socket. `start` returns once accepting; `stop` closes."""
 
-    def __init__(self, routes: Routes, sock: socket.socket) -> None:
+    def __init__(
+        self, routes: Routes, sock: socket.socket, limits: ServerLimits | None = None
+    ) -> None:
         self._routes = routes
         self._sock = sock
-        app = web.Application(client_max_size=routes.max_body_bytes)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(
-            app, access_log=None, auto_decompress=False, shutdown_timeout=5.0
-        )
+        self._limits = limits or ServerLimits()
+        self._server: _GuardedServer | None = None
+        self._runner: web.BaseRunner | None = None
+
+    @property
+    def open_connections(self) -> int:
+        """Connections currently admitted (for tests and diagnostics)."""
+        return 0 if self._server is None else self._server.open_connections
 
     @property
     def address(self) -> tuple[str, int]:
@@ -73,13 +182,38 @@ class CollectorServer:
         return str(host), int(port)
 
     async def start(self) -> None:
+        self._server = _GuardedServer(
+            self._handle, self._limits, access_log=None, auto_decompress=False
+        )
+        self._runner = web.ServerRunner(self._server, shutdown_timeout=5.0)
         await self._runner.setup()
-        await web.SockSite(self._runner, self._sock).start()
+        await web.SockSite(self._runner, self._sock, backlog=1024).start()
 
     async def stop(self) -> None:
-        await self._runner.cleanup()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _read_body(self, request: web.BaseRequest) -> bytes:
+        """The body, at most `max_body_bytes` (else `PayloadTooLarge`), within the body timeout
+        (else `TimeoutError`)."""
+        limit = self._routes.max_body_bytes
+        body = bytearray()
+        async with asyncio.timeout(self._limits.body_timeout_s):
+            while chunk := await request.content.read(_BODY_CHUNK_BYTES):
+                body += chunk
+                if len(body) > limit:
+                    raise PayloadTooLarge("body", f"body is over {limit} bytes")
+        return bytes(body)
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        assert self._server is not None
+        self._server.headers_received(request.protocol)
+        try:
+            return await self._respond(request)
+        finally:
+            self._server.expect_headers(request.protocol)
+
+    async def _respond(self, request: web.BaseRequest) -> web.StreamResponse:
         req = HttpRequest(
             method=request.method,
             path=request.path,
@@ -88,6 +222,7 @@ class CollectorServer:
             content_length=request.content_length,
             content_encoding=request.headers.get("Content-Encoding", ""),
             accept=request.headers.get("Accept", ""),
+            content_type=request.headers.get("Content-Type", ""),
         )
         early = self._routes.before_body(req)
         if early is not None:
@@ -99,10 +234,12 @@ class CollectorServer:
             loop = asyncio.get_running_loop()
             return _response(await loop.run_in_executor(None, self._routes.handle, req, b""))
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            error = PayloadTooLarge("body", f"body is over {self._routes.max_body_bytes} bytes")
-            return _response(self._routes.refuse(error))
+            body = await self._read_body(request)
+        except PayloadTooLarge as error:
+            return await _answer_and_close(request, _response(self._routes.refuse(error)))
+        except TimeoutError:
+            timed_out = HttpResponse(408, b'{"error":"body not received in time","field":"body"}')
+            return await _answer_and_close(request, _response(timed_out))
         return _response(self._routes.handle(req, body))
 
 
@@ -111,9 +248,10 @@ async def serve_until(
     sock: socket.socket,
     stop: asyncio.Event,
     on_started: Callable[[tuple[str, int]], None],
+    limits: ServerLimits | None = None,
 ) -> None:
     """Serve until `stop` is set; `on_started(address)` runs once the socket accepts."""
-    server = CollectorServer(routes, sock)
+    server = CollectorServer(routes, sock, limits)
     await server.start()
     try:
         on_started(server.address)

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -112,7 +113,14 @@ MAX_STEP_SECONDS = 86_400.0
 MAX_FLOPS = 1e24  # FLOPs per step per rank; an exaFLOP device running a day is ~1e23
 MAX_BYTES = 1 << 50
 MAX_WORLD_SIZE = 1 << 20
-MAX_NAME_LEN = 256
+MAX_NAME_LEN = 256  # characters; every string field (job, host, device, axis) is a label value
+# The shortest step (s) a report may carry: shorter is no training step, and a step of 1e-300 s
+# would make FLOP rates (and so MFU) infinite.
+MIN_STEP_SECONDS = 1e-6
+# A collective that took any time took at least this long (s): bytes over a shorter time would
+# make its bus bandwidth infinite. Zero stays allowed (a call the trace gave no duration).
+MIN_COLLECTIVE_SECONDS = 1e-9
+_VERSION_PATTERN = re.compile(r"([0-9]{1,6})\.([0-9]{1,6})", re.ASCII)
 # Components must sum to wall_s to this relative tolerance (float rounding from scaling).
 SUM_REL_TOL = 1e-6
 SUM_ABS_TOL = 1e-9
@@ -226,6 +234,11 @@ def _str(value: Any, path: str, *, allow_empty: bool = False) -> str:
         raise SchemaError(path, "must not be empty")
     if len(value) > MAX_NAME_LEN:
         raise SchemaError(path, f"longer than {MAX_NAME_LEN} characters")
+    if not value.isascii():
+        try:  # JSON can spell lone surrogates ("\\ud800"): no UTF-8 encoding, so no label value
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SchemaError(path, "not valid UTF-8 (a lone surrogate)") from None
     return value
 
 
@@ -291,6 +304,8 @@ def _parse_collective(raw: Any, path: str) -> CollectiveSample:
     obj = _obj(raw, path)
     size = obj.get("bytes")
     seconds = _float(_get(obj, "seconds", f"{path}."), f"{path}.seconds", hi=MAX_STEP_SECONDS)
+    if 0 < seconds < MIN_COLLECTIVE_SECONDS:
+        raise SchemaError(f"{path}.seconds", f"{seconds!r} is below {MIN_COLLECTIVE_SECONDS} s")
     overlapped = _float(
         _get(obj, "overlapped_s", f"{path}."), f"{path}.overlapped_s", hi=MAX_STEP_SECONDS
     )
@@ -338,8 +353,15 @@ def _parse_classes(raw: Any, path: str, wall_s: float) -> tuple[ClassShare, ...]
 def _parse_report(raw: Any, path: str) -> StepReport:
     obj = _obj(raw, path)
     wall_s = _float(_get(obj, "wall_s", f"{path}."), f"{path}.wall_s", hi=MAX_STEP_SECONDS)
-    if wall_s <= 0:
-        raise SchemaError(f"{path}.wall_s", "must be > 0")
+    if wall_s < MIN_STEP_SECONDS:
+        raise SchemaError(f"{path}.wall_s", f"{wall_s!r} is below {MIN_STEP_SECONDS} s")
+    overlapped_comm_s = _float(
+        obj.get("overlapped_comm_s", 0.0), f"{path}.overlapped_comm_s", hi=MAX_STEP_SECONDS
+    )
+    if overlapped_comm_s > wall_s * (1 + SUM_REL_TOL) + SUM_ABS_TOL:
+        raise SchemaError(
+            f"{path}.overlapped_comm_s", f"{overlapped_comm_s!r} exceeds wall_s {wall_s!r}"
+        )
     components = tuple(
         _parse_component(c, f"{path}.components[{i}]")
         for i, c in enumerate(
@@ -364,9 +386,7 @@ def _parse_report(raw: Any, path: str) -> StepReport:
             obj.get("recompute_flops", 0.0), f"{path}.recompute_flops", hi=MAX_FLOPS
         ),
         components=components,
-        overlapped_comm_s=_float(
-            obj.get("overlapped_comm_s", 0.0), f"{path}.overlapped_comm_s", hi=MAX_STEP_SECONDS
-        ),
+        overlapped_comm_s=min(overlapped_comm_s, wall_s),
         breakdown_step=None
         if breakdown_step is None
         else _int(breakdown_step, f"{path}.breakdown_step"),
@@ -489,9 +509,10 @@ def _check_version(obj: Mapping[str, Any]) -> None:
     if _get(obj, "schema", "") != SCHEMA_NAME:
         raise SchemaError("schema", f"expected {SCHEMA_NAME!r}, got {obj['schema']!r}")
     version = _str(_get(obj, "version", ""), "version")
-    major, _, minor = version.partition(".")
-    if not (major.isdigit() and minor.isdigit()):
+    match = _VERSION_PATTERN.fullmatch(version)
+    if match is None:  # ASCII digits only: "1.\u00b2" is no version
         raise SchemaError("version", f"expected MAJOR.MINOR, got {version!r}")
+    major = match.group(1)
     if int(major) != _MAJOR:
         raise SchemaError(
             "version", f"unsupported major version {major} (this side speaks {SCHEMA_VERSION})"

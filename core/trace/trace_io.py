@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import importlib
 import json
 import os
+import stat
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._events import KinetoTrace, decode_kineto, describe_validation_error
 from mfuscope.core.trace._select import select_events
+from mfuscope.core.trace._timings import check_timings
 
 __all__ = [
+    "DEFAULT_MAX_TRACE_BYTES",
     "KinetoTrace",
     "find_trace_files",
     "gc_paused",
@@ -34,21 +36,59 @@ __all__ = [
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
+# The largest trace (after gzip decoding) read by default: decoding takes several times this in
+# memory, so a small .json.gz that inflates to gigabytes is refused instead of exhausting it
+# (docs/analyze.md; `mfuscope analyze --max-trace-bytes` raises it).
+DEFAULT_MAX_TRACE_BYTES = 2 << 30
 
 
-def _gunzip() -> tuple[Callable[[bytes], bytes], tuple[type[Exception], ...]]:
+class _Inflater(Protocol):
+    eof: bool
+    unused_data: bytes
+
+    def decompress(self, data: bytes, max_length: int = ...) -> bytes: ...
+
+
+def _gunzip() -> tuple[Callable[..., _Inflater], tuple[type[Exception], ...]]:
     """ISA-L's inflate where its wheel installs (~1.6x faster than zlib's on these traces,
     docs/analyze.md), else the standard library's; with the errors each raises on bad data."""
     errors: tuple[type[Exception], ...] = (EOFError, OSError, zlib.error)
     try:
-        igzip = importlib.import_module("isal.igzip")
         isal_zlib = importlib.import_module("isal.isal_zlib")
     except ImportError:
-        return gzip.decompress, errors
-    return cast(Callable[[bytes], bytes], igzip.decompress), (*errors, isal_zlib.error)
+        return cast(Callable[..., _Inflater], zlib.decompressobj), errors
+    return cast(Callable[..., _Inflater], isal_zlib.decompressobj), (*errors, isal_zlib.error)
 
 
-_decompress, _GZIP_ERRORS = _gunzip()
+_decompressobj, _GZIP_ERRORS = _gunzip()
+
+
+def _inflate(path: Path, raw: bytes, max_bytes: int) -> bytes:
+    """Every gzip member of `raw`, inflated, at most `max_bytes` in all (else `TraceError`)."""
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        inflater = _decompressobj(wbits=31)  # gzip container
+        try:
+            part = inflater.decompress(raw, max_bytes - total + 1)
+        except _GZIP_ERRORS as exc:
+            raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from None
+        total += len(part)
+        if total > max_bytes:
+            raise TraceError(
+                path,
+                f"inflates to more than {max_bytes} bytes (raise the limit with "
+                "--max-trace-bytes if this trace is genuine)",
+            )
+        if not inflater.eof:
+            raise TraceError(path, "corrupt or truncated gzip data (stream ends early)")
+        parts.append(part)
+        raw = inflater.unused_data
+        if not raw.startswith(_GZIP_MAGIC):  # another member follows, or trailing padding
+            break
+    if raw.strip(b"\0"):
+        raise TraceError(path, "corrupt gzip data (garbage after the last member)")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 @contextlib.contextmanager
@@ -68,32 +108,47 @@ def gc_paused() -> Iterator[None]:
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes:
     try:
-        with path.open("rb") as handle:
-            raw = handle.read()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; the mode check then refuses it.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
     except IsADirectoryError:
         raise TraceError(path, "is a directory, not a trace file") from None
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
-    if raw[:2] == _GZIP_MAGIC:  # by content, not by name: some tools gzip without renaming
+    with open(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise TraceError(path, "is a directory, not a trace file")
+        if not stat.S_ISREG(mode):
+            raise TraceError(path, "not a regular file (a FIFO, socket or device)")
+        if os.fstat(fd).st_size > max_bytes:
+            raise TraceError(
+                path,
+                f"larger than {max_bytes} bytes (raise the limit with --max-trace-bytes "
+                "if this trace is genuine)",
+            )
         try:
-            raw = _decompress(raw)
-        except _GZIP_ERRORS as exc:
-            raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from None
+            raw = handle.read()
+        except OSError as exc:
+            raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    if raw[:2] == _GZIP_MAGIC:  # by content, not by name: some tools gzip without renaming
+        raw = _inflate(path, raw, max_bytes)
     return raw
 
 
-def load_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_trace(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES
+) -> dict[str, Any]:
     """Read and decode one Kineto chrome trace; gzip is detected by its magic bytes.
 
     Raises `TraceError(path, message)` for a missing file, bad gzip, text that is not JSON,
     or JSON that is not a Kineto trace (an object with a ``traceEvents`` list).
     """
     file = Path(path)
-    raw = _read_bytes(file)
+    raw = _read_bytes(file, max_bytes)
     try:
         with gc_paused():
             trace = json.loads(raw)
@@ -108,19 +163,22 @@ def load_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
     return trace
 
 
-def read_trace(path: str | os.PathLike[str]) -> KinetoTrace:
+def read_trace(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES
+) -> KinetoTrace:
     """Read and decode one Kineto chrome trace into the engine's event model (fast path).
 
     Gzip is detected by its magic bytes. Events the analysis never reads are left out before
     decoding (`_select`), and keys it does not read are skipped by the decoder. Raises
     `TraceError(path, message)` for a missing file, bad gzip, text that is not JSON, JSON that
-    is not a Kineto trace, or an event field of the wrong type.
+    is not a Kineto trace, an event field of the wrong type, or an impossible timing (a negative
+    or absurd ``ts``/``dur``, `_timings`). `max_bytes` bounds the file and its gzip-decoded size.
     """
     file = Path(path)
-    raw = _read_bytes(file)
+    raw = _read_bytes(file, max_bytes)
     try:
         with gc_paused():
-            return _decode_selected(raw)
+            trace = _decode_selected(raw)
     except msgspec.ValidationError as exc:
         raise TraceError(file, describe_validation_error(exc)) from None
     except msgspec.DecodeError as exc:
@@ -129,6 +187,10 @@ def read_trace(path: str | os.PathLike[str]) -> KinetoTrace:
         raise TraceError(file, f"not JSON text ({exc.reason})") from None
     except RecursionError:
         raise TraceError(file, "not a Kineto trace: JSON nested too deeply") from None
+    problem = check_timings(trace)
+    if problem is not None:
+        raise TraceError(file, problem)
+    return trace
 
 
 def _decode_selected(raw: bytes) -> KinetoTrace:

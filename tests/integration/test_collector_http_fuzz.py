@@ -62,7 +62,10 @@ class Server:
 def server() -> Iterator[Server]:
     s = Server()
     ok = s.request(
-        "POST", "/v1/reports", json.dumps(batch_dict()).encode(), {"Authorization": "Bearer tok"}
+        "POST",
+        "/v1/reports",
+        json.dumps(batch_dict()).encode(),
+        {"Authorization": "Bearer tok", "Content-Type": "application/json"},
     )
     assert ok[0] == 200
     yield s
@@ -93,12 +96,23 @@ _header_values = st.text(
     authorization=st.sampled_from(["Bearer tok", "Bearer", ""]) | _header_values,
     path=st.sampled_from(["/v1/reports", "/v1/reports/", "/metrics", "/v1/summary?x=1"]),
     method=st.sampled_from(["POST", "GET", "PUT", "DELETE"]),
+    content_type=st.sampled_from(["application/json", "text/plain"]) | _header_values,
 )
 def test_never_a_5xx_and_refusals_change_nothing(
-    server: Server, body: bytes, encoding: str, authorization: str, path: str, method: str
+    server: Server,
+    body: bytes,
+    encoding: str,
+    authorization: str,
+    path: str,
+    method: str,
+    content_type: str,
 ) -> None:
     before = _state(server)
-    headers = {"Content-Encoding": encoding, "Authorization": authorization}
+    headers = {
+        "Content-Encoding": encoding,
+        "Authorization": authorization,
+        "Content-Type": content_type,
+    }
     status, payload = server.request(method, path, body, headers)
     assert status < 500, payload
     if status != 200 or path != "/v1/reports":

@@ -96,7 +96,11 @@ def test_collector_pushes_the_same_series_over_otlp_http(
         body = json.dumps(
             batch_dict(job="otlp", reports=[report_dict(1), report_dict(2, wall_s=0.5)])
         ).encode()
-        with urllib.request.urlopen(urllib.request.Request(url + "/v1/reports", data=body)) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(
+                url + "/v1/reports", data=body, headers={"Content-Type": "application/json"}
+            )
+        ) as r:
             assert json.loads(r.read())["accepted"] == 2
         while receiver.latest_steps() != 2.0:
             assert time.monotonic() < deadline + 30, "no OTLP export with the batch arrived"

@@ -8,8 +8,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.routes import HttpRequest, Routes
 from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 
-from tests.support.collector_process import CollectorProcess
+from tests.support.collector_process import CollectorProcess, post, request
 
 pytestmark = pytest.mark.slow
 
@@ -36,24 +34,6 @@ def start(tmp_path: Path) -> Iterator[Any]:
     yield _start
     for process in started:
         process.stop()
-
-
-def request(
-    url: str, body: bytes | None = None, headers: dict[str, str] | None = None
-) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(url, data=body, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, dict(exc.headers), exc.read()
-
-
-def post(url: str, batch: Any, **headers: str) -> tuple[int, Any]:
-    body = batch if isinstance(batch, bytes) else json.dumps(batch).encode()
-    status, _, payload = request(url + "/v1/reports", body, headers)
-    return status, json.loads(payload)
 
 
 def metric_lines(url: str) -> list[str]:

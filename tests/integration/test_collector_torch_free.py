@@ -48,7 +48,9 @@ SCRIPT = textwrap.dedent(
     collectives = [{"op": "all_reduce", "axis": "dp", "tier": "intra_node", "group_size": 2,
                     "bytes": 10, "count": 1, "seconds": 0.1, "overlapped_s": 0.0}]
     body = json.dumps(batch_dict(reports=[report_dict(1, collectives=collectives)])).encode()
-    with urllib.request.urlopen(urllib.request.Request(url + "/v1/reports", data=body)) as r:
+    request = urllib.request.Request(url + "/v1/reports", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as r:
         assert json.loads(r.read())["accepted"] == 1
     for path in ("/metrics", "/v1/summary"):
         with urllib.request.urlopen(url + path) as r:

@@ -56,6 +56,8 @@ def test_precedence(
     [
         ({}, {}, "job", "argument"),
         ({"job": ""}, {}, "job", "argument"),
+        ({}, {"MFUSCOPE_JOB": "caf\udce9-run"}, "job", "MFUSCOPE_JOB"),
+        ({"job": "\ud800"}, {}, "job", "argument"),
         ({"job": "j", "no_such_option": 1}, {}, "no_such_option", "argument"),
         (
             {"job": "j"},

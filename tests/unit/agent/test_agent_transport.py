@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from mfuscope.agent import sinks
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.sinks import HttpSink, JsonlSink, SendError
 from mfuscope.agent.transport import RetryPolicy, Transport, backoff_delay_s
@@ -120,10 +123,12 @@ def test_full_buffer_drops_oldest_and_counts() -> None:
     assert _wait_for(lambda: sink.calls == 1)  # report 0 is in flight, blocked on the gate
     for step in range(1, 11):
         transport.submit(_report(step))
-    assert health.snapshot().reports_dropped_total == 5
+    # The report in flight counts against the buffer; while it is on the wire the oldest queued
+    # reports go.
+    assert health.snapshot().reports_dropped_total == 6
     gate.set()
     assert transport.close(5.0) is True
-    assert [s for batch in sink.delivered for s in batch] == [0, 6, 7, 8, 9, 10]
+    assert [s for batch in sink.delivered for s in batch] == [0, 7, 8, 9, 10]
 
 
 def test_retryable_failures_are_retried_and_counted() -> None:
@@ -293,3 +298,134 @@ def test_jsonl_sink_appends_one_line_per_batch_and_shares_files(tmp_path: Path) 
     second.close()
     lines = path.read_text().splitlines()
     assert [json.loads(line)["reports"][0]["step"] for line in lines] == [1, 2, 3]
+
+
+# --- outages: keep the batch while the buffer has room -----------------------------------------
+
+
+class OutageSink(FakeSink):
+    """Fails (retryably, optionally asking for `retry_after_s`) until `up` is set."""
+
+    def __init__(self, retry_after_s: float | None = None) -> None:
+        super().__init__()
+        self.up = threading.Event()
+        self.retry_after_s = retry_after_s
+        self.call_times: list[float] = []
+
+    def send(self, body: bytes, timeout_s: float) -> None:
+        self.call_times.append(time.monotonic())
+        if not self.up.is_set():
+            self.calls += 1
+            raise SendError("refused", retryable=True, retry_after_s=self.retry_after_s)
+        super().send(body, timeout_s)
+
+
+def test_a_failing_batch_is_kept_while_the_buffer_has_room() -> None:
+    sink, health = OutageSink(), HealthCounters()
+    transport = _transport(sink, health, retry=RetryPolicy(base_s=0.001, max_s=0.005))
+    for step in range(3):
+        transport.submit(_report(step))
+    transport.flush_now()
+    assert _wait_for(lambda: sink.calls >= 30)  # far more attempts than any fixed budget
+    sink.up.set()
+    assert transport.close(5.0) is True
+    assert [s for batch in sink.delivered for s in batch] == [0, 1, 2]
+    assert health.snapshot().reports_dropped_total == 0
+
+
+def test_a_full_buffer_drops_the_oldest_of_the_retried_batch_first() -> None:
+    sink, health = OutageSink(), HealthCounters()
+    transport = _transport(
+        sink, health, max_queue_reports=4, retry=RetryPolicy(base_s=0.02, max_s=0.02)
+    )
+    for step in range(4):  # one full batch, failing
+        transport.submit(_report(step))
+    assert _wait_for(lambda: sink.calls >= 2)
+    for step in range(4, 6):
+        transport.submit(_report(step))
+    assert health.snapshot().reports_dropped_total == 2
+    sink.up.set()
+    assert transport.close(5.0) is True
+    assert [s for batch in sink.delivered for s in batch] == [2, 3, 4, 5]
+
+
+def test_retry_after_lengthens_the_backoff_up_to_its_cap() -> None:
+    sink, health = OutageSink(retry_after_s=0.3), HealthCounters()
+    transport = _transport(sink, health, retry=RetryPolicy(base_s=0.001, max_s=1.0))
+    transport.submit(_report(1))
+    transport.flush_now()
+    assert _wait_for(lambda: len(sink.call_times) >= 2)
+    assert sink.call_times[1] - sink.call_times[0] >= 0.29
+    transport.close(0.01)
+
+    capped = OutageSink(retry_after_s=3600.0)
+    transport = _transport(capped, health, retry=RetryPolicy(base_s=0.001, max_s=0.05))
+    transport.submit(_report(1))
+    transport.flush_now()
+    assert _wait_for(lambda: len(capped.call_times) >= 3, timeout_s=2.0)
+    transport.close(0.01)
+
+
+def test_a_buffer_smaller_than_a_batch_warns_once_at_construction() -> None:
+    handler = ListHandler()
+    logger = logging.getLogger("test.agent.transport.small")
+    logger.addHandler(handler)
+    logger.propagate = False
+    sink, health = FakeSink(), HealthCounters()
+    log = RateLimitedLog(60.0, logger=logger)
+    transport = _transport(sink, health, log=log, max_queue_reports=3, max_batch_reports=8)
+    for step in range(3):  # a full buffer is sent at once, not after the 60 s flush interval
+        transport.submit(_report(step))
+    assert _wait_for(lambda: sink.delivered == [[0, 1, 2]])
+    assert transport.close(5.0) is True
+    messages = [r.getMessage() for r in handler.records]
+    assert len([m for m in messages if "fewer than one batch" in m]) == 1
+    _transport(FakeSink(), HealthCounters(), log=log, max_queue_reports=8).close(1.0)
+    assert len(handler.records) == 1  # a big enough buffer says nothing
+
+
+class TricklingCollector:
+    """Answers every request one byte every 50 ms (a collector that never quite times out)."""
+
+    def __init__(self) -> None:
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        connection, _ = self._socket.accept()
+        with connection:
+            connection.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nX-Padding: " + b"x" * 1000:
+                if self._stop.wait(0.05):
+                    return
+                with contextlib.suppress(OSError):
+                    connection.sendall(bytes([byte]))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._socket.close()
+
+
+def test_http_sink_timeout_is_a_deadline_for_the_whole_exchange() -> None:
+    trickling = TricklingCollector()
+    try:
+        started = time.monotonic()
+        with pytest.raises(SendError) as caught:
+            HttpSink(trickling.url).send(_batch([1]), 0.5)
+        assert caught.value.retryable
+        assert time.monotonic() - started < 1.5
+    finally:
+        trickling.close()
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [("7", 7.0), ("0", 0.0), (None, None), ("soon", None), ("99999999999999999", 1e9)],
+)
+def test_http_sink_reads_retry_after(header: str | None, expected: float | None) -> None:
+    assert sinks._retry_after_s(header) == expected

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mfuscope.cli import analyze as analyze_cli
 from mfuscope.cli import main
 from mfuscope.core.trace import load_trace
 
@@ -117,3 +122,131 @@ def test_analyze_without_profiler_steps_says_it_took_the_whole_trace(
     assert main(["analyze", str(path)]) == 0
     out, _ = capsys.readouterr()
     assert "windows: the whole trace as one window (no ProfilerStep#N in the trace)" in out
+
+
+# --- hostile traces: one line on stderr, exit 2, nothing on stdout ------------------------------
+
+
+def _events_where(doc: dict[str, Any], cat: str, name_part: str = "") -> list[dict[str, Any]]:
+    return [
+        e
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") == cat and name_part in e.get("name", "")
+    ]
+
+
+def _mutated(path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    doc = json.loads(_write_trace(path).read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _negative_nccl_dur(doc: dict[str, Any]) -> None:
+    _events_where(doc, "kernel", "nccl")[0]["dur"] = -20.0
+
+
+def _negative_kernel_ts(doc: dict[str, Any]) -> None:
+    _events_where(doc, "kernel")[0]["ts"] = -5.0
+
+
+def _absurd_dur(doc: dict[str, Any]) -> None:
+    _events_where(doc, "kernel")[0]["dur"] = 1e308
+
+
+def _absurd_operator_dur(doc: dict[str, Any]) -> None:
+    _events_where(doc, "user_annotation", "ProfilerStep")[0]["dur"] = -1.0
+
+
+def _analyze_fails(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> tuple[str, str]:
+    code = main(["analyze", *argv])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith("mfuscope analyze: "), err
+    assert message in err, err
+    return out, err
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_negative_nccl_dur, "impossible dur -20.0 us"),
+        (_negative_kernel_ts, "impossible ts -5.0 us"),
+        (_absurd_dur, "impossible dur 1e+308 us"),
+        (_absurd_operator_dur, "'ProfilerStep#1': impossible dur -1.0 us"),
+    ],
+)
+def test_impossible_timings_name_the_event_and_the_file(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: Callable[[dict[str, Any]], None],
+    message: str,
+) -> None:
+    bad = _mutated(tmp_path / "bad.json", change)
+    _, err = _analyze_fails(capsys, [str(bad)], message)
+    assert "bad.json: " in err
+
+
+def test_a_gzip_bomb_is_refused_at_the_decompression_cap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * (4 << 20) + b"]}"))
+    assert bomb.stat().st_size < 20_000
+    _analyze_fails(
+        capsys, [str(bomb), "--max-trace-bytes", str(1 << 20)], "inflates to more than 1048576"
+    )
+    good = _write_trace(tmp_path / "good.json.gz", gz=True)
+    assert main(["analyze", str(good), "--max-trace-bytes", str(1 << 20)]) == 0
+
+
+def test_a_plain_trace_over_the_cap_and_gzip_garbage_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _write_trace(tmp_path / "good.json")
+    _analyze_fails(capsys, [str(good), "--max-trace-bytes", "100"], "larger than 100 bytes")
+    zipped = _write_trace(tmp_path / "z.json.gz", gz=True)
+    zipped.write_bytes(zipped.read_bytes() + b"trailing garbage")
+    _analyze_fails(capsys, [str(zipped)], "garbage after the last member")
+    two_members = tmp_path / "two.json.gz"
+    text = good.read_bytes()
+    two_members.write_bytes(gzip.compress(text[:10]) + gzip.compress(text[10:]))
+    assert main(["analyze", str(two_members)]) == 0  # concatenated members are valid gzip
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_is_refused_without_blocking(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "x.json"
+    os.mkfifo(fifo)
+    _analyze_fails(capsys, [str(fifo)], "x.json: not a regular file")
+
+
+def test_absurd_flop_flags_are_refused_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _write_trace(tmp_path / "good.json")
+    argv = ["analyze", str(good), "--model-flops-per-step", "1e308", "--peak-flops", "1e-300"]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert (info.value.code, out) == (2, "")
+    assert "--model-flops-per-step" in err and "Traceback" not in err
+
+
+def test_a_non_finite_result_is_an_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = _write_trace(tmp_path / "good.json")
+    real = analyze_cli.analysis_to_json
+
+    def overflowing(ranks: Any, warnings: Any = ()) -> Any:
+        doc = real(ranks, warnings)
+        doc["ranks"][0]["steps"][0]["mfu"] = math.inf  # what absurd inputs could once produce
+        return doc
+
+    monkeypatch.setattr(analyze_cli, "analysis_to_json", overflowing)
+    _analyze_fails(capsys, [str(good), "--json"], "not a finite number")

@@ -290,3 +290,80 @@ def test_fuzzed_bodies_never_5xx_and_refusals_change_nothing(body: bytes, gz: bo
         after = collector.snapshot()
         assert _without_rejections(after) == _without_rejections(before)
         assert sum(n for _, n in after.rejected) == 1
+
+
+def test_rate_limit_is_checked_before_the_token() -> None:
+    routes, collector, _ = _routes(token=TOKEN, limiter=True)  # 2/s, burst 3
+    body = json.dumps(_good()).encode()
+    statuses = [_post(routes, body, authorization="Bearer nope").status for _ in range(4)]
+    assert statuses == [401, 401, 401, 429]
+    assert dict(collector.snapshot().rejected) == {"unauthorized": 3, "rate_limited": 1}
+
+
+@pytest.mark.parametrize(
+    "content_type", ["", "text/plain", "application/x-www-form-urlencoded", "application/jsonx"]
+)
+def test_only_json_bodies_are_accepted(content_type: str) -> None:
+    routes, collector, _ = _routes()
+    request = HttpRequest("POST", REPORTS_PATH, "10.0.0.1", content_type=content_type)
+    response = routes.before_body(request)
+    assert response is not None and response.status == 415
+    assert _json(response)["field"] == "content-type"
+    assert dict(collector.snapshot().rejected) == {"content_type": 1}
+
+
+def test_json_with_a_charset_parameter_is_accepted() -> None:
+    routes, _, _ = _routes()
+    request = HttpRequest(
+        "POST", REPORTS_PATH, "10.0.0.1", content_type="Application/JSON; charset=utf-8"
+    )
+    assert routes.before_body(request) is None
+
+
+def test_data_after_the_gzip_member_is_refused() -> None:
+    routes, collector, _ = _routes()
+    body = gzip.compress(json.dumps(_good()).encode()) + b"garbage"
+    response = _post(routes, body, encoding="gzip")
+    assert (response.status, _json(response)["field"]) == (400, "body")
+    assert collector.snapshot().jobs == ()
+
+
+def _limited(**limits: int) -> tuple[Routes, Aggregator, FakeClock]:
+    clock = FakeClock()
+    collector = Aggregator(StateConfig(expire_after_s=60.0, **limits), clock=clock)
+    return Routes(collector), collector, clock
+
+
+def test_job_limit_refuses_new_jobs_until_one_expires() -> None:
+    routes, collector, clock = _limited(max_jobs=2)
+    for job in ("a", "b"):
+        assert _post(routes, json.dumps(batch_dict(job=job)).encode()).status == 200
+    refused = _post(routes, json.dumps(batch_dict(job="c")).encode())
+    assert (refused.status, _json(refused)["field"]) == (429, "job")
+    assert dict(refused.headers)["Retry-After"] == "60"
+    assert _post(routes, json.dumps(batch_dict(job="a", steps=[9])).encode()).status == 200
+    clock.advance(61)
+    assert _post(routes, json.dumps(batch_dict(job="c")).encode()).status == 200
+    assert dict(collector.snapshot().rejected) == {"too_many_jobs": 1}
+
+
+def test_rank_limit_per_job() -> None:
+    routes, collector, _ = _limited(max_ranks_per_job=2)
+    for rank in (0, 1):
+        body = json.dumps(batch_dict(rank=rank, world_size=4)).encode()
+        assert _post(routes, body).status == 200
+    refused = _post(routes, json.dumps(batch_dict(rank=2, world_size=4)).encode())
+    assert (refused.status, _json(refused)["field"]) == (429, "rank")
+    assert collector.snapshot().jobs[0].live_ranks == 2
+    assert dict(collector.snapshot().rejected) == {"too_many_ranks": 1}
+
+
+def test_axis_limit_per_job_changes_nothing() -> None:
+    routes, collector, _ = _limited(max_axes_per_job=3)
+    assert _post(routes, json.dumps(_good()).encode()).status == 200  # dp, tp
+    before = collector.snapshot().jobs
+    many = [report_dict(10 + i, collectives=[{**COLLECTIVE, "axis": f"axis{i}"}]) for i in range(2)]
+    refused = _post(routes, json.dumps(batch_dict(reports=many)).encode())
+    assert (refused.status, _json(refused)["field"]) == (400, "axis")
+    assert collector.snapshot().jobs == before
+    assert dict(collector.snapshot().rejected) == {"too_many_axes": 1}

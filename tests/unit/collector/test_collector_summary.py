@@ -50,9 +50,13 @@ def test_summary_of_a_known_job() -> None:
     json.dumps(doc, allow_nan=False)  # strict JSON
     (job,) = doc["jobs"]
     assert doc["rejected"] == {
+        "content_type": 0,
         "invalid": 0,
         "rate_limited": 0,
         "too_large": 0,
+        "too_many_axes": 0,
+        "too_many_jobs": 0,
+        "too_many_ranks": 0,
         "unauthorized": 0,
         "version": 0,
     }

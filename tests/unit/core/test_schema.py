@@ -168,3 +168,55 @@ def test_bad_compute_classes_name_the_field(classes: Any, field: str) -> None:
     with pytest.raises(s.SchemaError) as info:
         s.parse_batch(_with_classes(classes))
     assert info.value.field == f"reports[0].{field}"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"job": "caf\udce9-run"}, "job"),  # a Latin-1 byte decoded with surrogateescape
+        ({"host": "\ud800"}, "host"),
+        ({"device": "x" * 257}, "device"),
+        ({"version": "1.\u00b2"}, "version"),
+        ({"version": "\u0661.0"}, "version"),  # an Arabic-Indic digit
+        ({"version": "1.0 "}, "version"),
+        ({"version": "1"}, "version"),
+    ],
+)
+def test_strings_must_be_utf8_labels_and_versions_ascii_digits(
+    overrides: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(s.SchemaError) as info:
+        s.parse_batch(_batch(**overrides))
+    assert info.value.field == field
+
+
+def test_non_ascii_utf8_names_are_accepted() -> None:
+    assert s.parse_batch(_batch(job="café-run-日本")).job == "café-run-日本"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("wall_s", 1e-300, "reports[0].wall_s"),
+        ("wall_s", 0.0, "reports[0].wall_s"),
+        ("overlapped_comm_s", 86_400.0, "reports[0].overlapped_comm_s"),
+        ("overlapped_comm_s", -0.5, "reports[0].overlapped_comm_s"),
+        ("start_unix_ns", -1, "reports[0].start_unix_ns"),
+    ],
+)
+def test_physically_impossible_times_are_refused(key: str, value: Any, field: str) -> None:
+    body = _batch()
+    body["reports"][0][key] = value
+    if key == "wall_s":
+        body["reports"][0]["components"] = []
+    with pytest.raises(s.SchemaError) as info:
+        s.parse_batch(body)
+    assert info.value.field == field
+
+
+def test_a_collective_shorter_than_a_nanosecond_is_refused() -> None:
+    body = _batch()
+    body["reports"][0]["collectives"][0].update(seconds=1e-300, overlapped_s=0.0)
+    with pytest.raises(s.SchemaError) as info:
+        s.parse_batch(body)
+    assert info.value.field == "reports[0].collectives[0].seconds"

@@ -204,9 +204,13 @@ mfuscope_straggler_ratio{job="train",rank="1"} 1.28
 # TYPE mfuscope_link_peak_bandwidth_bytes_per_second gauge
 # HELP mfuscope_reports_rejected_total batches the collector refused, by reason
 # TYPE mfuscope_reports_rejected_total counter
+mfuscope_reports_rejected_total{reason="content_type"} 0.0
 mfuscope_reports_rejected_total{reason="invalid"} 1.0
 mfuscope_reports_rejected_total{reason="rate_limited"} 0.0
 mfuscope_reports_rejected_total{reason="too_large"} 0.0
+mfuscope_reports_rejected_total{reason="too_many_axes"} 0.0
+mfuscope_reports_rejected_total{reason="too_many_jobs"} 0.0
+mfuscope_reports_rejected_total{reason="too_many_ranks"} 0.0
 mfuscope_reports_rejected_total{reason="unauthorized"} 0.0
 mfuscope_reports_rejected_total{reason="version"} 0.0
 """  # noqa: E501
