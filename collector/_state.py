@@ -122,7 +122,7 @@ class AggregationState:
                 duplicates += 1
                 continue
             window.add(report.step)
-            series.add(report)
+            series.add(report, rank.peak_flops)
             rank.add(report)
             accepted += 1
         old = rank.contribution

@@ -72,6 +72,7 @@ def _series(rank: int | None, acc: SeriesAcc) -> SeriesTotals:
         hardware_flops=acc.hardware_flops,
         overlapped_comm_seconds=acc.overlapped,
         duplicates=acc.duplicates,
+        peak_flop_seconds=acc.peak_flop_seconds,
         components=tuple(
             ComponentTotals(component=k[0], axis=k[1], tier=k[2], seconds=v)
             for k, v in sorted(acc.components.items())

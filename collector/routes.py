@@ -99,9 +99,11 @@ class Routes:
             if request.method != "POST":
                 return _error(405, "method", f"{request.method} not allowed on {request.path}")
             try:
-                check_bearer(request.authorization, self._token)
+                # Rate limit first: a client flooding the port with bad or missing tokens is
+                # throttled like any other, and the token comparison costs it nothing extra.
                 if self._rate_limiter is not None:
                     self._rate_limiter.check(request.client)
+                check_bearer(request.authorization, self._token)
                 if request.content_length is not None and (
                     request.content_length > self.max_body_bytes
                 ):

@@ -114,6 +114,13 @@ def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
             lambda t: t.hardware_flops,
         ),
         (
+            "mfuscope_peak_flop_seconds_total",
+            "{flop}",
+            "dense peak FLOP/s of the rank's device x step wall time, summed over steps (the MFU "
+            "denominator: MFU = increase(model FLOPs) / increase(this) over any range)",
+            lambda t: t.peak_flop_seconds,
+        ),
+        (
             "mfuscope_overlapped_comm_seconds_total",
             "s",
             "communication hidden under compute, seconds",

@@ -98,6 +98,9 @@ class SeriesTotals:
     hardware_flops: float
     overlapped_comm_seconds: float
     duplicates: int
+    # Sum over steps of the reporting rank's peak FLOP/s x step wall time, FLOP (0 where the peak
+    # is unknown). increase(model_flops) / increase(peak_flop_seconds) is MFU over any range.
+    peak_flop_seconds: float
     components: tuple[ComponentTotals, ...]
     collectives: tuple[CollectiveTotals, ...]
     step_duration: HistogramTotals

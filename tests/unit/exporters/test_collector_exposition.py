@@ -81,6 +81,9 @@ mfuscope_model_flops_total{job="train"} 1.2e+12
 # HELP mfuscope_hardware_flops_total model + recompute FLOPs (the HFU numerator)
 # TYPE mfuscope_hardware_flops_total counter
 mfuscope_hardware_flops_total{job="train"} 1.5e+12
+# HELP mfuscope_peak_flop_seconds_total dense peak FLOP/s of the rank's device x step wall time, summed over steps (the MFU denominator: MFU = increase(model FLOPs) / increase(this) over any range)
+# TYPE mfuscope_peak_flop_seconds_total counter
+mfuscope_peak_flop_seconds_total{job="train"} 3.5e+12
 # HELP mfuscope_overlapped_comm_seconds_total communication hidden under compute, seconds
 # TYPE mfuscope_overlapped_comm_seconds_total counter
 mfuscope_overlapped_comm_seconds_total{job="train"} 0.0
