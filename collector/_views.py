@@ -197,5 +197,6 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         latest=_latest(sums, peaks, config),
         stragglers=stragglers,
         straggler_basis=basis,
+        straggler_hosts=tuple(job.ranks[s.rank].host for s in stragglers),
         start_unix_ns=job.start_unix_ns,
     )

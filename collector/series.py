@@ -360,8 +360,12 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         "gauge",
         "1",
         "recent step time of the slowest ranks / median over the job's ranks",
-        ("job", "rank"),
-        [Sample((j.job, str(s.rank)), s.ratio) for j in jobs for s in j.stragglers],
+        ("job", "rank", "host"),
+        [
+            Sample((j.job, str(s.rank), host), s.ratio)
+            for j in jobs
+            for s, host in zip(j.stragglers, j.straggler_hosts, strict=True)
+        ],
     )
 
 

@@ -186,6 +186,8 @@ class JobSnapshot:
     latest: LatestWindow
     stragglers: tuple[Straggler, ...]
     straggler_basis: Literal["self", "wall"]
+    # The host each of `stragglers` reports from (same order; "" when the agent sent none).
+    straggler_hosts: tuple[str, ...] = ()
     start_unix_ns: int = 0
 
 

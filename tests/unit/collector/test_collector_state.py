@@ -252,6 +252,7 @@ def _job_with_breakdowns(fractions: list[float]) -> Collector:
             batch_dict(
                 rank=rank,
                 world_size=len(fractions),
+                host=f"node-{rank // 2}",
                 reports=[report_dict(s, compute_fraction=compute) for s in (1, 2, 3)],
             ),
         )
@@ -266,7 +267,8 @@ def test_straggler_is_the_rank_that_waits_least() -> None:
     assert job.stragglers[0].rank == 2
     assert job.stragglers[0].ratio == pytest.approx(0.9 / 0.5)
     s = _series(collector)
-    assert s[("mfuscope_straggler_ratio", ("job-a", "2"))] == pytest.approx(1.8)
+    # The series names the host the rank reports from: where an operator goes to look.
+    assert s[("mfuscope_straggler_ratio", ("job-a", "2", "node-1"))] == pytest.approx(1.8)
     assert len([k for k in s if k[0] == "mfuscope_straggler_ratio"]) == 3
 
 

@@ -182,7 +182,7 @@ mfuscope_collective_bus_bandwidth_bytes_per_second{axis="dp",job="train",tier="i
 mfuscope_collective_bus_bandwidth_ratio{axis="dp",job="train",tier="inter_node"} 0.5
 # HELP mfuscope_straggler_ratio recent step time of the slowest ranks / median over the job's ranks
 # TYPE mfuscope_straggler_ratio gauge
-mfuscope_straggler_ratio{job="train",rank="1"} 1.28
+mfuscope_straggler_ratio{host="node-0",job="train",rank="1"} 1.28
 # HELP mfuscope_reports_rejected_total batches the collector refused, by reason
 # TYPE mfuscope_reports_rejected_total counter
 mfuscope_reports_rejected_total{reason="invalid"} 1.0
