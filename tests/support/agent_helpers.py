@@ -19,7 +19,7 @@ from typing import Any
 
 from mfuscope.core.schema import ReportBatch, SchemaError, parse_batch
 
-__all__ = ["HangingCollector", "StubCollector", "closed_port_url", "run_job"]
+__all__ = ["HangingCollector", "StubCollector", "closed_port_url", "run_job", "start_job"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -149,17 +149,31 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def run_job(
-    tmp_path: Path, *args: str, timeout_s: float = 240.0
-) -> subprocess.CompletedProcess[str]:
-    """Run `agent_job.py` on 2 gloo ranks with `args`; its TMPDIR (profiler traces) is
-    `tmp_path/tmp`, and no MFUSCOPE_* variable of ours leaks into it."""
+def _job_command(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """torchrun of `agent_job.py` on 2 gloo ranks, and its environment: TMPDIR (profiler traces)
+    is `tmp_path/tmp`, and no MFUSCOPE_* variable of ours leaks into it."""
     temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)
+    temp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
     env = {k: v for k, v in env.items() if not k.startswith("MFUSCOPE_")}
     torchrun = Path(sys.executable).parent / "torchrun"
     command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(HERE / "agent_job.py")]
+    return command, env
+
+
+def run_job(
+    tmp_path: Path, *args: str, timeout_s: float = 240.0
+) -> subprocess.CompletedProcess[str]:
+    """Run `agent_job.py` on 2 gloo ranks with `args` (see `_job_command`)."""
+    command, env = _job_command(tmp_path)
     return subprocess.run(
         [*command, *args], env=env, capture_output=True, text=True, timeout=timeout_s
     )
+
+
+def start_job(tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
+    """Start `agent_job.py` on 2 gloo ranks with `args` without waiting (see `_job_command`).
+    Its output goes to `tmp_path/job.log` (a pipe nobody reads could fill and stall the job)."""
+    command, env = _job_command(tmp_path)
+    with (tmp_path / "job.log").open("wb") as log:
+        return subprocess.Popen([*command, *args], env=env, stdout=log, stderr=subprocess.STDOUT)

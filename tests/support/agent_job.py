@@ -11,13 +11,21 @@ recomputation. Unlike `mfuscope demo` there is no DeviceMesh (the group's axis i
 the agent takes test options (`--option`, `--fail-profiler`). Each rank writes its own step
 times (measured here, outside the agent) to `--times PATH` (`{rank}` replaced) as JSON, for the
 fault tests.
+
+`--duration-s` runs for about that long instead of `--steps`, and `--slow-after-s` with
+`--slow-factor F` makes every step after that point F times as long by sleeping inside the step
+(the device idles: the decomposition's bubble_idle grows). Both are turned into step numbers
+once, from the ranks' slowest median step time over a few warm-up steps, so that every rank runs
+the same steps (a rank that stopped early would leave its peers blocked in a collective).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import statistics
 import time
 from typing import Any
 
@@ -75,6 +83,9 @@ def main() -> None:
     parser.add_argument("--fail-profiler", action="store_true")
     parser.add_argument("--close-timeout-s", type=float, default=10.0)
     parser.add_argument("--option", action="append", default=[], help="agent NAME=VALUE")
+    parser.add_argument("--duration-s", type=float, help="run about this long, not --steps")
+    parser.add_argument("--slow-after-s", type=float, help="slow every step down from here on")
+    parser.add_argument("--slow-factor", type=float, default=1.0)
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -89,11 +100,18 @@ def main() -> None:
         seams=seams,
         **options,  # strings: the agent parses them as it parses MFUSCOPE_* variables
     )
-    times = []
-    for step in range(args.steps):
+    times: list[float] = []
+    steps, slow_from, sleep_s = args.steps, args.steps, 0.0
+    for step in itertools.count():
+        if step == _WARM_UP_STEPS and args.duration_s is not None:
+            steps, slow_from, sleep_s = _plan(times, args)
+        if step >= steps:
+            break
         started = time.perf_counter()
         with agent.step():
             train_step(model, optimizer, step)
+            if step >= slow_from:
+                time.sleep(sleep_s)
         times.append(time.perf_counter() - started)
     closing = time.perf_counter()
     agent.close(args.close_timeout_s)
@@ -104,6 +122,23 @@ def main() -> None:
             json.dump({"step_s": times, "close_s": close_s, "health": _health(agent)}, handle)
     dist.barrier()
     dist.destroy_process_group()
+
+
+_WARM_UP_STEPS = 8
+
+
+def _plan(times: list[float], args: argparse.Namespace) -> tuple[int, int, float]:
+    """(steps in all, first slowed step, sleep per slowed step in s) for `--duration-s`, from
+    the slowest rank's median step time (s) so far; the same on every rank."""
+    median = torch.tensor([statistics.median(times[1:])], dtype=torch.float64)
+    dist.all_reduce(median, op=dist.ReduceOp.MAX)
+    step_s = float(median.item())
+    elapsed = sum(times)
+    slow_after_s = args.duration_s if args.slow_after_s is None else args.slow_after_s
+    slow_from = len(times) + max(round((slow_after_s - elapsed) / step_s), 0)
+    slow_step_s = step_s * args.slow_factor
+    steps = slow_from + max(round((args.duration_s - slow_after_s) / slow_step_s), 0)
+    return steps, slow_from, slow_step_s - step_s
 
 
 def _health(agent: Agent) -> dict[str, int]:
