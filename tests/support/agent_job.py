@@ -12,11 +12,11 @@ the agent takes test options (`--option`, `--fail-profiler`). Each rank writes i
 times (measured here, outside the agent) to `--times PATH` (`{rank}` replaced) as JSON, for the
 fault tests.
 
-`--duration-s` runs for about that long instead of `--steps`, and `--slow-after-s` with
+`--duration-s` runs for that long instead of `--steps`, and `--slow-after-s` with
 `--slow-factor F` makes every step after that point F times as long by sleeping inside the step
-(the device idles: the decomposition's bubble_idle grows). Both are turned into step numbers
-once, from the ranks' slowest median step time over a few warm-up steps, so that every rank runs
-the same steps (a rank that stopped early would leave its peers blocked in a collective).
+(the device idles: the decomposition's bubble_idle grows). Both are decided before each step on
+the slowest rank's clock, so every rank runs the same steps (a rank that stopped early would
+leave its peers blocked in a collective).
 """
 
 from __future__ import annotations
@@ -101,17 +101,15 @@ def main() -> None:
         **options,  # strings: the agent parses them as it parses MFUSCOPE_* variables
     )
     times: list[float] = []
-    steps, slow_from, sleep_s = args.steps, args.steps, 0.0
+    pace = _Pace(args)
     for step in itertools.count():
-        if step == _WARM_UP_STEPS and args.duration_s is not None:
-            steps, slow_from, sleep_s = _plan(times, args)
-        if step >= steps:
+        sleep_s = pace.sleep_s(step, times)
+        if sleep_s is None:
             break
         started = time.perf_counter()
         with agent.step():
             train_step(model, optimizer, step)
-            if step >= slow_from:
-                time.sleep(sleep_s)
+            time.sleep(sleep_s)
         times.append(time.perf_counter() - started)
     closing = time.perf_counter()
     agent.close(args.close_timeout_s)
@@ -124,21 +122,31 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-_WARM_UP_STEPS = 8
+class _Pace:
+    """When to stop and how long to sleep in each step, the same on every rank: with
+    `--duration-s`, decided on the slowest rank's elapsed time (one 1-element all_reduce per
+    step), else `--steps` steps and no sleep."""
 
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.started = time.perf_counter()
+        self.normal_step_s: float | None = None
 
-def _plan(times: list[float], args: argparse.Namespace) -> tuple[int, int, float]:
-    """(steps in all, first slowed step, sleep per slowed step in s) for `--duration-s`, from
-    the slowest rank's median step time (s) so far; the same on every rank."""
-    median = torch.tensor([statistics.median(times[1:])], dtype=torch.float64)
-    dist.all_reduce(median, op=dist.ReduceOp.MAX)
-    step_s = float(median.item())
-    elapsed = sum(times)
-    slow_after_s = args.duration_s if args.slow_after_s is None else args.slow_after_s
-    slow_from = len(times) + max(round((slow_after_s - elapsed) / step_s), 0)
-    slow_step_s = step_s * args.slow_factor
-    steps = slow_from + max(round((args.duration_s - slow_after_s) / slow_step_s), 0)
-    return steps, slow_from, slow_step_s - step_s
+    def sleep_s(self, step: int, times: list[float]) -> float | None:
+        """Seconds to sleep inside `step`, or None when the run is over."""
+        args = self.args
+        if args.duration_s is None:
+            return 0.0 if step < args.steps else None
+        elapsed = torch.tensor([time.perf_counter() - self.started], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        elapsed_s = float(elapsed.item())
+        if elapsed_s >= args.duration_s:
+            return None
+        if args.slow_after_s is None or elapsed_s < args.slow_after_s or len(times) < 2:
+            return 0.0
+        if self.normal_step_s is None:  # this rank's own pace before the slowdown
+            self.normal_step_s = statistics.median(times[1:])
+        return (args.slow_factor - 1) * self.normal_step_s
 
 
 def _health(agent: Agent) -> dict[str, int]:
