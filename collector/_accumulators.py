@@ -86,6 +86,7 @@ class SeriesAcc:
         "histogram",
         "model_flops",
         "overlapped",
+        "peak_flop_seconds",
         "reruns",
         "start_unix_ns",
         "step_seconds",
@@ -98,6 +99,8 @@ class SeriesAcc:
         self.step_seconds = 0.0
         self.model_flops = 0.0
         self.hardware_flops = 0.0
+        # Sum of the rank's dense peak FLOP/s x step wall time: the MFU denominator as a counter.
+        self.peak_flop_seconds = 0.0
         self.overlapped = 0.0
         self.duplicates = 0
         # Counted steps that re-ran a step number an earlier incarnation had reported.
@@ -107,11 +110,15 @@ class SeriesAcc:
         self.collectives: dict[tuple[str, str, str], CollectiveAcc] = {}
         self.histogram = HistogramAcc()
 
-    def add(self, r: StepReport) -> None:
+    def add(self, r: StepReport, peak_flops: float | None) -> None:
+        """Count one step of a rank whose device peak is `peak_flops` (FLOP/s; None: unknown, the
+        step then adds nothing to `peak_flop_seconds`)."""
         self.steps += 1
         self.step_seconds += r.wall_s
         self.model_flops += r.model_flops
         self.hardware_flops += r.hardware_flops
+        if peak_flops is not None:
+            self.peak_flop_seconds += peak_flops * r.wall_s
         self.overlapped += r.overlapped_comm_s
         self.histogram.observe(r.wall_s)
         components = self.components

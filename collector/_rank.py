@@ -48,6 +48,7 @@ class RankState:
         "collective_items",
         "collectives_step",
         "contribution",
+        "host",
         "incarnations",
         "job",
         "last_seen_s",
@@ -64,6 +65,7 @@ class RankState:
         self.job = job
         self.rank = rank
         self.world_size = 1
+        self.host = ""
         self.peak_flops: float | None = None
         self.incarnations = RankIncarnations(idempotency_steps)
         self.last_seen_s = 0.0
@@ -82,6 +84,7 @@ class RankState:
     def update_metadata(self, batch: ReportBatch, now_s: float) -> None:
         """Take the batch's rank-level facts (the latest batch wins)."""
         self.world_size = batch.world_size
+        self.host = _name(batch.host)
         self.peak_flops = batch.peak_flops
         if batch.topology is not None:
             items: list[tuple[Key, tuple[float, ...]]] = []

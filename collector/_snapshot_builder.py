@@ -74,6 +74,7 @@ def _series(rank: int | None, acc: SeriesAcc) -> SeriesTotals:
         overlapped_comm_seconds=acc.overlapped,
         duplicates=acc.duplicates,
         reruns=acc.reruns,
+        peak_flop_seconds=acc.peak_flop_seconds,
         components=tuple(
             ComponentTotals(component=k[0], axis=k[1], tier=k[2], seconds=v)
             for k, v in sorted(acc.components.items())
@@ -196,6 +197,7 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         latest=_latest(sums, peaks, config),
         stragglers=stragglers,
         straggler_basis=basis,
+        straggler_hosts=tuple(job.ranks[s.rank].host for s in stragglers),
         start_unix_ns=job.start_unix_ns,
         restarts=job.incarnations.restarts,
         hardware=job.hardware.view(job.ranks, per_rank=config.per_rank_labels),

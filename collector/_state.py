@@ -174,7 +174,7 @@ class AggregationState:
             window.add(report.step)
             if report.step <= redone_up_to:
                 reruns += 1
-            series.add(report)
+            series.add(report, rank.peak_flops)
             rank.add(report)
             accepted += 1
         old = rank.contribution

@@ -107,6 +107,8 @@ class Routes:
             if request.method != "POST":
                 return _error(405, "method", f"{request.method} not allowed on {request.path}")
             try:
+                # Rate limit first: a client flooding the port with bad or missing tokens is
+                # throttled (429, counted as rate_limited) before its token is even compared.
                 if self._rate_limiter is not None:
                     self._rate_limiter.check(request.client)
                 check_bearer(request.authorization, self._token)

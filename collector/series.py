@@ -128,6 +128,13 @@ def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
             lambda t: t.hardware_flops,
         ),
         (
+            "mfuscope_peak_flop_seconds_total",
+            "{flop}",
+            "dense peak FLOP/s of the rank's device x step wall time, summed over steps (the MFU "
+            "denominator: MFU = increase(model FLOPs) / increase(this) over any range)",
+            lambda t: t.peak_flop_seconds,
+        ),
+        (
             "mfuscope_overlapped_comm_seconds_total",
             "s",
             "communication hidden under compute, seconds",
@@ -396,8 +403,12 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         "gauge",
         "1",
         "recent step time of the slowest ranks / median over the job's ranks",
-        ("job", "rank"),
-        [Sample((j.job, str(s.rank)), s.ratio) for j in jobs for s in j.stragglers],
+        ("job", "rank", "host"),
+        [
+            Sample((j.job, str(s.rank), host), s.ratio)
+            for j in jobs
+            for s, host in zip(j.stragglers, j.straggler_hosts, strict=True)
+        ],
     )
 
 

@@ -100,6 +100,9 @@ class SeriesTotals:
     hardware_flops: float
     overlapped_comm_seconds: float
     duplicates: int
+    # Sum over steps of the reporting rank's peak FLOP/s x step wall time, FLOP (0 where the peak
+    # is unknown). increase(model_flops) / increase(peak_flop_seconds) is MFU over any range.
+    peak_flop_seconds: float
     components: tuple[ComponentTotals, ...]
     collectives: tuple[CollectiveTotals, ...]
     step_duration: HistogramTotals
@@ -189,6 +192,8 @@ class JobSnapshot:
     latest: LatestWindow
     stragglers: tuple[Straggler, ...]
     straggler_basis: Literal["self", "wall"]
+    # The host each of `stragglers` reports from (same order; "" when the agent sent none).
+    straggler_hosts: tuple[str, ...] = ()
     start_unix_ns: int = 0
     restarts: int = 0
     hardware: JobHardware = field(default_factory=JobHardware)

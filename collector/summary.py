@@ -64,7 +64,8 @@ def _job(j: JobSnapshot, top_collectives: int) -> dict[str, Any]:
             for axis, tier, busbw, efficiency in j.latest.tier_busbw
         ],
         "stragglers": [
-            {"rank": s.rank, "ratio": s.ratio, "step_s": s.step_s} for s in j.stragglers
+            {"rank": s.rank, "host": host, "ratio": s.ratio, "step_s": s.step_s}
+            for s, host in zip(j.stragglers, j.straggler_hosts, strict=True)
         ],
         "straggler_basis": j.straggler_basis,
         "tp_spans_hosts": j.tp_spans_hosts,

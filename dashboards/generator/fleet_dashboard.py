@@ -59,13 +59,14 @@ def _now_row() -> Row:
             ),
             stat_panel(
                 "Fleet MFU (5 min)",
-                MFU_MEANING + "Here for all selected jobs together: their total model FLOP/s over "
-                "their total peak FLOP/s (jobs whose device peak is unknown are left out of both).",
+                MFU_MEANING + "Here for all selected jobs together: their total model FLOPs over "
+                "their total peak FLOP-seconds (jobs whose device peak is unknown are left out of "
+                "both).",
                 "percentunit",
                 Query(
                     f"sum(job:mfuscope_model_flops:rate5m{{{JOB}}}"
-                    f" and on (job) job:mfuscope_peak_flops:sum{{{JOB}}} > 0)"
-                    f" / sum(job:mfuscope_peak_flops:sum{{{JOB}}})"
+                    f" and on (job) job:mfuscope_peak_flop_seconds:rate5m{{{JOB}}} > 0)"
+                    f" / sum(job:mfuscope_peak_flop_seconds:rate5m{{{JOB}}})"
                 ),
                 thresholds=MFU_BANDS,
             ),
@@ -103,15 +104,16 @@ def _jobs_row() -> Row:
             table_panel(
                 "Jobs by MFU regression against their own baseline",
                 "One line per job, worst first. Regression = 1 - (MFU over the last 15 min) / "
-                "(median MFU over the 6 h ending 30 min ago): the share of its own recent "
-                "efficiency a job has lost. Empty for jobs younger than ~30 min. Amber from 10 %, "
+                "(MFU over the 6 h ending 30 min ago), both over running time only: the share of "
+                "its own recent efficiency a job has lost. Empty until a job has run 1 h 30 min. "
+                "Amber from 10 %, "
                 "red from 25 % (the MFUScopeMFURegression alert levels). HFU also counts "
                 "recomputation, so HFU >= MFU.",
                 "percentunit",
                 [
                     Query(f"job:mfuscope_mfu_regression:ratio{{{JOB}}}", instant=True, table=True),
-                    Query(f"job:mfuscope_mfu:ratio_avg15m{{{JOB}}}", instant=True, table=True),
-                    Query(f"job:mfuscope_mfu:ratio_median6h{{{JOB}}}", instant=True, table=True),
+                    Query(f"job:mfuscope_mfu:ratio_increase15m{{{JOB}}}", instant=True, table=True),
+                    Query(f"job:mfuscope_mfu:ratio_baseline6h{{{JOB}}}", instant=True, table=True),
                     Query(f"job:mfuscope_hfu:ratio_rate5m{{{JOB}}}", instant=True, table=True),
                     Query(f"sum by (job) (mfuscope_ranks{{{JOB}}})", instant=True, table=True),
                 ],
@@ -119,7 +121,7 @@ def _jobs_row() -> Row:
                     "job": "Job",
                     "Value #A": "MFU regression",
                     "Value #B": "MFU (15 min)",
-                    "Value #C": "Baseline MFU (6 h median)",
+                    "Value #C": "Baseline MFU (6 h)",
                     "Value #D": "HFU (5 min)",
                     "Value #E": "Ranks",
                 },

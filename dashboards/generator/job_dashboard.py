@@ -69,9 +69,11 @@ def _utilisation_row() -> Row:
             ),
             stat_panel(
                 "MFU lost vs own 6 h baseline",
-                "1 - (MFU over 15 min) / (median MFU over the 6 h ending 30 min ago). 0 = as "
-                "good as usual; 0.2 = a fifth of the job's usual efficiency is gone. Amber from "
-                "10 %, red from 25 % (MFUScopeMFURegression). Empty for the first ~30 min.",
+                "1 - (MFU over the last 15 min) / (MFU over the 6 h ending 30 min ago), both over "
+                "running time only. 0 = as good as usual; 0.2 = a fifth of the job's usual "
+                "efficiency is gone. Amber from 10 %, red from 25 % (MFUScopeMFURegression). "
+                "Empty until the job has run 1 h 30 min, and while it ran under 10 of the last "
+                "15 min.",
                 "percentunit",
                 Query(f"job:mfuscope_mfu_regression:ratio{{{JOB}}}"),
                 thresholds=REGRESSION_BANDS,
@@ -126,22 +128,25 @@ def _utilisation_row() -> Row:
             ),
             timeseries_panel(
                 "MFU and HFU",
-                MFU_MEANING + "HFU adds recomputation FLOPs. Dashed: the job's own baseline "
-                "(median MFU over the 6 h ending 30 min ago) that the regression alert compares "
-                "against.",
+                MFU_MEANING + "HFU adds recomputation FLOPs. Both are ratios of counter increases "
+                "(FLOPs over peak FLOP-seconds), so they read right from a job's first minutes and "
+                "ignore pauses. Dashed: the job's own baseline (MFU over its running time in the "
+                "6 h ending 30 min ago) that the regression alert compares against.",
                 "percentunit",
                 [
                     Query(
                         f"sum(rate(mfuscope_model_flops_total{{{JOB}}}[$__rate_interval]))"
-                        f" / (sum(mfuscope_peak_flops{{{JOB}}}) > 0)",
+                        f" / (sum(rate(mfuscope_peak_flop_seconds_total{{{JOB}}}"
+                        "[$__rate_interval])) > 0)",
                         "MFU",
                     ),
                     Query(
                         f"sum(rate(mfuscope_hardware_flops_total{{{JOB}}}[$__rate_interval]))"
-                        f" / (sum(mfuscope_peak_flops{{{JOB}}}) > 0)",
+                        f" / (sum(rate(mfuscope_peak_flop_seconds_total{{{JOB}}}"
+                        "[$__rate_interval])) > 0)",
                         "HFU",
                     ),
-                    Query(f"job:mfuscope_mfu:ratio_median6h{{{JOB}}}", "baseline MFU (6 h median)"),
+                    Query(f"job:mfuscope_mfu:ratio_baseline6h{{{JOB}}}", "baseline MFU (6 h)"),
                 ],
                 min_value=0,
                 dashed_series_regex="^baseline.*",
@@ -301,18 +306,17 @@ def _step_time_row() -> Row:
                 "as fast as the median. In synchronous training every rank waits for the slowest, "
                 "so one rank at 1.3 costs the whole job. Red from 1.2 (MFUScopeStragglerRank).",
                 "suffix:×",
-                [Query(f"mfuscope_straggler_ratio{{{JOB}}}", "rank {{rank}}")],
+                [Query(f"mfuscope_straggler_ratio{{{JOB}}}", "rank {{rank}} ({{host}})")],
                 thresholds=STRAGGLER_BANDS,
                 min_value=1,
             ),
             table_panel(
                 "Slowest ranks now",
                 "The ranks the collector reports as slowest, worst first, with their step time "
-                "relative to the job median. Look up the host of a rank in the job's own logs or "
-                "the collector's /v1/summary.",
+                "relative to the job median, and the host each reports from.",
                 "suffix:×",
                 [Query(f"sort_desc(mfuscope_straggler_ratio{{{JOB}}})", instant=True, table=True)],
-                renames={"rank": "Rank", "Value": "Step time / median"},
+                renames={"rank": "Rank", "host": "Host", "Value": "Step time / median"},
                 sort_by="Step time / median",
                 thresholds=STRAGGLER_BANDS,
                 colored_column="Step time / median",

@@ -19,7 +19,14 @@ from typing import Any
 
 from mfuscope.core.schema import ReportBatch, SchemaError, parse_batch
 
-__all__ = ["HangingCollector", "StubCollector", "closed_port_url", "job_command", "run_job"]
+__all__ = [
+    "HangingCollector",
+    "StubCollector",
+    "closed_port_url",
+    "job_command",
+    "run_job",
+    "start_job",
+]
 
 HERE = Path(__file__).resolve().parent
 
@@ -162,9 +169,17 @@ def job_command(tmp_path: Path, *args: str) -> tuple[list[str], dict[str, str]]:
     """The torchrun command line of `run_job` and its environment, for tests that must start
     the job themselves (to kill it mid-run)."""
     temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)
+    temp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
     env = {k: v for k, v in env.items() if not k.startswith("MFUSCOPE_")}
     torchrun = Path(sys.executable).parent / "torchrun"
     command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(HERE / "agent_job.py")]
     return [*command, *args], env
+
+
+def start_job(tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
+    """Start `agent_job.py` on 2 gloo ranks with `args` without waiting (see `job_command`).
+    Its output goes to `tmp_path/job.log` (a pipe nobody reads could fill and stall the job)."""
+    command, env = job_command(tmp_path, *args)
+    with (tmp_path / "job.log").open("wb") as log:
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)

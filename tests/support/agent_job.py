@@ -15,13 +15,21 @@ the checkpoint of step N), and `--hang-after K` stops training after K steps wit
 agent (its sender keeps shipping), so that the test can kill the job mid-run; each rank writes
 its process id to `--pid-file PATH` (`{rank}` replaced) for that (torchrun starts its workers in
 their own sessions, so killing torchrun's process group leaves them running).
+
+`--duration-s` runs for that long instead of `--steps`, and `--slow-after-s` with
+`--slow-factor F` makes every step after that point F times as long by sleeping inside the step
+(the device idles: the decomposition's bubble_idle grows). Both are decided before each step on
+the slowest rank's clock, so every rank runs the same steps (a rank that stopped early would
+leave its peers blocked in a collective).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -83,6 +91,9 @@ def main() -> None:
     parser.add_argument("--hang-after", type=int, help="stop after this many steps; never exit")
     parser.add_argument("--pid-file", help="write this rank's process id here")
     parser.add_argument("--option", action="append", default=[], help="agent NAME=VALUE")
+    parser.add_argument("--duration-s", type=float, help="run about this long, not --steps")
+    parser.add_argument("--slow-after-s", type=float, help="slow every step down from here on")
+    parser.add_argument("--slow-factor", type=float, default=1.0)
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -100,14 +111,20 @@ def main() -> None:
         first_step=args.first_step,
         **options,  # strings: the agent parses them as it parses MFUSCOPE_* variables
     )
-    times = []
-    for step in range(args.first_step, args.first_step + args.steps):
-        if args.hang_after is not None and step - args.first_step >= args.hang_after:
+    times: list[float] = []
+    pace = _Pace(args)
+    for index in itertools.count():
+        if args.hang_after is not None and index >= args.hang_after:
             while True:  # the test kills the job here
                 time.sleep(1)
+        sleep_s = pace.sleep_s(index, times)
+        if sleep_s is None:
+            break
+        step = args.first_step + index
         started = time.perf_counter()
         with agent.step():
             train_step(model, optimizer, step)
+            time.sleep(sleep_s)
         times.append(time.perf_counter() - started)
     closing = time.perf_counter()
     agent.close(args.close_timeout_s)
@@ -118,6 +135,33 @@ def main() -> None:
             json.dump({"step_s": times, "close_s": close_s, "health": _health(agent)}, handle)
     dist.barrier()
     dist.destroy_process_group()
+
+
+class _Pace:
+    """When to stop and how long to sleep in each step, the same on every rank: with
+    `--duration-s`, decided on the slowest rank's elapsed time (one 1-element all_reduce per
+    step), else `--steps` steps and no sleep."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.started = time.perf_counter()
+        self.normal_step_s: float | None = None
+
+    def sleep_s(self, step: int, times: list[float]) -> float | None:
+        """Seconds to sleep inside `step`, or None when the run is over."""
+        args = self.args
+        if args.duration_s is None:
+            return 0.0 if step < args.steps else None
+        elapsed = torch.tensor([time.perf_counter() - self.started], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        elapsed_s = float(elapsed.item())
+        if elapsed_s >= args.duration_s:
+            return None
+        if args.slow_after_s is None or elapsed_s < args.slow_after_s or len(times) < 2:
+            return 0.0
+        if self.normal_step_s is None:  # this rank's own pace before the slowdown
+            self.normal_step_s = statistics.median(times[1:])
+        return (args.slow_factor - 1) * self.normal_step_s
 
 
 def _health(agent: Agent) -> dict[str, int]:

@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.processes import http_ready, spawn, stop
+
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -194,16 +196,18 @@ class PrometheusServer:
         return [rule for group in groups for rule in group["rules"]]
 
     def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
+        return http_ready(f"{self.url}/-/ready")
 
 
-def prometheus_config(targets: list[str], interval_s: int = 1) -> dict[str, Any]:
+def prometheus_config(
+    targets: list[str],
+    interval_s: int = 1,
+    rule_files: list[Path] | None = None,
+    alertmanagers: list[str] | None = None,
+) -> dict[str, Any]:
     """The project's deploy/prometheus/prometheus.yml, pointed at `targets`, rules by absolute
-    path, scraping and evaluating every `interval_s` seconds."""
+    path (`rule_files` instead of the project's when given), scraping and evaluating every
+    `interval_s` seconds, sending alerts to `alertmanagers` (HOST:PORT) when given."""
     config: dict[str, Any] = yaml.safe_load(
         (PROMETHEUS_DIR / "prometheus.yml").read_text(encoding="utf-8")
     )
@@ -212,6 +216,10 @@ def prometheus_config(targets: list[str], interval_s: int = 1) -> dict[str, Any]
         "evaluation_interval": f"{interval_s}s",
     }
     config["rule_files"] = [str((PROMETHEUS_DIR / f).resolve()) for f in config["rule_files"]]
+    if rule_files is not None:
+        config["rule_files"] = [str(f) for f in rule_files]
+    if alertmanagers:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": alertmanagers}]}]}
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "mfuscope-collector"]
     job["static_configs"] = [{"targets": targets}]
     config["scrape_configs"] = [job]
@@ -221,28 +229,25 @@ def prometheus_config(targets: list[str], interval_s: int = 1) -> dict[str, Any]
 @pytest.fixture
 def start_prometheus(
     prometheus_binary: str, tmp_path: Path
-) -> Iterator[Callable[[list[str]], PrometheusServer]]:
-    """Factory: start Prometheus scraping `targets` every second with the project's rules."""
+) -> Iterator[Callable[..., PrometheusServer]]:
+    """Factory: start Prometheus scraping `targets` every second with the project's rules
+    (keyword arguments as `prometheus_config`'s)."""
     servers: list[PrometheusServer] = []
 
-    def start(targets: list[str]) -> PrometheusServer:
+    def start(targets: list[str], **options: Any) -> PrometheusServer:
         config = tmp_path / "prometheus.yml"
-        config.write_text(yaml.safe_dump(prometheus_config(targets)), encoding="utf-8")
+        config.write_text(yaml.safe_dump(prometheus_config(targets, **options)), encoding="utf-8")
         for _attempt in range(5):  # the probed free port can be taken before Prometheus binds
             port = _free_port()
             log = tmp_path / f"prometheus-{port}.log"
-            with log.open("wb") as log_file:
-                process = subprocess.Popen(
-                    [
-                        prometheus_binary,
-                        f"--config.file={config}",
-                        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                        f"--web.listen-address=127.0.0.1:{port}",
-                        "--log.level=warn",
-                    ],
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                )
+            command = [
+                prometheus_binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ]
+            process = spawn(command, log)
             server = PrometheusServer(f"http://127.0.0.1:{port}", process, log)
             servers.append(server)
             deadline = time.monotonic() + 30
@@ -250,19 +255,12 @@ def start_prometheus(
                 time.sleep(0.1)
             if server.ready():
                 return server
-            process.kill()
-            process.wait()
+            stop(process)
         pytest.fail(f"Prometheus did not start: {log.read_text(errors='replace')[-2000:]}")
 
     yield start
     for server in servers:
-        if server.process.poll() is None:
-            server.process.terminate()
-            try:
-                server.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.process.kill()
-                server.process.wait()
+        stop(server.process)
 
 
 @dataclass(frozen=True)
@@ -279,38 +277,34 @@ def collector(tmp_path: Path) -> Iterator[CollectorProcess]:
     """A real `mfuscope collector` process on 127.0.0.1, port 0 (it writes the bound address)."""
     address_file = tmp_path / "collector.address"
     log = tmp_path / "collector.log"
-    with log.open("wb") as log_file:
-        process = subprocess.Popen(
-            [
-                str(BIN / "mfuscope"),
-                "collector",
-                "--listen",
-                "127.0.0.1:0",
-                "--address-file",
-                str(address_file),
-            ],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+    command = [
+        str(BIN / "mfuscope"),
+        "collector",
+        "--listen",
+        "127.0.0.1:0",
+        "--address-file",
+        str(address_file),
+    ]
+    process = spawn(command, log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         wait_for(lambda: process.poll() is not None or address_file.exists(), 30, "the collector")
         assert process.poll() is None, log.read_text(errors="replace")
         wait_for(lambda: address_file.read_text().endswith("\n"), 5, "the address file")
         yield CollectorProcess(address_file.read_text().strip())
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 @pytest.fixture(scope="session")
 def dashboard_and_rule_promql() -> Callable[[str], list[PromQLSource]]:
     """`promql_sources` (every dashboard and rule expression, variables substituted for a job)."""
     return promql_sources
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """A port free on 127.0.0.1 now (another process can take it before it is bound)."""
+    return _free_port
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,11 @@ def test_rules_pass_promtool_check(promtool: str) -> None:
 
 
 def test_rule_unit_tests_pass(promtool: str) -> None:
-    assert [p.name for p in RULE_TESTS] == ["alerts_test.yml", "recording_test.yml"]
+    assert [p.name for p in RULE_TESTS] == [
+        "alerts_test.yml",
+        "recording_test.yml",
+        "regression_test.yml",
+    ]
     result = _run([promtool, "test", "rules", *map(str, RULE_TESTS)])
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("SUCCESS") == len(RULE_TESTS)

@@ -205,6 +205,19 @@ def test_rate_limit_per_client_with_retry_after() -> None:
     assert dict(collector.snapshot().rejected) == {"rate_limited": 2}
 
 
+def test_rate_limit_applies_before_the_token_check() -> None:
+    """A client without the token is throttled like any other: past its burst it gets 429, not
+    401, so a flood from anyone who can reach the port costs a token-bucket lookup each."""
+    routes, collector, _ = _routes(token=TOKEN, limiter=True)  # 2/s, burst 3
+    body = json.dumps(_good()).encode()
+    statuses = [_post(routes, body, authorization="Bearer wrong").status for _ in range(5)]
+    assert statuses == [401, 401, 401, 429, 429]
+    assert dict(collector.snapshot().rejected) == {"unauthorized": 3, "rate_limited": 2}
+    # The limit is per client: an agent elsewhere with the token is unaffected.
+    good = _post(routes, body, authorization=f"Bearer {TOKEN}", client="10.0.0.2")
+    assert good.status == 200
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [

@@ -47,6 +47,8 @@ def test_counters_sum_exactly_over_ranks() -> None:
     assert s[("mfuscope_step_seconds_total", job)] == 4.0
     assert s[("mfuscope_model_flops_total", job)] == 3 * 4e11
     assert s[("mfuscope_hardware_flops_total", job)] == 3 * 5e11
+    # Each rank's peak (1e12 FLOP/s) x its steps' wall time: 1 s + 1 s + 2 s.
+    assert s[("mfuscope_peak_flop_seconds_total", job)] == 4e12
     assert s[("mfuscope_step_component_seconds_total", ("job-a", "compute", "", ""))] == 3.0
     exposed = ("job-a", "exposed_comm", "dp", "intra_node")
     assert s[("mfuscope_step_component_seconds_total", exposed)] == 1.0
@@ -171,6 +173,18 @@ def test_unknown_peaks_are_counted_not_guessed() -> None:
     assert s[("mfuscope_hfu_ratio", ("job-a",))] == pytest.approx(0.5)
 
 
+def test_peak_flop_seconds_count_only_steps_run_on_a_known_peak() -> None:
+    """model FLOPs / peak FLOP-seconds is MFU over whatever the counters cover: idle time between
+    batches adds nothing, a rank whose peak changes counts each step at the peak it ran on."""
+    collector, clock = _new()
+    _ingest(collector, batch_dict(rank=0, reports=[report_dict(1, wall_s=2.0)]))
+    clock.advance(120)  # a pause: no steps, nothing counted
+    _ingest(collector, batch_dict(rank=0, peak_flops=2e12, reports=[report_dict(2, wall_s=1.0)]))
+    _ingest(collector, batch_dict(rank=1, peak_flops=None, reports=[report_dict(1)]))
+    s = _series(collector)
+    assert s[("mfuscope_peak_flop_seconds_total", ("job-a",))] == 1e12 * 2.0 + 2e12 * 1.0
+
+
 def test_no_known_peak_means_no_mfu_series() -> None:
     collector, _ = _new()
     _ingest(collector, batch_dict(steps=[1], peak_flops=None))
@@ -238,6 +252,7 @@ def _job_with_breakdowns(fractions: list[float]) -> Aggregator:
             batch_dict(
                 rank=rank,
                 world_size=len(fractions),
+                host=f"node-{rank // 2}",
                 reports=[report_dict(s, compute_fraction=compute) for s in (1, 2, 3)],
             ),
         )
@@ -252,7 +267,8 @@ def test_straggler_is_the_rank_that_waits_least() -> None:
     assert job.stragglers[0].rank == 2
     assert job.stragglers[0].ratio == pytest.approx(0.9 / 0.5)
     s = _series(collector)
-    assert s[("mfuscope_straggler_ratio", ("job-a", "2"))] == pytest.approx(1.8)
+    # The series names the host the rank reports from: where an operator goes to look.
+    assert s[("mfuscope_straggler_ratio", ("job-a", "2", "node-1"))] == pytest.approx(1.8)
     assert len([k for k in s if k[0] == "mfuscope_straggler_ratio"]) == 3
 
 

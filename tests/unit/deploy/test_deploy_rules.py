@@ -18,6 +18,10 @@ PROMETHEUS = ROOT / "deploy" / "prometheus"
 RULE_FILES = sorted((PROMETHEUS / "rules").glob("*.yml"))
 RECORDING_TESTS = PROMETHEUS / "tests" / "recording_test.yml"
 ALERT_TESTS = PROMETHEUS / "tests" / "alerts_test.yml"
+# The regression alert and its recording rules, fed raw counters over whole job lifetimes.
+REGRESSION_TESTS = PROMETHEUS / "tests" / "regression_test.yml"
+# Alerts whose annotations also name the cause (the MFU waterfall slice that grew most).
+WITH_CAUSE = {"MFUScopeMFURegression"}
 OPERATIONS = ROOT / "docs" / "operations.md"
 SCRAPE_CONFIGS = [
     PROMETHEUS / "prometheus.yml",
@@ -118,7 +122,8 @@ def test_alert_has_severity_and_annotations_on_call_can_use(rule: Rule) -> None:
     )
     assert rule["labels"]["severity"] in SEVERITIES
     annotations = rule["annotations"]
-    assert set(annotations) == {"summary", "description", "runbook"}
+    cause = {"cause"} if rule["alert"] in WITH_CAUSE else set()
+    assert set(annotations) == {"summary", "description", "runbook"} | cause
     assert len(annotations["summary"]) <= 160 and "\n" not in annotations["summary"]
     # The pager line names every label the alert fires per, so two firings can be told apart.
     per = {x.strip() for m in re.findall(r"\bby \(([^)]*)\)", rule["expr"]) for x in m.split(",")}
@@ -167,7 +172,7 @@ def test_runbook_links_point_at_sections_of_the_operations_guide() -> None:
 
 
 def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
-    tests = _yaml(RECORDING_TESTS)["tests"]
+    tests = _yaml(RECORDING_TESTS)["tests"] + _yaml(REGRESSION_TESTS)["tests"]
     checked_exprs = [t["expr"] for test in tests for t in test.get("promql_expr_test", [])]
     untested = [
         r["record"]
@@ -182,12 +187,14 @@ def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
 def test_every_alert_is_tested_firing_and_not_firing() -> None:
     firing: set[tuple[str, str]] = set()
     silent: set[str] = set()
-    for test in _yaml(ALERT_TESTS)["tests"]:
+    for test in _yaml(ALERT_TESTS)["tests"] + _yaml(REGRESSION_TESTS)["tests"]:
         for case in test.get("alert_rule_test", []):
             if case["exp_alerts"]:
+                cause = {"cause"} if case["alertname"] in WITH_CAUSE else set()
                 for alert in case["exp_alerts"]:
                     firing.add((case["alertname"], alert["exp_labels"]["severity"]))
-                    assert set(alert["exp_annotations"]) == {"summary", "description", "runbook"}
+                    expected = {"summary", "description", "runbook"} | cause
+                    assert set(alert["exp_annotations"]) == expected
             else:
                 silent.add(case["alertname"])
     for rule in _alert_rules():
@@ -196,7 +203,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
 
 
 def test_promtool_test_files_load_the_project_rules() -> None:
-    for path in (RECORDING_TESTS, ALERT_TESTS):
+    for path in (RECORDING_TESTS, ALERT_TESTS, REGRESSION_TESTS):
         for rule_file in _yaml(path)["rule_files"]:
             assert (path.parent / rule_file).resolve() in [p.resolve() for p in RULE_FILES]
 
