@@ -79,7 +79,8 @@ def _decode(path: Path) -> None:
 def _gunzip_name() -> str:
     from mfuscope.core.trace import trace_io
 
-    return f"{trace_io._decompress.__module__}.{trace_io._decompress.__name__}"
+    inflater = trace_io._decompressobj
+    return f"{inflater.__module__}.{inflater.__name__}"
 
 
 def _events(path: Path) -> int:
