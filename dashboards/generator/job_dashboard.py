@@ -160,8 +160,12 @@ def _decomposition_row() -> Row:
     slices = [
         Query(f"job:mfuscope_mfu:ratio_rate5m{{{JOB}}}", "MFU (useful model work)"),
         Query(
+            f"job:mfuscope_elementwise_fraction:ratio_rate5m{{{JOB}}}",
+            "unfused / memory-bound kernels",
+        ),
+        Query(
             f"job:mfuscope_kernel_inefficiency_fraction:ratio_rate5m{{{JOB}}}",
-            "compute below peak (kernel efficiency)",
+            "other compute below peak (kernel efficiency)",
         ),
         Query(f"job:mfuscope_exposed_comm_fraction:ratio_rate5m{{{JOB}}}", "exposed communication"),
         Query(f"job:mfuscope_bubble_fraction:ratio_rate5m{{{JOB}}}", "bubble (pipeline + idle)"),
