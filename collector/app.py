@@ -169,12 +169,19 @@ async def _serve(config: CollectorConfig, clock: Clock, sock: socket.socket) -> 
     collector = routes.collector
     pusher = None
     if config.otlp_endpoint:
-        from mfuscope.exporters.otlp import OtlpPusher, new_otlp_http_exporter
+        from mfuscope.exporters.otlp import (
+            OtlpPusher,
+            collector_resource,
+            new_otlp_http_exporter,
+        )
 
+        # host:port: sidecars of one job on one host (or tests) stay distinct OTLP instances.
+        instance_id = f"{socket.gethostname()}:{sock.getsockname()[1]}"
         pusher = OtlpPusher(
             collector.families,
             new_otlp_http_exporter(config.otlp_endpoint),
             interval_s=config.otlp_interval_s,
+            resource=collector_resource(instance_id),
             clock_ns=clock.time_ns,
         )
         pusher.start()

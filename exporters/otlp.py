@@ -9,6 +9,16 @@ and a synchronous step-time histogram would keep exporting jobs long expired. Bu
 cumulative monotonic sums, gauges as gauges, the histogram with its explicit bucket bounds in
 seconds (OTel's default bounds are milliseconds-oriented), and expired series simply absent.
 
+Job identity: every translation of OTLP into Prometheus series (Prometheus' own OTLP receiver, the
+OpenTelemetry Collector's Prometheus and remote-write exporters, Mimir) sets the `job` label from
+the resource's ``service.namespace/service.name`` and `instance` from ``service.instance.id``,
+overwriting a data-point attribute of the same name. So the series of each training job go out
+under their own resource whose ``service.name`` is the job's name (no ``service.namespace``, which
+would be prefixed to it), and the data points keep their `job` attribute with the same value for
+backends that read attributes as they are. Series without a job (collector-wide ones) stay under
+the collector's resource. ``service.instance.id`` names the collector, so that sidecars pushing
+the same job stay distinct series.
+
 `OtlpPusher` is the background shell: every interval it builds the families, converts and hands
 them to a `MetricExporter` (OTLP/HTTP protobuf in production). Failures are counted and logged at
 most once per interval; they never propagate into the collector.
@@ -17,12 +27,14 @@ most once per interval; they never propagate into the collector.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
-from mfuscope.exporters.model import MetricFamily
+from mfuscope.exporters.model import HistogramSample, MetricFamily, Sample
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     Gauge,
@@ -40,11 +52,64 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-__all__ = ["OtlpPusher", "metrics_data", "new_otlp_http_exporter", "otlp_metrics_url"]
+__all__ = [
+    "COLLECTOR_SERVICE_NAME",
+    "OtlpPusher",
+    "collector_resource",
+    "job_resource",
+    "metrics_data",
+    "new_otlp_http_exporter",
+    "otlp_metrics_url",
+]
 
 _log = logging.getLogger(__name__)
 _SCOPE = InstrumentationScope("mfuscope.collector")
 FamilySource = Callable[[], Sequence[MetricFamily]]
+COLLECTOR_SERVICE_NAME = "mfuscope-collector"
+_JOB_LABEL = "job"
+# Translations join these into the `job` label; a per-job resource must not carry the namespace.
+_SERVICE_NAME, _SERVICE_NAMESPACE = "service.name", "service.namespace"
+
+
+def collector_resource(instance_id: str | None = None) -> Resource:
+    """The collector's own resource: ``service.name=mfuscope-collector`` and
+    ``service.instance.id=instance_id`` (default: the host name), merged over what
+    ``OTEL_RESOURCE_ATTRIBUTES`` adds (e.g. ``k8s.cluster.name``)."""
+    return Resource.create(
+        {
+            _SERVICE_NAME: COLLECTOR_SERVICE_NAME,
+            "service.instance.id": instance_id or socket.gethostname(),
+        }
+    )
+
+
+def job_resource(collector: Resource, job: str) -> Resource:
+    """The resource for training job `job`'s series: the collector's attributes (instance id,
+    cluster, ...) with ``service.name=job`` and no ``service.namespace``."""
+    attributes = {k: v for k, v in collector.attributes.items() if k != _SERVICE_NAMESPACE}
+    attributes[_SERVICE_NAME] = job
+    return Resource(attributes, collector.schema_url)
+
+
+def _split_by_job(family: MetricFamily) -> dict[str | None, MetricFamily]:
+    """`family`'s series grouped by their `job` label value (None: the family has no job)."""
+    if _JOB_LABEL not in family.label_names:
+        return {None: family}
+    at = family.label_names.index(_JOB_LABEL)
+    samples: dict[str | None, list[Sample]] = {}
+    histograms: dict[str | None, list[HistogramSample]] = {}
+    for s in family.samples:
+        samples.setdefault(s.labels[at], []).append(s)
+    for h in family.histogram_samples:
+        histograms.setdefault(h.labels[at], []).append(h)
+    return {
+        job: replace(
+            family,
+            samples=tuple(samples.get(job, ())),
+            histogram_samples=tuple(histograms.get(job, ())),
+        )
+        for job in samples.keys() | histograms.keys()
+    }
 
 
 def _attributes(family: MetricFamily, labels: tuple[str, ...]) -> dict[str, str]:
@@ -109,17 +174,26 @@ def metrics_data(
     now_unix_ns: int,
     default_start_unix_ns: int,
 ) -> MetricsData:
-    """The SDK `MetricsData` for `families` at `now_unix_ns`. Families without series are left out
-    (OTLP has no empty metric); a counter sample without its own start uses
-    `default_start_unix_ns` (when the exporting process started counting)."""
-    metrics = [
-        _to_metric(f, now_unix_ns, default_start_unix_ns)
-        for f in families
-        if f.samples or f.histogram_samples
-    ]
-    scope = ScopeMetrics(scope=_SCOPE, metrics=metrics, schema_url="")
+    """The SDK `MetricsData` for `families` at `now_unix_ns`: series without a job under
+    `resource` (the collector's), each training job's series under `job_resource(resource, job)`.
+    Families without series are left out (OTLP has no empty metric); a counter sample without its
+    own start uses `default_start_unix_ns` (when the exporting process started counting)."""
+    by_job: dict[str | None, list[Metric]] = {}
+    for family in families:
+        for job, part in _split_by_job(family).items():
+            if part.samples or part.histogram_samples:
+                metric = _to_metric(part, now_unix_ns, default_start_unix_ns)
+                by_job.setdefault(job, []).append(metric)
+    jobs = sorted(job for job in by_job if job is not None)
     return MetricsData(
-        resource_metrics=[ResourceMetrics(resource=resource, scope_metrics=[scope], schema_url="")]
+        resource_metrics=[
+            ResourceMetrics(
+                resource=resource if job is None else job_resource(resource, job),
+                scope_metrics=[ScopeMetrics(scope=_SCOPE, metrics=by_job[job], schema_url="")],
+                schema_url="",
+            )
+            for job in ([None] if None in by_job else []) + jobs
+        ]
     )
 
 
@@ -169,7 +243,7 @@ class OtlpPusher:
         self._exporter = exporter
         self._interval_s = interval_s
         self._timeout_ms = timeout_s * 1e3
-        self._resource = resource or Resource.create({"service.name": "mfuscope-collector"})
+        self._resource = resource or collector_resource()
         self._clock_ns = clock_ns
         self._start_unix_ns = clock_ns()
         self._stop = threading.Event()

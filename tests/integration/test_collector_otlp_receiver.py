@@ -57,7 +57,9 @@ class Receiver:
         with self.lock:
             requests = list(self.requests)
         for req in reversed(requests):
-            for metric in req.resource_metrics[0].scope_metrics[0].metrics:
+            for metric in (
+                m for r in req.resource_metrics for s in r.scope_metrics for m in s.metrics
+            ):
                 if metric.name == "mfuscope_steps":
                     return metric.sum.data_points[0].as_double
         return None
@@ -113,9 +115,16 @@ def test_collector_pushes_the_same_series_over_otlp_http(
     assert set(receiver.content_types) == {"application/x-protobuf"}
 
     last = receiver.requests[-1]  # the flush at shutdown
-    resource = {a.key: a.value.string_value for a in last.resource_metrics[0].resource.attributes}
-    assert resource["service.name"] == "mfuscope-collector"
-    metrics = {m.name: m for m in last.resource_metrics[0].scope_metrics[0].metrics}
+    # The collector-wide series under the collector's resource, the job's under one named after
+    # the job (what OTLP-to-Prometheus translations make the `job` label), same instance id.
+    resources = [
+        {a.key: a.value.string_value for a in r.resource.attributes} for r in last.resource_metrics
+    ]
+    assert [r["service.name"] for r in resources] == ["mfuscope-collector", "otlp"]
+    assert "service.namespace" not in resources[1]
+    (instance,) = {r["service.instance.id"] for r in resources}
+    assert instance.endswith(":" + url.rsplit(":", 1)[1])  # host:port of this collector
+    metrics = {m.name: m for r in last.resource_metrics for s in r.scope_metrics for m in s.metrics}
     steps = metrics["mfuscope_steps"]
     assert steps.sum.is_monotonic and steps.sum.aggregation_temporality == 2  # CUMULATIVE
     (point,) = steps.sum.data_points

@@ -231,21 +231,32 @@ def start_prometheus(
     prometheus_binary: str, tmp_path: Path
 ) -> Iterator[Callable[..., PrometheusServer]]:
     """Factory: start Prometheus scraping `targets` every second with the project's rules
-    (keyword arguments as `prometheus_config`'s)."""
+    (keyword arguments as `prometheus_config`'s), or with `config` as given; `flags` are added to
+    its command line. Each server has its own directory, so several can run at once."""
     servers: list[PrometheusServer] = []
 
-    def start(targets: list[str], **options: Any) -> PrometheusServer:
-        config = tmp_path / "prometheus.yml"
-        config.write_text(yaml.safe_dump(prometheus_config(targets, **options)), encoding="utf-8")
+    def start(
+        targets: list[str],
+        *,
+        config: dict[str, Any] | None = None,
+        flags: tuple[str, ...] = (),
+        **options: Any,
+    ) -> PrometheusServer:
+        home = tmp_path / f"prometheus-{len(servers)}"
+        home.mkdir()
+        config_file = home / "prometheus.yml"
+        content = config if config is not None else prometheus_config(targets, **options)
+        config_file.write_text(yaml.safe_dump(content), encoding="utf-8")
         for _attempt in range(5):  # the probed free port can be taken before Prometheus binds
             port = _free_port()
-            log = tmp_path / f"prometheus-{port}.log"
+            log = home / f"prometheus-{port}.log"
             command = [
                 prometheus_binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--config.file={config_file}",
+                f"--storage.tsdb.path={home / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--log.level=warn",
+                *flags,
             ]
             process = spawn(command, log)
             server = PrometheusServer(f"http://127.0.0.1:{port}", process, log)

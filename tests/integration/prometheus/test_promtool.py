@@ -41,6 +41,7 @@ def test_rules_pass_promtool_check(promtool: str) -> None:
 def test_rule_unit_tests_pass(promtool: str) -> None:
     assert [p.name for p in RULE_TESTS] == [
         "alerts_test.yml",
+        "fleet_stragglers_test.yml",
         "recording_test.yml",
         "regression_test.yml",
     ]
@@ -122,3 +123,30 @@ def test_every_dashboard_query_is_valid_promql(
     result = _run([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(sources)} rules found" in result.stdout
+
+
+FLEET_DIR = ROOT / "deploy" / "fleet"
+FLEET_CONFIGS = {
+    "edge-prometheus.yml": [],
+    "edge-agent.yml": ["--agent"],
+    "central-prometheus.yml": [],
+}
+
+
+def test_every_fleet_prometheus_config_is_checked() -> None:
+    configs = {
+        p.name
+        for p in FLEET_DIR.glob("*.yml")
+        if "scrape_configs" in (yaml.safe_load(p.read_text(encoding="utf-8")) or {})
+    }
+    assert configs == set(FLEET_CONFIGS)
+
+
+@pytest.mark.parametrize("name", sorted(FLEET_CONFIGS))
+def test_fleet_prometheus_configs_pass_promtool(promtool: str, name: str) -> None:
+    """The Prometheus configurations of deploy/fleet/ as shipped (no container paths): the edge
+    loads the project's rules by their paths in the repository."""
+    result = _run([promtool, "check", "config", *FLEET_CONFIGS[name], str(FLEET_DIR / name)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    if name == "edge-prometheus.yml":
+        assert f"SUCCESS: {len(RULE_FILES)} rule files found" in result.stdout

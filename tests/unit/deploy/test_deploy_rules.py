@@ -20,6 +20,8 @@ RECORDING_TESTS = PROMETHEUS / "tests" / "recording_test.yml"
 ALERT_TESTS = PROMETHEUS / "tests" / "alerts_test.yml"
 # The regression alert and its recording rules, fed raw counters over whole job lifetimes.
 REGRESSION_TESTS = PROMETHEUS / "tests" / "regression_test.yml"
+# The job-wide straggler rules and alert on 256 simulated nodes (generated: tests/support).
+FLEET_TESTS = PROMETHEUS / "tests" / "fleet_stragglers_test.yml"
 # Alerts whose annotations also name the cause (the MFU waterfall slice that grew most).
 WITH_CAUSE = {"MFUScopeMFURegression"}
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -27,6 +29,8 @@ SCRAPE_CONFIGS = [
     PROMETHEUS / "prometheus.yml",
     ROOT / "deploy" / "compose" / "prometheus.yml",
     ROOT / "deploy" / "kubernetes" / "prometheus-scrape-config.yml",
+    ROOT / "deploy" / "fleet" / "edge-prometheus.yml",
+    ROOT / "deploy" / "fleet" / "edge-agent.yml",
 ]
 SEVERITIES = {"critical", "warning", "info"}
 # Prometheus's level:metric:operations convention, with our prefix on the metric part.
@@ -104,7 +108,10 @@ def test_recording_rule_naming(rule: Rule) -> None:
     # recorded series it reads (whose level names it), or set by the rule.
     words = set(re.split(r"[^a-z]+", rule["expr"])) | set(rule.get("labels", {}))
     for label in level.split("_"):
-        assert label in ("job", "component", "axis", "tier", "op", "quantile"), (name, label)
+        assert label in ("job", "component", "axis", "tier", "op", "quantile", "instance"), (
+            name,
+            label,
+        )
         assert label in words, f"{name}: level names {label!r} but the expression never keeps it"
 
 
@@ -172,7 +179,7 @@ def test_runbook_links_point_at_sections_of_the_operations_guide() -> None:
 
 
 def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
-    tests = _yaml(RECORDING_TESTS)["tests"] + _yaml(REGRESSION_TESTS)["tests"]
+    tests = [t for f in (RECORDING_TESTS, REGRESSION_TESTS, FLEET_TESTS) for t in _yaml(f)["tests"]]
     checked_exprs = [t["expr"] for test in tests for t in test.get("promql_expr_test", [])]
     untested = [
         r["record"]
@@ -187,7 +194,9 @@ def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
 def test_every_alert_is_tested_firing_and_not_firing() -> None:
     firing: set[tuple[str, str]] = set()
     silent: set[str] = set()
-    for test in _yaml(ALERT_TESTS)["tests"] + _yaml(REGRESSION_TESTS)["tests"]:
+    for test in [
+        t for f in (ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS) for t in _yaml(f)["tests"]
+    ]:
         for case in test.get("alert_rule_test", []):
             if case["exp_alerts"]:
                 cause = {"cause"} if case["alertname"] in WITH_CAUSE else set()
@@ -203,7 +212,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
 
 
 def test_promtool_test_files_load_the_project_rules() -> None:
-    for path in (RECORDING_TESTS, ALERT_TESTS, REGRESSION_TESTS):
+    for path in (RECORDING_TESTS, ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS):
         for rule_file in _yaml(path)["rule_files"]:
             assert (path.parent / rule_file).resolve() in [p.resolve() for p in RULE_FILES]
 
@@ -241,3 +250,11 @@ def test_alert_thresholds_fire_before_the_collector_forgets_silent_ranks() -> No
         wait = int(rule["for"][:-1]) * seconds[rule["for"][-1]]
         # + one 15 s scrape interval and one 15 s rule evaluation
         assert threshold + wait + 30 < expire_s, rule["alert"]
+
+
+def test_the_fleet_straggler_test_file_is_what_its_generator_writes() -> None:
+    from tests.support.fleet_stragglers import render
+
+    assert FLEET_TESTS.read_text(encoding="utf-8") == render(), (
+        "regenerate: python -m tests.support.fleet_stragglers"
+    )

@@ -51,9 +51,13 @@ def _metrics(collector: Aggregator) -> dict[str, Metric]:
         now_unix_ns=NOW_NS,
         default_start_unix_ns=1,
     )
-    (resource_metrics,) = data.resource_metrics
-    (scope_metrics,) = resource_metrics.scope_metrics
-    return {m.name: m for m in scope_metrics.metrics}
+    # One job: each family is either the job's (its resource) or collector-wide (the collector's).
+    return {
+        m.name: m
+        for resource_metrics in data.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for m in scope_metrics.metrics
+    }
 
 
 def test_same_series_as_prometheus() -> None:
@@ -159,7 +163,7 @@ def test_encodes_to_the_otlp_protobuf() -> None:
     )
     wire = encode_metrics(data).SerializeToString()
     decoded = ExportMetricsServiceRequest.FromString(wire)
-    names = {m.name for m in decoded.resource_metrics[0].scope_metrics[0].metrics}
+    names = {m.name for r in decoded.resource_metrics for m in r.scope_metrics[0].metrics}
     assert {"mfuscope_steps", "mfuscope_step_duration_seconds", "mfuscope_mfu_ratio"} <= names
 
 
