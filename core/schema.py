@@ -58,16 +58,20 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mfuscope.core._fields import choice as _enum
+from mfuscope.core._fields import entries as _list
+from mfuscope.core._fields import integer as _int
+from mfuscope.core._fields import number as _float
+from mfuscope.core._fields import obj as _obj
+from mfuscope.core._fields import required as _get
+from mfuscope.core._fields import text as _str
 from mfuscope.core.errors import SchemaError
 from mfuscope.core.hwcounters import (
-    HARDWARE_LINKS,
-    LINK_DIRECTIONS,
-    MAX_LINK_ENTRIES,
-    MAX_THROTTLE_REASONS,
     HardwareCounters,
     LinkBytes,
     LinkPeak,
     ThrottleTime,
+    parse_hardware,
 )
 from mfuscope.core.vocabulary import (
     COLLECTIVE_OPS,
@@ -113,7 +117,6 @@ MAX_STEP_SECONDS = 86_400.0
 MAX_FLOPS = 1e24  # FLOPs per step per rank; an exaFLOP device running a day is ~1e23
 MAX_BYTES = 1 << 50
 MAX_WORLD_SIZE = 1 << 20
-MAX_NAME_LEN = 256  # characters; every string field (job, host, device, axis) is a label value
 # The shortest step (s) a report may carry: shorter is no training step, and a step of 1e-300 s
 # would make FLOP rates (and so MFU) infinite.
 MIN_STEP_SECONDS = 1e-6
@@ -219,70 +222,6 @@ class ReportBatch:
 
 
 # --- parsing -------------------------------------------------------------------------------------
-
-
-def _get(obj: Mapping[str, Any], key: str, path: str) -> Any:
-    if key not in obj:
-        raise SchemaError(f"{path}{key}", "missing")
-    return obj[key]
-
-
-def _str(value: Any, path: str, *, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise SchemaError(path, f"expected a string, got {type(value).__name__}")
-    if not allow_empty and not value:
-        raise SchemaError(path, "must not be empty")
-    if len(value) > MAX_NAME_LEN:
-        raise SchemaError(path, f"longer than {MAX_NAME_LEN} characters")
-    if not value.isascii():
-        try:  # JSON can spell lone surrogates ("\\ud800"): no UTF-8 encoding, so no label value
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise SchemaError(path, "not valid UTF-8 (a lone surrogate)") from None
-    return value
-
-
-def _int(value: Any, path: str, *, lo: int = 0, hi: int = 1 << 62) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SchemaError(path, f"expected an integer, got {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise SchemaError(path, f"{value} outside [{lo}, {hi}]")
-    return value
-
-
-def _float(value: Any, path: str, *, lo: float = 0.0, hi: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SchemaError(path, f"expected a number, got {type(value).__name__}")
-    try:
-        result = float(value)
-    except OverflowError:  # an integer with hundreds of digits
-        raise SchemaError(path, "too large to be a number") from None
-    if math.isnan(result) or math.isinf(result):
-        raise SchemaError(path, "must be finite")
-    if not lo <= result <= hi:
-        raise SchemaError(path, f"{result} outside [{lo}, {hi}]")
-    return result
-
-
-def _enum(value: Any, path: str, allowed: tuple[str, ...]) -> str:
-    text = _str(value, path)
-    if text not in allowed:
-        raise SchemaError(path, f"{text!r} is not one of {', '.join(allowed)}")
-    return text
-
-
-def _list(value: Any, path: str, max_len: int) -> list[Any]:
-    if not isinstance(value, list):
-        raise SchemaError(path, f"expected a list, got {type(value).__name__}")
-    if len(value) > max_len:
-        raise SchemaError(path, f"more than {max_len} entries")
-    return value
-
-
-def _obj(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise SchemaError(path, f"expected an object, got {type(value).__name__}")
-    return value
 
 
 def _parse_component(raw: Any, path: str) -> ComponentShare:
@@ -438,73 +377,6 @@ def _parse_topology(raw: Any) -> Topology | None:
     return Topology(groups=tuple(groups))
 
 
-def _ratio(obj: Mapping[str, Any], name: str) -> float | None:
-    value = obj.get(name)
-    return None if value is None else _float(value, f"hardware.{name}", hi=1.0)
-
-
-def _entries(obj: Mapping[str, Any], key: str, max_len: int) -> list[tuple[str, Mapping[str, Any]]]:
-    """``(path, object)`` of each entry of the optional list `obj[key]` of the hardware record."""
-    raw = _list(obj.get(key, []), f"hardware.{key}", max_len)
-    return [(f"hardware.{key}[{i}]", _obj(e, f"hardware.{key}[{i}]")) for i, e in enumerate(raw)]
-
-
-def _reason(value: Any, path: str) -> str:
-    # Any short snake_case name: a newer agent may know a reason this collector does not.
-    reason = _str(value, path)
-    if len(reason) > 32 or not reason.replace("_", "").isalnum():
-        raise SchemaError(path, f"{reason!r} is not a short snake_case name")
-    return reason
-
-
-def _parse_hardware(raw: Any) -> HardwareCounters | None:
-    if raw is None:
-        return None
-    obj = _obj(raw, "hardware")
-    links = [
-        LinkBytes(
-            link=_enum(_get(e, "link", f"{p}."), f"{p}.link", HARDWARE_LINKS),
-            direction=_enum(_get(e, "direction", f"{p}."), f"{p}.direction", LINK_DIRECTIONS),
-            bytes_total=_int(_get(e, "bytes_total", f"{p}."), f"{p}.bytes_total"),
-        )
-        for p, e in _entries(obj, "links", MAX_LINK_ENTRIES)
-    ]
-    peaks = [
-        LinkPeak(
-            link=_enum(_get(e, "link", f"{p}."), f"{p}.link", HARDWARE_LINKS),
-            bytes_per_s=_float(_get(e, "bytes_per_s", f"{p}."), f"{p}.bytes_per_s", hi=1e15),
-        )
-        for p, e in _entries(obj, "link_peaks", MAX_LINK_ENTRIES)
-    ]
-    throttle = [
-        ThrottleTime(
-            reason=_reason(_get(e, "reason", f"{p}."), f"{p}.reason"),
-            seconds_total=_float(_get(e, "seconds_total", f"{p}."), f"{p}.seconds_total"),
-        )
-        for p, e in _entries(obj, "throttle", MAX_THROTTLE_REASONS)
-    ]
-    for name, keys in (
-        ("links", [(x.link, x.direction) for x in links]),
-        ("link_peaks", [(x.link,) for x in peaks]),
-        ("throttle", [(x.reason,) for x in throttle]),
-    ):
-        if len(set(keys)) != len(keys):
-            raise SchemaError(f"hardware.{name}", "the same entry appears twice")
-    power = obj.get("power_watts")
-    energy = obj.get("energy_joules_total")
-    return HardwareCounters(
-        memory_busy_ratio=_ratio(obj, "memory_busy_ratio"),
-        sm_clock_ratio=_ratio(obj, "sm_clock_ratio"),
-        power_watts=None if power is None else _float(power, "hardware.power_watts", hi=1e5),
-        energy_joules_total=None
-        if energy is None
-        else _float(energy, "hardware.energy_joules_total"),
-        links=tuple(links),
-        link_peaks=tuple(peaks),
-        throttle=tuple(throttle),
-    )
-
-
 def _check_version(obj: Mapping[str, Any]) -> None:
     if _get(obj, "schema", "") != SCHEMA_NAME:
         raise SchemaError("schema", f"expected {SCHEMA_NAME!r}, got {obj['schema']!r}")
@@ -550,7 +422,7 @@ def parse_batch(raw: Any) -> ReportBatch:
         health=_parse_health(obj.get("health", {})),
         topology=_parse_topology(obj.get("topology")),
         incarnation=_str(obj.get("incarnation", ""), "incarnation", allow_empty=True),
-        hardware=_parse_hardware(obj.get("hardware")),
+        hardware=parse_hardware(obj.get("hardware")),
     )
 
 
