@@ -105,7 +105,7 @@ def start_collector(
 
 def project_prometheus_dir() -> Path:
     """`deploy/prometheus` of the source checkout this package runs from."""
-    return Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
+    return Path(__file__).resolve().parents[2] / "deploy" / "prometheus"  # cli/demo/ -> root
 
 
 def prometheus_config(project: Mapping[str, Any], config_dir: Path, target: str) -> dict[str, Any]:

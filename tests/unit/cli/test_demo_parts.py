@@ -16,7 +16,7 @@ from mfuscope.cli.demo._live_view import (
     status_line,
 )
 from mfuscope.cli.demo._procs import process_tree
-from mfuscope.cli.demo._services import ServiceError, prometheus_config
+from mfuscope.cli.demo._services import ServiceError, project_prometheus_dir, prometheus_config
 from rich.console import Console
 
 SUMMARY: dict[str, Any] = {
@@ -150,3 +150,12 @@ def test_prometheus_config_points_the_project_config_at_the_demo() -> None:
     assert PROJECT_CONFIG["global"]["scrape_interval"] == "15s"  # the input is not mutated
     with pytest.raises(ServiceError, match="no static mfuscope scrape job"):
         prometheus_config({"scrape_configs": []}, Path("/x"), "h:1")
+
+
+def test_demo_finds_the_projects_prometheus_config_in_a_source_checkout() -> None:
+    # `--prometheus` runs the shipped config and rules; the lookup is relative to the package's
+    # own files, so it breaks silently when a module moves ("needs a source checkout").
+    config_dir = project_prometheus_dir()
+    root = Path(__file__).resolve().parents[3]
+    assert config_dir == root / "deploy" / "prometheus"
+    assert (config_dir / "prometheus.yml").is_file()
