@@ -108,7 +108,6 @@ class Transport:
         self._closing = False
         self._deadline = float("inf")
         self._abandoned = False
-        self._force_flush = False
         self._dropped = 0
         self._thread = threading.Thread(
             target=self._run, name=f"mfuscope-transport({sink.describe()})", daemon=True
@@ -140,12 +139,6 @@ class Transport:
                 "mfuscope: report buffer for %s full or closed; dropping reports",
                 self._sink.describe(),
             )
-
-    def flush_now(self) -> None:
-        """Ask the sender to send what is queued without waiting for the flush interval."""
-        with self._cond:
-            self._force_flush = True
-            self._cond.notify()
 
     def _count_dropped(self, count: int) -> None:
         with self._cond:
@@ -211,10 +204,9 @@ class Transport:
                     first_seen = now
                 due = first_seen + self._flush_interval_s
                 full = len(self._queue) >= self._max_batch
-                if full or self._force_flush or self._closing or now >= due:
+                if full or self._closing or now >= due:
                     break
                 self._cond.wait(due - now)
-            self._force_flush = False
             count = min(len(self._queue), self._max_batch)
             self._batch = [self._queue.popleft() for _ in range(count)]
             return list(self._batch)

@@ -322,10 +322,11 @@ class OutageSink(FakeSink):
 
 def test_a_failing_batch_is_kept_while_the_buffer_has_room() -> None:
     sink, health = OutageSink(), HealthCounters()
-    transport = _transport(sink, health, retry=RetryPolicy(base_s=0.001, max_s=0.005))
+    transport = _transport(
+        sink, health, retry=RetryPolicy(base_s=0.001, max_s=0.005), flush_interval_s=0.0
+    )
     for step in range(3):
         transport.submit(_report(step))
-    transport.flush_now()
     assert _wait_for(lambda: sink.calls >= 30)  # far more attempts than any fixed budget
     sink.up.set()
     assert transport.close(5.0) is True
@@ -351,17 +352,19 @@ def test_a_full_buffer_drops_the_oldest_of_the_retried_batch_first() -> None:
 
 def test_retry_after_lengthens_the_backoff_up_to_its_cap() -> None:
     sink, health = OutageSink(retry_after_s=0.3), HealthCounters()
-    transport = _transport(sink, health, retry=RetryPolicy(base_s=0.001, max_s=1.0))
+    transport = _transport(
+        sink, health, retry=RetryPolicy(base_s=0.001, max_s=1.0), flush_interval_s=0.0
+    )
     transport.submit(_report(1))
-    transport.flush_now()
     assert _wait_for(lambda: len(sink.call_times) >= 2)
     assert sink.call_times[1] - sink.call_times[0] >= 0.29
     transport.close(0.01)
 
     capped = OutageSink(retry_after_s=3600.0)
-    transport = _transport(capped, health, retry=RetryPolicy(base_s=0.001, max_s=0.05))
+    transport = _transport(
+        capped, health, retry=RetryPolicy(base_s=0.001, max_s=0.05), flush_interval_s=0.0
+    )
     transport.submit(_report(1))
-    transport.flush_now()
     assert _wait_for(lambda: len(capped.call_times) >= 3, timeout_s=2.0)
     transport.close(0.01)
 
