@@ -198,6 +198,14 @@ class PrometheusServer:
     def ready(self) -> bool:
         return http_ready(f"{self.url}/-/ready")
 
+    def wait_scraping_collector(self, timeout_s: float = 30) -> None:
+        """Block until this Prometheus has scraped the collector target successfully."""
+        wait_for(
+            lambda: bool(self.samples('up{job="mfuscope-collector"} == 1')),
+            timeout_s,
+            "Prometheus to scrape the collector",
+        )
+
 
 def prometheus_config(
     targets: list[str],

@@ -222,11 +222,7 @@ def test_a_slowed_job_pages_with_its_cause_and_a_finished_job_stays_silent(
         rule_files=scaled_rule_files(tmp_path),
         alertmanagers=[alertmanager],
     )
-    wait_until(
-        lambda: bool(prometheus.samples('up{job="mfuscope-collector"} == 1')),
-        30,
-        "Prometheus to scrape the collector",
-    )
+    prometheus.wait_scraping_collector()
     started = time.monotonic()
     slows = _job(
         tmp_path,

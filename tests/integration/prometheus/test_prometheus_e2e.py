@@ -95,11 +95,7 @@ def test_dashboards_and_rules_run_on_a_live_training_job(
     tmp_path: Path,
 ) -> None:
     prometheus = start_prometheus([collector.address])
-    wait_until(
-        lambda: bool(prometheus.samples('up{job="mfuscope-collector"} == 1')),
-        30,
-        "Prometheus to scrape the collector",
-    )
+    prometheus.wait_scraping_collector()
 
     _run_training_job(collector.url, tmp_path)
 

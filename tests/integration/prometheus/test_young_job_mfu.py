@@ -67,14 +67,9 @@ def test_mfu_panels_read_right_a_minute_into_a_job(
     collector: Any,
     start_prometheus: Callable[..., Any],
     dashboard_and_rule_promql: Callable[[str], list[Any]],
-    wait_until: Callable[..., None],
 ) -> None:
     prometheus = start_prometheus([collector.address])
-    wait_until(
-        lambda: bool(prometheus.samples('up{job="mfuscope-collector"} == 1')),
-        30,
-        "Prometheus to scrape the collector",
-    )
+    prometheus.wait_scraping_collector()
     _run_job(collector.url, AGE_S)
 
     panels = {
