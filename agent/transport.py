@@ -229,10 +229,6 @@ class Transport:
             if lost:
                 self._count_dropped(lost)
 
-    def _remaining_s(self) -> float:
-        with self._cond:
-            return self._deadline - self._clock()
-
     def _attempt(self) -> tuple[list[StepReport], float]:
         """The reports to send now (what is left of the batch) and the time left before close."""
         with self._cond:
