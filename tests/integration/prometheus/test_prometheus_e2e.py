@@ -23,7 +23,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 JOB = "e2e-prometheus"
-STEPS = 12
+# Enough steps that profiled windows are analysed while the job still trains: a breakdown that
+# first arrives in the agents' final flush makes component counters born at their final value,
+# which rate() reads as no increase (seen under CI load with 12 steps).
+STEPS = 40
 RANKS = 2
 
 # (dashboard, panel title) -> the queries (refIds) that must return data from a CPU gloo job.
