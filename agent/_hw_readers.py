@@ -24,6 +24,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from mfuscope.agent.gpu_identity import GpuRef, nvml_handle
+
 __all__ = [
     "NVLINK_TX",
     "THROTTLE_REASON_BITS",
@@ -100,13 +102,23 @@ class NvmlReading:
 
 
 class NvmlReader:
-    """Reads the rank's GPU (`index`, NVML numbering). Construction raises if NVML cannot start
-    (the sampler then runs without GPU counters); reads never raise."""
+    """Reads the rank's GPU: `device` is a `GpuRef` (found by UUID / PCI bus id,
+    `gpu_identity.nvml_handle`) or an NVML index. Construction raises if NVML cannot start or
+    the GPU cannot be found safely (the sampler then runs without GPU counters); reads never
+    raise. `found_by` says how the device was found (``uuid``, ``pci_bus_id``, ``index``)."""
 
-    def __init__(self, nvml: Any, index: int) -> None:
+    def __init__(self, nvml: Any, device: int | GpuRef) -> None:
         self._nvml = nvml
         nvml.nvmlInit()
-        self._handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        if isinstance(device, GpuRef):
+            try:
+                self._handle, self.found_by = nvml_handle(nvml, device)
+            except Exception:
+                with contextlib.suppress(Exception):
+                    nvml.nvmlShutdown()
+                raise
+        else:
+            self._handle, self.found_by = nvml.nvmlDeviceGetHandleByIndex(device), "index"
         # Reads that failed on the first sample: unsupported here, never tried again.
         self._unsupported: set[str] = set()
         self._read_once = False

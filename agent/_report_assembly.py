@@ -50,6 +50,7 @@ class BatchHeader:
     peak_source: str
     topology: Topology | None
     incarnation: str  # this launch's run id, the same on every rank (idempotency across restarts)
+    node: str = ""  # the node label (docs/definitions.md#node-identity)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class ReportAssembler:
             topology=h.topology,
             incarnation=h.incarnation,
             hardware=self._hardware() if self._hardware is not None else None,
+            node=h.node,
         )
         return batch_to_json(batch).encode()
 

@@ -20,6 +20,7 @@ from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.config import AgentConfig
+from mfuscope.agent.gpu_identity import VISIBLE_DEVICES_ENV, GpuRef, current_gpu_ref, match_gpu
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.agent.kept_traces import TraceKeeper
 from mfuscope.agent.recompute import wrap_checkpoint
@@ -112,6 +113,7 @@ class Runtime:
             world_size=self.topology.world_size,
             local_rank=self.topology.local_rank,
             host=self.topology.host,
+            node=self.topology.node,
             device=self.device_name,
             peak_flops=self.peak_flops,
             peak_source=self.peak_source,
@@ -136,13 +138,19 @@ class _Device:
     name: str
     use_cuda: bool
     links: Any  # mfuscope.core.links.DetectedLinks | None
-    index: int = 0  # the CUDA (and, as detection assumes, NVML) index of the rank's GPU
+    index: int = 0  # the CUDA index of the rank's GPU (on CPU: the local rank)
     facts: Any = None  # mfuscope.agent.detect.HardwareInfo | None
+    gpu: GpuRef | None = None  # which physical GPU that is (docs/agent.md#gpu-identity)
+    nvml_index: int | None = None  # its index in NVML's numbering, None when not matched
 
 
-def _topology(mesh: Any, log: RateLimitedLog) -> RankTopology:
+def _topology(mesh: Any, log: RateLimitedLog, node_name: str | None = None) -> RankTopology:
     try:
-        return discover_topology(mesh)
+        topology = discover_topology(mesh, node_name=node_name)
+        if topology.rank == 0:  # the same on every rank: said once, by rank 0
+            for problem in topology.placement_problems:
+                log.warning(f"placement-{problem[:40]}", "mfuscope: node placement: %s", problem)
+        return topology
     except Exception as exc:
         log.warning("topology", "mfuscope: topology discovery failed (%r); tiers unknown", exc)
         import os
@@ -169,8 +177,8 @@ def _device(model: Any, topology: RankTopology, log: RateLimitedLog, seams: Seam
     """The device this rank trains on, and its links as detection (NVML, sysfs) sees them.
 
     The name comes from torch for the current CUDA device (authoritative for the device in use);
-    NVML supplies NVLink / PCIe / NIC facts for that local index (physical and CUDA indices agree
-    unless CUDA_VISIBLE_DEVICES reorders them; detection is best effort).
+    NVML supplies NVLink / PCIe / NIC facts for the NVML device with that CUDA device's UUID or
+    PCI bus id (`gpu_identity.match_gpu`: never the CUDA index while CUDA_VISIBLE_DEVICES is set).
     """
     import torch
 
@@ -181,17 +189,32 @@ def _device(model: Any, topology: RankTopology, log: RateLimitedLog, seams: Seam
             use_cuda = first.device.type == "cuda"
     index = torch.cuda.current_device() if use_cuda else topology.local_rank
     name = torch.cuda.get_device_name(index) if use_cuda else "cpu"
-    links = facts = None
+    gpu = current_gpu_ref(index) if use_cuda else None
+    if gpu is None and seams.nvml is not None:  # tests: a fake NVML on a CPU-only machine
+        gpu = GpuRef(cuda_index=index, visible_devices=os.environ.get(VISIBLE_DEVICES_ENV))
+    links = facts = nvml_index = None
     try:
         from mfuscope.agent.detect import detect_hardware
 
         facts = detect_hardware(nvml=seams.nvml, sysfs_root=seams.sysfs_root or "/")
-        links = facts.links_for(index)
+        matched = match_gpu(facts.gpus, gpu)
+        nvml_index = matched.index if matched is not None else None
+        if gpu is not None and facts.gpus and matched is None:
+            log.info("detect-gpu", "mfuscope: no NVML GPU matches CUDA device %s (%s)", index, gpu)
+        links = facts.links_for(-1 if nvml_index is None else nvml_index)
         for reason in facts.reasons:
             log.info(f"detect-{reason[:40]}", "mfuscope: hardware detection: %s", reason)
     except Exception as exc:  # detection must never stop the job
         log.info("detect", "mfuscope: hardware detection unavailable (%r)", exc)
-    return _Device(name=name, use_cuda=use_cuda, links=links, index=index, facts=facts)
+    return _Device(
+        name=name,
+        use_cuda=use_cuda,
+        links=links,
+        index=index,
+        facts=facts,
+        gpu=gpu,
+        nvml_index=nvml_index,
+    )
 
 
 def _hardware(
@@ -205,9 +228,12 @@ def _hardware(
     sample_nics = topology.local_rank == 0
     return build_hardware_sampler(
         gpu_index=device.index if device.use_cuda or seams.nvml is not None else None,
+        gpu=device.gpu,
         sample_nics=sample_nics,
         log=log,
-        link_peaks=link_peaks(device.facts, device.index, nics=sample_nics),
+        link_peaks=link_peaks(
+            device.facts, -1 if device.nvml_index is None else device.nvml_index, nics=sample_nics
+        ),
         nvml=seams.nvml,
         sysfs_root=seams.sysfs_root or "/",
         clock=seams.clock or time.monotonic,
@@ -258,7 +284,8 @@ def _engine_analyse(
         options = analysis_options(
             device=None if device.name == "cpu" else device.name,
             detected=device.links,
-            host_of_rank=dict(topology.host_of_rank),
+            # Tiers compare node identities, not host names (docs/definitions.md#node-identity).
+            host_of_rank=dict(topology.node_of_rank),
             axis_overrides=topology.axis_of_group_name,
         )
         steps: Sequence[DecompositionLike] = analyze_trace(read_trace(path), options).steps
@@ -294,7 +321,7 @@ def build_runtime(
     log: RateLimitedLog,
 ) -> Runtime:
     clock = seams.clock or time.monotonic
-    topology = _topology(mesh, log)
+    topology = _topology(mesh, log, config.node_name)
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
     link_peaks = _link_peaks(device)

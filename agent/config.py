@@ -72,6 +72,10 @@ class AgentConfig:
     # GPU (NVML) and NIC (sysfs) counters sampled every `hardware_interval_s` on a daemon thread.
     hardware_counters: bool = True
     hardware_interval_s: float = 1.0
+    # The node this rank runs on, for tiers (docs/definitions.md#node-identity); in Kubernetes
+    # set MFUSCOPE_NODE_NAME from the downward API's spec.nodeName. None: NODE_NAME, else the
+    # kernel's boot id, else the host name.
+    node_name: str | None = None
     enabled: bool = True
 
     def __post_init__(self) -> None:
@@ -139,6 +143,8 @@ class AgentConfig:
             )
         if self.request_timeout_s <= 0:
             raise ConfigError("request_timeout_s", "must be > 0")
+        if self.node_name is not None and len(self.node_name) > 256:
+            raise ConfigError("node_name", "at most 256 characters")
         if not (math.isfinite(self.hardware_interval_s) and self.hardware_interval_s >= 0.05):
             raise ConfigError(
                 "hardware_interval_s", f"must be >= 0.05 s, got {self.hardware_interval_s}"

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mfuscope.agent.gpu_identity import normalise_bus_id
 from mfuscope.core.hwcounters import LinkPeak
 from mfuscope.core.links import (
     NVLINK_PER_LINK_BYTES_PER_S,
@@ -65,6 +66,9 @@ class GpuInfo:
     nvlink_links_up: int = 0
     pcie_generation: int | None = None
     pcie_width: int | None = None
+    # Identity, to match the CUDA device a rank uses (`gpu_identity.match_gpu`).
+    uuid: str | None = None  # "GPU-..."
+    pci_bus_id: str | None = None  # "00000000:3B:00.0"
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,11 @@ def _gpu(api: _Nvml, index: int, handle: Any) -> GpuInfo:
     generation, links_up = _nvlink(api, handle, index)
     gen = api.call(f"GPU {index} PCIe generation", "nvmlDeviceGetMaxPcieLinkGeneration", handle)
     width = api.call(f"GPU {index} PCIe width", "nvmlDeviceGetMaxPcieLinkWidth", handle)
+    # Quiet: without them the rank's GPU is matched by index where that is safe, and the agent
+    # logs a GPU it cannot match (docs/agent.md#gpu-identity).
+    uuid = api.quiet("nvmlDeviceGetUUID", handle)
+    pci = api.quiet("nvmlDeviceGetPciInfo", handle)
+    bus_id = getattr(pci, "busId", None)
     return GpuInfo(
         index=index,
         name=_text(name) if name is not None else None,
@@ -182,6 +191,8 @@ def _gpu(api: _Nvml, index: int, handle: Any) -> GpuInfo:
         nvlink_links_up=links_up,
         pcie_generation=gen if isinstance(gen, int) and gen > 0 else None,
         pcie_width=width if isinstance(width, int) and width > 0 else None,
+        uuid=_text(uuid) if uuid else None,
+        pci_bus_id=normalise_bus_id(_text(bus_id)) if bus_id else None,
     )
 
 

@@ -26,6 +26,7 @@ from mfuscope.agent._hw_readers import (
     NvmlReader,
     NvmlReading,
 )
+from mfuscope.agent.gpu_identity import GpuRef
 from mfuscope.core.hwcounters import (
     HardwareCounters,
     LinkBytes,
@@ -202,6 +203,7 @@ def build_hardware_sampler(
     gpu_index: int | None,
     sample_nics: bool,
     log: RateLimitedLog,
+    gpu: GpuRef | None = None,
     link_peaks: tuple[LinkPeak, ...] = (),
     nvml: Any = None,
     sysfs_root: str = "/",
@@ -210,7 +212,10 @@ def build_hardware_sampler(
 ) -> HardwareSampler:
     """A sampler for GPU `gpu_index` (None: no GPU) and, with `sample_nics`, the node's NICs.
 
-    `nvml` defaults to the ``pynvml`` module; without a driver the GPU counters are absent.
+    `gpu` says which physical GPU that CUDA index is (its UUID / PCI bus id); given, the NVML
+    device is found from it, never from the CUDA index while CUDA_VISIBLE_DEVICES is set
+    (docs/agent.md#gpu-identity). `nvml` defaults to the ``pynvml`` module; without a driver
+    the GPU counters are absent.
     """
     reader: NvmlReader | None = None
     if gpu_index is not None:
@@ -219,7 +224,14 @@ def build_hardware_sampler(
                 import pynvml
 
                 nvml = pynvml
-            reader = NvmlReader(nvml, gpu_index)
+            reader = NvmlReader(nvml, gpu if gpu is not None else gpu_index)
+            if reader.found_by == "index" and gpu is not None:
+                log.info(
+                    "hw-nvml-index",
+                    "mfuscope: NVML device taken by CUDA index %s (CUDA_VISIBLE_DEVICES unset, "
+                    "no UUID or PCI bus id matched)",
+                    gpu_index,
+                )
         except Exception as exc:
             log.info("hw-nvml", "mfuscope: no GPU hardware counters (NVML: %r)", exc)
     nics = NicReader(sysfs_root) if sample_nics else None

@@ -1,27 +1,30 @@
 """Who this rank is and whom it talks to, discovered once at start.
 
-`discover_topology` (torch side) gathers every rank's host name with one `all_gather_object` and
-lists the process groups this rank belongs to; the same collective hands every rank rank 0's
+`discover_topology` (torch side) gathers every rank's host name and node claim (node name, boot id,
+GPU: `mfuscope.agent.node_identity`) with one `all_gather_object` and lists the process groups
+this rank belongs to; the same collective hands every rank rank 0's
 fresh random *incarnation* (this launch's id: a relaunch after a crash gets a new one).
 `build_topology` (pure) names each group's axis and tier:
 
 - axis: the DeviceMesh dim name when the group is one of the mesh's dims; else the group
   description (`mesh_<name>` -> `<name>`, `default_pg` -> `world`, as the engine names groups in
   traces); else `pg<name>`.
-- tier: `intra_node` when all the group's ranks share one host, else `inter_node`
-  (`unknown` when a rank's host is unknown). A `tp` group on several hosts is flagged: tensor
-  parallelism has spilled past the NVLink boundary (docs/definitions.md#tp-spanning-hosts).
+- tier: `intra_node` when all the group's ranks share one node, else `inter_node`
+  (`unknown` when a rank's node is unknown). The node is the node identity
+  (docs/definitions.md#node-identity), not the host name: two pods on one node share a node.
+  A `tp` group on several nodes is flagged: tensor parallelism has spilled past the NVLink
+  boundary (docs/definitions.md#tp-spanning-hosts).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mfuscope.agent.node_identity import NodeClaim, Placement, local_claim, place_ranks
 from mfuscope.core.schema import GroupInfo, Topology
 from mfuscope.core.vocabulary import TENSOR_AXIS, axis_from_description
 
@@ -55,10 +58,12 @@ class GroupView:
     axis: str
     tier: str
     hosts: tuple[str, ...]
+    nodes: tuple[str, ...] = ()  # node identities (empty: the hosts stand in)
 
     @property
     def spans_hosts(self) -> bool:
-        return len(self.hosts) > 1
+        """The group's ranks sit on more than one node (the name predates node identities)."""
+        return len(self.nodes or self.hosts) > 1
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,11 @@ class RankTopology:
     groups: tuple[GroupView, ...] = ()
     # This launch's id, the same on every rank of it (see `new_incarnation`).
     incarnation: str = ""
+    # Node identity of every rank (tiers compare these) and this rank's node label.
+    node_of_rank: Mapping[int, str] = field(default_factory=dict)
+    node: str = ""
+    node_source: str = "host"  # node_name, boot_id or host (docs/definitions.md#node-identity)
+    placement_problems: tuple[str, ...] = ()
 
     @property
     def axis_of_group_name(self) -> dict[str, str]:
@@ -119,23 +129,33 @@ def build_topology(
     groups: Sequence[GroupSpec],
     mesh_axes: Mapping[str, str] | None = None,
     incarnation: str = "",
+    placement: Placement | None = None,
 ) -> RankTopology:
-    """Name axes and tiers of `groups` given the host of every rank (`hosts[r]`, None = unknown).
+    """Name axes and tiers of `groups` given the host of every rank (`hosts[r]`, None = unknown)
+    and their `placement` on nodes (None: each host is its own node).
 
-    Raises ValueError when `rank` is not a valid index into `hosts`.
+    Raises ValueError when `rank` is not a valid index into `hosts`, or `placement` is not
+    one entry per rank.
     """
     if not 0 <= rank < len(hosts):
         raise ValueError(f"rank {rank} outside a world of {len(hosts)}")
+    if placement is None:
+        placement = place_ranks([None if h is None else NodeClaim(host=h) for h in hosts])
+    if len(placement.nodes) != len(hosts):
+        raise ValueError(f"{len(placement.nodes)} node entries for a world of {len(hosts)}")
+    nodes = placement.nodes
     axes = mesh_axes or {}
     host_of_rank = {r: h for r, h in enumerate(hosts) if h}
     views = []
     for spec in groups:
-        group_hosts = [hosts[r] if 0 <= r < len(hosts) else None for r in spec.ranks]
-        known = sorted({h for h in group_hosts if h})
-        if any(h is None for h in group_hosts):
+        inside = [r for r in spec.ranks if 0 <= r < len(hosts)]
+        known = sorted({h for h in (hosts[r] for r in inside) if h})
+        group_nodes = [nodes[r] if 0 <= r < len(nodes) else None for r in spec.ranks]
+        on_nodes = sorted({n for n in group_nodes if n})
+        if any(n is None for n in group_nodes):
             tier = "unknown"
         else:
-            tier = "intra_node" if len(known) <= 1 else "inter_node"
+            tier = "intra_node" if len(on_nodes) <= 1 else "inter_node"
         views.append(
             GroupView(
                 name=spec.name,
@@ -144,6 +164,7 @@ def build_topology(
                 axis=axis_of_group(spec, axes),
                 tier=tier,
                 hosts=tuple(known),
+                nodes=tuple(on_nodes),
             )
         )
     return RankTopology(
@@ -154,6 +175,10 @@ def build_topology(
         host_of_rank=host_of_rank,
         groups=tuple(views),
         incarnation=incarnation,
+        node_of_rank={r: n for r, n in enumerate(nodes) if n},
+        node=placement.labels[rank] or hosts[rank] or "unknown",
+        node_source=placement.source,
+        placement_problems=placement.problems,
     )
 
 
@@ -204,37 +229,44 @@ def _mesh_axes(mesh: Any) -> dict[str, str]:
     return axes
 
 
-def discover_topology(mesh: Any = None) -> RankTopology:
-    """Rank, local rank, host of every rank, groups and the launch's incarnation; collective on
-    the default group.
+def discover_topology(mesh: Any = None, node_name: str | None = None) -> RankTopology:
+    """Rank, local rank, host and node of every rank, groups and the launch's incarnation;
+    collective on the default group.
 
-    Every rank must call it (the Agent does, at construction). Without torch.distributed
+    Every rank must call it (the Agent does, at construction). `node_name` is the agent's
+    ``node_name`` option (docs/definitions.md#node-identity). Without torch.distributed
     initialised it describes a single process from the `RANK`/`LOCAL_RANK` environment.
     """
     import torch.distributed as dist
+    from mfuscope.agent.gpu_identity import current_gpu_ref
 
-    host = socket.gethostname()
+    gpu = current_gpu_ref()
+    claim = local_claim(node_name=node_name, gpu_bus_id=gpu.pci_bus_id if gpu else None)
     if not (dist.is_available() and dist.is_initialized()):
         rank = _env_int("RANK", 0)
         world = max(_env_int("WORLD_SIZE", 1), rank + 1)
-        hosts: list[str | None] = [None] * world
-        hosts[rank] = host
+        claims: list[NodeClaim | None] = [None] * world
+        claims[rank] = claim
         return build_topology(
             rank=rank,
             local_rank=_env_int("LOCAL_RANK", 0),
-            hosts=hosts,
+            hosts=[c.host if c is not None else None for c in claims],
             groups=(),
             incarnation=new_incarnation(),
+            placement=place_ranks(claims),
         )
     rank = dist.get_rank()
     world = dist.get_world_size()
     gathered: list[Any] = [None] * world
-    # One collective for both: every rank's host, and rank 0's id for this launch.
-    dist.all_gather_object(gathered, (host, secrets.token_hex(8)))
-    hosts = [_host_of(entry) for entry in gathered]
+    # One collective for both: every rank's node claim, and rank 0's id for this launch.
+    dist.all_gather_object(gathered, (claim, secrets.token_hex(8)))
+    claims = [_claim_of(entry) for entry in gathered]
+    hosts = [c.host if c is not None else None for c in claims]
+    placement = place_ranks(claims)
     incarnation = _incarnation_of(gathered[0])
-    same_host_before = sum(1 for r in range(rank) if hosts[r] == host)
-    local_rank = _env_int("LOCAL_RANK", same_host_before)
+    mine = placement.nodes[rank]
+    same_node_before = sum(1 for r in range(rank) if placement.nodes[r] == mine)
+    local_rank = _env_int("LOCAL_RANK", same_node_before)
     return build_topology(
         rank=rank,
         local_rank=local_rank,
@@ -242,12 +274,15 @@ def discover_topology(mesh: Any = None) -> RankTopology:
         groups=_process_groups(dist, rank),
         mesh_axes=_mesh_axes(mesh) if mesh is not None else None,
         incarnation=incarnation,
+        placement=placement,
     )
 
 
-def _host_of(entry: Any) -> str | None:
-    host = entry[0] if isinstance(entry, tuple) and entry else None
-    return host if isinstance(host, str) and host else None
+def _claim_of(entry: Any) -> NodeClaim | None:
+    claim = entry[0] if isinstance(entry, tuple) and entry else None
+    if isinstance(claim, NodeClaim):
+        return claim
+    return NodeClaim(host=claim) if isinstance(claim, str) and claim else None
 
 
 def _incarnation_of(entry: Any) -> str:

@@ -4,7 +4,7 @@ Wire format (JSON, optionally gzip-compressed on the wire), one *batch* per POST
 
     {"schema": "mfuscope.report", "version": "1.1",
      "job": "llama-8b", "incarnation": "5f0c9a1e2b7d4c38",
-     "rank": 3, "world_size": 16, "local_rank": 3, "host": "node-1",
+     "rank": 3, "world_size": 16, "local_rank": 3, "host": "node-1", "node": "node-1",
      "device": "NVIDIA H100 80GB HBM3", "peak_flops": 9.89e14, "peak_source": "spec",
      "sent_unix_ns": 1763700000000000000,
      "health": {"reports_dropped_total": 0, "send_failures_total": 0,
@@ -41,6 +41,10 @@ Semantics:
   ``(job, incarnation, rank, step)`` is the idempotency key: a re-sent report must not be counted
   twice, while a step a relaunched job runs again (resumed from a checkpoint) is new work. A batch
   without it (a 1.0 agent) belongs to one legacy incarnation, ``""``.
+- ``node`` (since 1.1, optional) names the node the rank runs on: its node name
+  (``MFUSCOPE_NODE_NAME`` / ``NODE_NAME``), else the host name of the node's lowest rank, the
+  node being told by the kernel's boot id (docs/definitions.md#node-identity). ``host`` stays the
+  rank's own host name (in Kubernetes, the pod's name).
 - ``hardware`` (since 1.1, optional) holds the rank's hardware counters (`HardwareCounters`):
   gauges from the latest sample, and totals cumulative since the agent's sampler started. A
   counter the rank cannot read is absent from the record, never zero.
@@ -219,6 +223,7 @@ class ReportBatch:
     topology: Topology | None = None
     incarnation: str = ""
     hardware: HardwareCounters | None = None
+    node: str = ""  # since 1.1: the rank's node label ("" when the agent sent none)
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -423,6 +428,7 @@ def parse_batch(raw: Any) -> ReportBatch:
         topology=_parse_topology(obj.get("topology")),
         incarnation=_str(obj.get("incarnation", ""), "incarnation", allow_empty=True),
         hardware=parse_hardware(obj.get("hardware")),
+        node=_str(obj.get("node", ""), "node", allow_empty=True),
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["CounterNvml", "FakeNvmlError", "ib_port", "net_interface"]
+__all__ = ["CounterNvml", "FakeNvmlError", "NodeGpusNvml", "ib_port", "net_interface"]
 
 NVLINK_TX, NVLINK_RX, PCIE_TX, PCIE_RX = 138, 139, 197, 198
 NVLINK_TX_BYTES, NVLINK_RX_BYTES = 202, 204
@@ -168,3 +168,72 @@ def net_interface(
     (path / "statistics" / "tx_bytes").write_text(f"{tx_bytes}\n")
     (path / "statistics" / "rx_bytes").write_text(f"{rx_bytes}\n")
     return path
+
+
+@dataclass
+class NodeGpusNvml(CounterNvml):
+    """`CounterNvml` for a node of `count` GPUs in NVML's (PCI) order: GPU i has UUID
+    ``GPU-0000000i-...`` and PCI bus id ``00000000:{0x18 + 0x10 i}:00.0`` (made-up, in NVML's
+    formats); handles are NVML indices. The lookups by UUID and bus id raise like NVML's
+    ``NVMLError_NotFound`` for an unknown key; `lookups` records every handle lookup."""
+
+    count: int = 4
+    lookups: list[tuple[str, Any]] = field(default_factory=list)
+    handles_read: set[int] = field(default_factory=set)  # handles the counter reads went to
+
+    @staticmethod
+    def uuid_of(index: int) -> str:
+        return f"GPU-{index:08x}-1111-2222-3333-444444444444"
+
+    @staticmethod
+    def bus_id_of(index: int) -> str:
+        return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        self.lookups.append(("index", index))
+        return super().nvmlDeviceGetHandleByIndex(index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
+        self._call("nvmlDeviceGetHandleByUUID")
+        self.lookups.append(("uuid", uuid))
+        for index in range(self.count):
+            if self.uuid_of(index) == uuid:
+                return index
+        raise FakeNvmlError("Not Found")
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> int:
+        self._call("nvmlDeviceGetHandleByPciBusId")
+        self.lookups.append(("pci_bus_id", bus_id))
+        for index in range(self.count):
+            if self.bus_id_of(index).lower() == bus_id.lower():
+                return index
+        raise FakeNvmlError("Not Found")
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return self.uuid_of(handle)
+
+    def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
+        # pynvml's nvmlPciInfo_t: busId holds bytes (a c_char array).
+        return SimpleNamespace(busId=self.bus_id_of(handle).encode())
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
+        self.handles_read.add(handle)
+        return super().nvmlDeviceGetUtilizationRates(handle)
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+        self.handles_read.add(handle)
+        return super().nvmlDeviceGetPowerUsage(handle)
+
+    def nvmlDeviceGetP2PStatus(self, a: int, b: int, index: int) -> int:
+        return 0
+
+    def properties_of(self, index: int) -> Any:
+        """What ``torch.cuda.get_device_properties`` says of the CUDA device that is NVML GPU
+        `index` (torch prints the UUID without the ``GPU-`` prefix; PCI ids are integers)."""
+        bus = 0x18 + 0x10 * index
+        return SimpleNamespace(
+            uuid=self.uuid_of(index)[4:], pci_domain_id=0, pci_bus_id=bus, pci_device_id=0
+        )

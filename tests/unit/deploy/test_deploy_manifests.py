@@ -175,6 +175,8 @@ def test_trainer_reports_to_the_collector_with_the_shared_token(
     assert env["MFUSCOPE_JOB"]["value"] == job["metadata"]["name"]
     secret = env["MFUSCOPE_TOKEN"]["valueFrom"]["secretKeyRef"]
     assert secret == {"name": "mfuscope-token", "key": "token"}
+    # Tiers by node, not by pod name: the node from the downward API.
+    assert env["MFUSCOPE_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     if expected_host != "127.0.0.1":
         service = _one(K8S / "daemonset" / "service.yaml", "Service")
         assert service["metadata"]["name"] == expected_host

@@ -1,0 +1,41 @@
+"""One rank of a 2-rank gloo job that only starts the agent, runs two steps with an all_reduce
+and closes, writing its batches to `--jsonl` (`{rank}` replaced): for the node-identity test.
+
+Started once per rank by the test (no torchrun), so each rank can get its own environment
+(``MFUSCOPE_NODE_NAME``) or its own host name (under ``unshare --uts``). Rendezvous from
+``MASTER_ADDR`` / ``MASTER_PORT`` / ``RANK`` / ``WORLD_SIZE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from mfuscope.agent import Agent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jsonl", required=True)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    agent = Agent(
+        job="node-identity",
+        jsonl_path=args.jsonl,
+        flops_per_step=1e6,
+        peak_flops=1e9,
+        profile=False,
+        hardware_counters=False,
+        flush_interval_s=0.0,
+    )
+    for _ in range(2):
+        with agent.step():
+            tensor = torch.ones(4)
+            dist.all_reduce(tensor)
+    agent.close(10.0)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
