@@ -54,6 +54,7 @@ class RankState:
         "last_seen_s",
         "median_self_s",
         "median_wall_s",
+        "node",
         "peak_flops",
         "rank",
         "recent",
@@ -66,6 +67,7 @@ class RankState:
         self.rank = rank
         self.world_size = 1
         self.host = ""
+        self.node = ""
         self.peak_flops: float | None = None
         self.incarnations = RankIncarnations(idempotency_steps)
         self.last_seen_s = 0.0
@@ -85,6 +87,9 @@ class RankState:
         """Take the batch's rank-level facts (the latest batch wins)."""
         self.world_size = batch.world_size
         self.host = _name(batch.host)
+        # The node label (docs/definitions.md#node-identity); an agent that sends none names
+        # its host, as before node identities.
+        self.node = _name(batch.node or batch.host)
         self.peak_flops = batch.peak_flops
         if batch.topology is not None:
             items: list[tuple[Key, tuple[float, ...]]] = []

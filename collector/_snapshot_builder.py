@@ -198,6 +198,7 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         stragglers=stragglers,
         straggler_basis=basis,
         straggler_hosts=tuple(job.ranks[s.rank].host for s in stragglers),
+        straggler_nodes=tuple(job.ranks[s.rank].node for s in stragglers),
         start_unix_ns=job.start_unix_ns,
         restarts=job.incarnations.restarts,
         hardware=job.hardware.view(job.ranks, per_rank=config.per_rank_labels),

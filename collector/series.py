@@ -403,11 +403,16 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         "gauge",
         "1",
         "recent step time of the slowest ranks / median over the job's ranks",
-        ("job", "rank", "host"),
+        ("job", "rank", "host", "node"),
         [
-            Sample((j.job, str(s.rank), host), s.ratio)
+            Sample((j.job, str(s.rank), host, node), s.ratio)
             for j in jobs
-            for s, host in zip(j.stragglers, j.straggler_hosts, strict=True)
+            for s, host, node in zip(
+                j.stragglers,
+                j.straggler_hosts,
+                j.straggler_nodes or j.straggler_hosts,
+                strict=True,
+            )
         ],
     )
 

@@ -194,6 +194,8 @@ class JobSnapshot:
     straggler_basis: Literal["self", "wall"]
     # The host each of `stragglers` reports from (same order; "" when the agent sent none).
     straggler_hosts: tuple[str, ...] = ()
+    # The node of each of `stragglers` (same order; the host when the agent sent no node).
+    straggler_nodes: tuple[str, ...] = ()
     start_unix_ns: int = 0
     restarts: int = 0
     hardware: JobHardware = field(default_factory=JobHardware)

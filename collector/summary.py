@@ -64,8 +64,10 @@ def _job(j: JobSnapshot, top_collectives: int) -> dict[str, Any]:
             for axis, tier, busbw, efficiency in j.latest.tier_busbw
         ],
         "stragglers": [
-            {"rank": s.rank, "host": host, "ratio": s.ratio, "step_s": s.step_s}
-            for s, host in zip(j.stragglers, j.straggler_hosts, strict=True)
+            {"rank": s.rank, "host": host, "node": node, "ratio": s.ratio, "step_s": s.step_s}
+            for s, host, node in zip(
+                j.stragglers, j.straggler_hosts, j.straggler_nodes or j.straggler_hosts, strict=True
+            )
         ],
         "straggler_basis": j.straggler_basis,
         "tp_spans_hosts": j.tp_spans_hosts,

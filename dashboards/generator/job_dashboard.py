@@ -310,17 +310,26 @@ def _step_time_row() -> Row:
                 "as fast as the median. In synchronous training every rank waits for the slowest, "
                 "so one rank at 1.3 costs the whole job. Red from 1.2 (MFUScopeStragglerRank).",
                 "suffix:×",
-                [Query(f"mfuscope_straggler_ratio{{{JOB}}}", "rank {{rank}} ({{host}})")],
+                [
+                    Query(
+                        f"mfuscope_straggler_ratio{{{JOB}}}", "rank {{rank}} on {{node}} ({{host}})"
+                    )
+                ],
                 thresholds=STRAGGLER_BANDS,
                 min_value=1,
             ),
             table_panel(
                 "Slowest ranks now",
                 "The ranks the collector reports as slowest, worst first, with their step time "
-                "relative to the job median, and the host each reports from.",
+                "relative to the job median, and the node and host each reports from.",
                 "suffix:×",
                 [Query(f"sort_desc(mfuscope_straggler_ratio{{{JOB}}})", instant=True, table=True)],
-                renames={"rank": "Rank", "host": "Host", "Value": "Step time / median"},
+                renames={
+                    "rank": "Rank",
+                    "node": "Node",
+                    "host": "Host",
+                    "Value": "Step time / median",
+                },
                 sort_by="Step time / median",
                 thresholds=STRAGGLER_BANDS,
                 colored_column="Step time / median",

@@ -244,16 +244,19 @@ def test_collectives_follow_nccl_tests_bus_factors() -> None:
     assert s[("mfuscope_tp_spans_hosts", ("job-a",))] == 1
 
 
-def _job_with_breakdowns(fractions: list[float]) -> Aggregator:
+def _job_with_breakdowns(fractions: list[float], *, pods: bool = False) -> Aggregator:
+    """Ranks 2r and 2r+1 on node-r; with `pods` each rank in its own pod (host name pod-<rank>)
+    and the agents send the node, else the host is the node and no node is sent."""
     collector, _ = _new()
     for rank, compute in enumerate(fractions):
+        placement = {"host": f"pod-{rank}", "node": f"node-{rank // 2}"}
         _ingest(
             collector,
             batch_dict(
                 rank=rank,
                 world_size=len(fractions),
-                host=f"node-{rank // 2}",
                 reports=[report_dict(s, compute_fraction=compute) for s in (1, 2, 3)],
+                **(placement if pods else {"host": f"node-{rank // 2}"}),
             ),
         )
     return collector
@@ -267,9 +270,16 @@ def test_straggler_is_the_rank_that_waits_least() -> None:
     assert job.stragglers[0].rank == 2
     assert job.stragglers[0].ratio == pytest.approx(0.9 / 0.5)
     s = _series(collector)
-    # The series names the host the rank reports from: where an operator goes to look.
-    assert s[("mfuscope_straggler_ratio", ("job-a", "2", "node-1"))] == pytest.approx(1.8)
+    # The series names the host and node the rank reports from: where an operator goes to
+    # look. An agent that sends no node (an older one) names its host.
+    key = ("job-a", "2", "node-1", "node-1")
+    assert s[("mfuscope_straggler_ratio", key)] == pytest.approx(1.8)
     assert len([k for k in s if k[0] == "mfuscope_straggler_ratio"]) == 3
+    # Two pods per node: host = the pod, node = the node identity the agents sent.
+    pods = _series(_job_with_breakdowns([0.5, 0.5, 0.9, 0.5], pods=True))
+    assert pods[("mfuscope_straggler_ratio", ("job-a", "2", "pod-2", "node-1"))] == pytest.approx(
+        1.8
+    )
 
 
 def test_without_breakdowns_stragglers_use_wall_time() -> None:

@@ -190,7 +190,7 @@ mfuscope_collective_bus_bandwidth_bytes_per_second{axis="dp",job="train",tier="i
 mfuscope_collective_bus_bandwidth_ratio{axis="dp",job="train",tier="inter_node"} 0.5
 # HELP mfuscope_straggler_ratio recent step time of the slowest ranks / median over the job's ranks
 # TYPE mfuscope_straggler_ratio gauge
-mfuscope_straggler_ratio{host="node-0",job="train",rank="1"} 1.28
+mfuscope_straggler_ratio{host="node-0",job="train",node="node-0",rank="1"} 1.28
 # HELP mfuscope_link_bytes_total bytes moved per link kind (nvlink, pcie: the ranks' GPUs; ib, roce, ethernet: the nodes' NICs, once per node) and direction, from hardware counters
 # TYPE mfuscope_link_bytes_total counter
 # HELP mfuscope_device_clock_throttle_seconds_total seconds the ranks' GPUs ran with the SM clock held down, per NVML clock-event reason (summed over GPUs; sampled about once a second)
