@@ -12,7 +12,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +37,14 @@ from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, StepT
 from mfuscope.agent.topology import (
     RankTopology,
     build_topology,
+    discover_gloo_workers,
     discover_topology,
     new_incarnation,
 )
 from mfuscope.agent.transport import RetryPolicy, Transport
 from mfuscope.core.schema import StepReport, Topology
 from mfuscope.core.step_report import DecompositionLike
+from mfuscope.core.trace.worker_groups import TRACE_KEY, trace_fields
 
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Seams
@@ -140,9 +142,11 @@ class _Device:
     facts: Any = None  # mfuscope.agent.detect.HardwareInfo | None
 
 
-def _topology(mesh: Any, log: RateLimitedLog) -> RankTopology:
+def _topology(
+    mesh: Any, log: RateLimitedLog, axis_overrides: Mapping[str, str] | None = None
+) -> RankTopology:
     try:
-        return discover_topology(mesh)
+        return discover_topology(mesh, axis_overrides=axis_overrides)
     except Exception as exc:
         log.warning("topology", "mfuscope: topology discovery failed (%r); tiers unknown", exc)
         import os
@@ -260,6 +264,7 @@ def _engine_analyse(
             detected=device.links,
             host_of_rank=dict(topology.host_of_rank),
             axis_overrides=topology.axis_of_group_name,
+            gloo_worker_groups=discover_gloo_workers(),
         )
         steps: Sequence[DecompositionLike] = analyze_trace(read_trace(path), options).steps
         return steps
@@ -281,7 +286,15 @@ def _keeper(config: AgentConfig, topology: RankTopology) -> Keep | None:
     keeper = TraceKeeper(
         directory, config.keep_traces, config.keep_traces_max_bytes, rank=topology.rank
     )
-    return keeper.keep_trace
+
+    def keep(path: str, steps: tuple[int, ...]) -> Any:
+        # The same gloo worker-thread map the analysis uses, so the kept trace reads the same.
+        workers = discover_gloo_workers()
+        return keeper.keep_trace(
+            path, steps, {TRACE_KEY: trace_fields(workers)} if workers else None
+        )
+
+    return keep
 
 
 def build_runtime(
@@ -294,7 +307,7 @@ def build_runtime(
     log: RateLimitedLog,
 ) -> Runtime:
     clock = seams.clock or time.monotonic
-    topology = _topology(mesh, log)
+    topology = _topology(mesh, log, config.axis_overrides)
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
     link_peaks = _link_peaks(device)
