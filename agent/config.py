@@ -59,7 +59,7 @@ class AgentConfig:
     keep_traces_dir: str | None = None
     keep_traces_max_bytes: int = 1 << 30
     # Process-group name, description or DeviceMesh dim name -> axis; wins over the built-in
-    # names (docs/agent.md, "Axis names"). Environment: ``name=axis,name=axis``.
+    # names (docs/definitions.md#axes). Environment: ``name=axis,name=axis``.
     axis_overrides: Mapping[str, str] | None = None
     wrap_checkpoint: bool = False
     flush_interval_s: float = 5.0

@@ -6,7 +6,7 @@ Naming a process group's parallelism axis from its description follows PyTorch: 
 DeviceMesh creates are named ``mesh_<dim name>`` and the default group ``default_pg``; groups made
 with ``new_group(group_desc=...)`` carry the user's description, and groups without one say
 ``undefined``. Names that frameworks give their groups map to mfuscope's short axis names through
-one table, `FRAMEWORK_AXIS_NAMES` (docs/definitions.md#axis-names).
+one table, `FRAMEWORK_AXIS_NAMES` (docs/definitions.md#axes).
 """
 
 from __future__ import annotations

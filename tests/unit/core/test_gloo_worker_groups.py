@@ -122,3 +122,17 @@ def test_a_malformed_trace_key_is_no_map(extra: object) -> None:
 def test_options_reject_a_map_that_is_not_int_to_str() -> None:
     with pytest.raises(ValueError, match="gloo_worker_groups"):
         AnalysisOptions(gloo_worker_groups={"101": "0"})  # type: ignore[dict-item]
+
+
+def test_megatron_pipeline_group_gives_pipeline_bubble() -> None:
+    """The pipeline-bubble rule keys on axis ``pp``: a Megatron-named group reaches it. (A GPU
+    trace: NCCL kernels name their group's description, Megatron-core's ``group_desc``.)"""
+    pp = Group("5", "PIPELINE_MODEL_PARALLEL_GROUP", (0, 4))
+    b = TraceBuilder(world_size=8, groups=(Group("0", "default_pg", tuple(range(8))), pp))
+    b.profiler_step(1, 0.0, 200.0)
+    b.kernel(100.0, 10.0, launch_at=1.0)
+    b.comm_kernel(100.0, 40.0, op="recv", group=pp, nelems=2000, launch_at=2.0)
+    (step,) = analyze_trace(b.build(), AnalysisOptions(links=None)).steps
+    assert [(c.op, c.axis) for c in step.collectives] == [("recv", "pp")]
+    # No link model: every exposed microsecond of the pp recv is pipeline bubble.
+    assert step.bubble_pipeline_s == pytest.approx(30e-6)
