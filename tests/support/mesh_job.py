@@ -41,7 +41,7 @@ class MLP(nn.Module):
         return self.down(torch.relu(self.up(x)))
 
 
-def _mesh_layout() -> tuple[nn.Module, dist.ProcessGroup, object]:
+def _mesh_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -54,6 +54,15 @@ def _mesh_layout() -> tuple[nn.Module, dist.ProcessGroup, object]:
         MLP(WIDTH, HIDDEN), mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()}
     )
     return model, mesh.get_group("dp"), mesh
+
+
+def _fsdp_tp_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
+    """The torchtitan 2-D layout: DTensor TP inside, FSDP2 sharding over dp outside."""
+    from torch.distributed.fsdp import fully_shard
+
+    model, _, mesh = _mesh_layout()
+    fully_shard(model, mesh=mesh["dp"])  # type: ignore[index]
+    return model, None, mesh
 
 
 class _MegatronMLP(nn.Module):
@@ -70,7 +79,7 @@ class _MegatronMLP(nn.Module):
         return dist_fn.all_reduce(self.down(torch.relu(self.up(x))), group=self.tp)
 
 
-def _megatron_layout() -> tuple[nn.Module, dist.ProcessGroup, object]:
+def _megatron_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
     rank = dist.get_rank()
     groups = {}
     for desc, layout in (
@@ -84,15 +93,18 @@ def _megatron_layout() -> tuple[nn.Module, dist.ProcessGroup, object]:
     return _MegatronMLP(groups["TENSOR_MODEL_PARALLEL_GROUP"]), groups["DATA_PARALLEL_GROUP"], None
 
 
+LAYOUTS = {"mesh": _mesh_layout, "megatron": _megatron_layout, "fsdp_tp": _fsdp_tp_layout}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--layout", choices=("mesh", "megatron"), required=True)
+    parser.add_argument("--layout", choices=tuple(LAYOUTS), required=True)
     parser.add_argument("--collector-url", required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model, dp, mesh = _mesh_layout() if args.layout == "mesh" else _megatron_layout()
+    model, dp, mesh = LAYOUTS[args.layout]()
     rank = dist.get_rank()
     agent = Agent(
         job=f"groups-{args.layout}",
@@ -116,7 +128,7 @@ def main() -> None:
         with agent.step():
             optimizer.zero_grad()
             model(data).square().mean().backward()
-            for p in model.parameters():
+            for p in model.parameters() if dp is not None else ():  # FSDP2 reduces its own
                 grad = p.grad
                 local = grad.to_local() if hasattr(grad, "to_local") else grad
                 dist.all_reduce(local, group=dp)
