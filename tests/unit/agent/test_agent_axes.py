@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.kept_traces import TraceKeeper
 from mfuscope.agent.topology import (
@@ -125,3 +128,22 @@ def test_kept_traces_carry_the_map(tmp_path: Path, text: str) -> None:
     document = json.loads(gzip.decompress(kept.read_bytes()))
     assert worker_groups_from_trace(document[TRACE_KEY]) == {101: "0", 121: "3"}
     assert {k: v for k, v in document.items() if k != TRACE_KEY} == json.loads(text)
+
+
+@given(
+    counts=st.lists(st.integers(1, 4), min_size=1, max_size=6),
+    gaps=st.lists(st.integers(1, 50), min_size=24, max_size=24),
+    order=st.randoms(use_true_random=False),
+)
+def test_each_group_gets_its_own_run_of_thread_ids(
+    counts: list[int], gaps: list[int], order: random.Random
+) -> None:
+    groups = [(str(i), n) for i, n in enumerate(counts)]
+    tids, tid = [], 1000
+    for i in range(sum(counts)):
+        tid += gaps[i]
+        tids.append(tid)
+    expected = dict(zip(tids, [name for name, n in groups for _ in range(n)], strict=True))
+    shuffled = list(tids)
+    order.shuffle(shuffled)  # /proc lists threads in no promised order
+    assert assign_gloo_workers(groups, shuffled) == expected
