@@ -44,7 +44,6 @@ from mfuscope.agent.topology import (
 from mfuscope.agent.transport import RetryPolicy, Transport
 from mfuscope.core.schema import StepReport, Topology
 from mfuscope.core.step_report import DecompositionLike
-from mfuscope.core.trace.worker_groups import TRACE_KEY, trace_fields
 
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Seams
@@ -288,6 +287,9 @@ def _keeper(config: AgentConfig, topology: RankTopology) -> Keep | None:
     )
 
     def keep(path: str, steps: tuple[int, ...]) -> Any:
+        # The trace engine's package is imported on the analyser thread, not at agent start.
+        from mfuscope.core.trace.worker_groups import TRACE_KEY, trace_fields
+
         # The same gloo worker-thread map the analysis uses, so the kept trace reads the same.
         workers = discover_gloo_workers()
         return keeper.keep_trace(
