@@ -12,7 +12,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, StepT
 from mfuscope.agent.topology import (
     RankTopology,
     build_topology,
+    discover_gloo_workers,
     discover_topology,
     new_incarnation,
 )
@@ -144,9 +145,14 @@ class _Device:
     nvml_index: int | None = None  # its index in NVML's numbering, None when not matched
 
 
-def _topology(mesh: Any, log: RateLimitedLog, node_name: str | None = None) -> RankTopology:
+def _topology(
+    mesh: Any,
+    log: RateLimitedLog,
+    node_name: str | None = None,
+    axis_overrides: Mapping[str, str] | None = None,
+) -> RankTopology:
     try:
-        topology = discover_topology(mesh, node_name=node_name)
+        topology = discover_topology(mesh, node_name=node_name, axis_overrides=axis_overrides)
         if topology.rank == 0:  # the same on every rank: said once, by rank 0
             for problem in topology.placement_problems:
                 log.warning(f"placement-{problem[:40]}", "mfuscope: node placement: %s", problem)
@@ -287,6 +293,7 @@ def _engine_analyse(
             # Tiers compare node identities, not host names (docs/definitions.md#node-identity).
             host_of_rank=dict(topology.node_of_rank),
             axis_overrides=topology.axis_of_group_name,
+            gloo_worker_groups=discover_gloo_workers(),
         )
         steps: Sequence[DecompositionLike] = analyze_trace(read_trace(path), options).steps
         return steps
@@ -308,7 +315,18 @@ def _keeper(config: AgentConfig, topology: RankTopology) -> Keep | None:
     keeper = TraceKeeper(
         directory, config.keep_traces, config.keep_traces_max_bytes, rank=topology.rank
     )
-    return keeper.keep_trace
+
+    def keep(path: str, steps: tuple[int, ...]) -> Any:
+        # The trace engine's package is imported on the analyser thread, not at agent start.
+        from mfuscope.core.trace.worker_groups import TRACE_KEY, trace_fields
+
+        # The same gloo worker-thread map the analysis uses, so the kept trace reads the same.
+        workers = discover_gloo_workers()
+        return keeper.keep_trace(
+            path, steps, {TRACE_KEY: trace_fields(workers)} if workers else None
+        )
+
+    return keep
 
 
 def build_runtime(
@@ -321,7 +339,7 @@ def build_runtime(
     log: RateLimitedLog,
 ) -> Runtime:
     clock = seams.clock or time.monotonic
-    topology = _topology(mesh, log, config.node_name)
+    topology = _topology(mesh, log, config.node_name, config.axis_overrides)
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
     link_peaks = _link_peaks(device)

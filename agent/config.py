@@ -58,6 +58,9 @@ class AgentConfig:
     keep_traces: int = 0
     keep_traces_dir: str | None = None
     keep_traces_max_bytes: int = 1 << 30
+    # Process-group name, description or DeviceMesh dim name -> axis; wins over the built-in
+    # names (docs/definitions.md#axes). Environment: ``name=axis,name=axis``.
+    axis_overrides: Mapping[str, str] | None = None
     wrap_checkpoint: bool = False
     flush_interval_s: float = 5.0
     max_batch_reports: int = 256
@@ -141,6 +144,14 @@ class AgentConfig:
                 "profile_max_overhead_ratio",
                 f"must be in (0, 1], got {self.profile_max_overhead_ratio}",
             )
+        if self.axis_overrides is not None and (
+            not isinstance(self.axis_overrides, Mapping)
+            or not all(
+                isinstance(k, str) and k and isinstance(v, str) and v
+                for k, v in self.axis_overrides.items()
+            )
+        ):
+            raise ConfigError("axis_overrides", "must map non-empty names to non-empty axis names")
         if self.request_timeout_s <= 0:
             raise ConfigError("request_timeout_s", "must be > 0")
         if self.node_name is not None and len(self.node_name) > 256:

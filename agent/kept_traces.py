@@ -5,7 +5,9 @@ trace into ``keep_traces_dir`` before deleting the temporary file, as
 ``mfuscope-rank{R}-step{FIRST}-{LAST}-{SEQ}.json.gz`` (open it in Perfetto or TensorBoard, or
 ``mfuscope analyze`` it). Then it rotates: only this rank's newest N files are kept, and the
 oldest go while they hold more than ``keep_traces_max_bytes`` together (the newest is always
-kept, so one window bigger than the cap is still there to look at).
+kept, so one window bigger than the cap is still there to look at). Top-level fields the agent
+adds (the gloo worker-thread map, `core.trace.worker_groups`) are written in front of the trace's
+own keys on the way, so ``mfuscope analyze`` of a kept trace reads them too.
 
 Runs on the analyser thread, never on the training thread; a failure to keep a trace (disk
 full, no permission) is counted by the caller and never stops the analysis.
@@ -14,9 +16,12 @@ full, no permission) is counted by the caller and never stops the analysis.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import IO, Any
 
 __all__ = ["TraceKeeper"]
 
@@ -50,8 +55,11 @@ class TraceKeeper:
                 continue  # removed meanwhile
         return [path for _, _, path in sorted(found)]
 
-    def keep_trace(self, trace_path: str, steps: tuple[int, ...]) -> Path:
+    def keep_trace(
+        self, trace_path: str, steps: tuple[int, ...], fields: Mapping[str, Any] | None = None
+    ) -> Path:
         """Gzip `trace_path` into the directory, rotate, and return the kept file's path.
+        `fields`: top-level keys (JSON values) to add to the trace.
 
         Raises OSError when the file cannot be written (the caller counts it and goes on).
         """
@@ -66,7 +74,10 @@ class TraceKeeper:
                 open(trace_path, "rb") as source,
                 gzip.open(partial, "wb", compresslevel=_COMPRESS_LEVEL) as sink,
             ):
-                shutil.copyfileobj(source, sink, 1 << 20)
+                if fields:
+                    _copy_with_fields(source, sink, fields)
+                else:
+                    shutil.copyfileobj(source, sink, 1 << 20)
             os.replace(partial, target)
         finally:
             if partial.exists():
@@ -92,3 +103,23 @@ class TraceKeeper:
             total -= sizes[path]
         for path in excess:
             path.unlink(missing_ok=True)
+
+
+def _copy_with_fields(source: IO[bytes], sink: gzip.GzipFile, fields: Mapping[str, Any]) -> None:
+    """Copy the JSON object in `source` to `sink` with `fields` written as its first keys,
+    streaming (a trace is tens of MB); a document that is not an object is copied unchanged."""
+    head = source.read(1 << 16)
+    while head.strip() == b"" and (more := source.read(1 << 16)):
+        head += more
+    body = head.lstrip()
+    if not body.startswith(b"{"):
+        sink.write(head)
+        shutil.copyfileobj(source, sink, 1 << 20)
+        return
+    body = body[1:]
+    while body.strip() == b"" and (more := source.read(1 << 16)):
+        body += more
+    added = json.dumps(dict(fields), separators=(",", ":"))[1:-1].encode()
+    separator = b"" if body.lstrip().startswith(b"}") else b","
+    sink.write(b"{" + added + separator + body)
+    shutil.copyfileobj(source, sink, 1 << 20)

@@ -6,9 +6,11 @@ this rank belongs to; the same collective hands every rank rank 0's
 fresh random *incarnation* (this launch's id: a relaunch after a crash gets a new one).
 `build_topology` (pure) names each group's axis and tier:
 
-- axis: the DeviceMesh dim name when the group is one of the mesh's dims; else the group
+- axis: the user's `axis_overrides` entry for the group's name, description or DeviceMesh dim
+  name; else the DeviceMesh dim name when the group is one of the mesh's dims; else the group
   description (`mesh_<name>` -> `<name>`, `default_pg` -> `world`, as the engine names groups in
-  traces); else `pg<name>`.
+  traces); else `pg<name>`. Mesh dim names and descriptions go through the table of framework
+  names (`vocabulary.canonical_axis`: ``TENSOR_MODEL_PARALLEL_GROUP`` -> ``tp``).
 - tier: `intra_node` when all the group's ranks share one node, else `inter_node`
   (`unknown` when a rank's node is unknown). The node is the node identity
   (docs/definitions.md#node-identity), not the host name: two pods on one node share a node.
@@ -26,14 +28,16 @@ from typing import Any
 
 from mfuscope.agent.node_identity import NodeClaim, Placement, local_claim, place_ranks
 from mfuscope.core.schema import GroupInfo, Topology
-from mfuscope.core.vocabulary import TENSOR_AXIS, axis_from_description
+from mfuscope.core.vocabulary import TENSOR_AXIS, axis_from_description, canonical_axis
 
 __all__ = [
     "GroupSpec",
     "GroupView",
     "RankTopology",
+    "assign_gloo_workers",
     "axis_of_group",
     "build_topology",
+    "discover_gloo_workers",
     "discover_topology",
     "new_incarnation",
 ]
@@ -113,10 +117,16 @@ class RankTopology:
         return Topology(groups=tuple(seen.values()))
 
 
-def axis_of_group(spec: GroupSpec, mesh_axes: Mapping[str, str]) -> str:
+def axis_of_group(
+    spec: GroupSpec, mesh_axes: Mapping[str, str], overrides: Mapping[str, str] | None = None
+) -> str:
     """The axis name of a group (see the module docstring for the rules)."""
+    given = overrides or {}
+    for key in (spec.name, spec.desc, mesh_axes.get(spec.name)):
+        if key and key in given:
+            return given[key]
     if spec.name in mesh_axes:
-        return mesh_axes[spec.name]
+        return canonical_axis(mesh_axes[spec.name])
     named = axis_from_description(spec.desc)
     return named if named is not None else f"pg{spec.name}"
 
@@ -130,6 +140,7 @@ def build_topology(
     mesh_axes: Mapping[str, str] | None = None,
     incarnation: str = "",
     placement: Placement | None = None,
+    axis_overrides: Mapping[str, str] | None = None,
 ) -> RankTopology:
     """Name axes and tiers of `groups` given the host of every rank (`hosts[r]`, None = unknown)
     and their `placement` on nodes (None: each host is its own node).
@@ -161,7 +172,7 @@ def build_topology(
                 name=spec.name,
                 desc=spec.desc,
                 ranks=tuple(spec.ranks),
-                axis=axis_of_group(spec, axes),
+                axis=axis_of_group(spec, axes, axis_overrides),
                 tier=tier,
                 hosts=tuple(known),
                 nodes=tuple(on_nodes),
@@ -229,7 +240,11 @@ def _mesh_axes(mesh: Any) -> dict[str, str]:
     return axes
 
 
-def discover_topology(mesh: Any = None, node_name: str | None = None) -> RankTopology:
+def discover_topology(
+    mesh: Any = None,
+    node_name: str | None = None,
+    axis_overrides: Mapping[str, str] | None = None,
+) -> RankTopology:
     """Rank, local rank, host and node of every rank, groups and the launch's incarnation;
     collective on the default group.
 
@@ -275,6 +290,7 @@ def discover_topology(mesh: Any = None, node_name: str | None = None) -> RankTop
         mesh_axes=_mesh_axes(mesh) if mesh is not None else None,
         incarnation=incarnation,
         placement=placement,
+        axis_overrides=axis_overrides,
     )
 
 
@@ -288,3 +304,88 @@ def _claim_of(entry: Any) -> NodeClaim | None:
 def _incarnation_of(entry: Any) -> str:
     value = entry[1] if isinstance(entry, tuple) and len(entry) > 1 else None
     return value if isinstance(value, str) and value else new_incarnation()
+
+
+# --- gloo worker threads -> process groups -------------------------------------------------
+# A gloo collective is recorded on a worker thread of its group and does not name the group
+# (docs/analyze.md, "Groups of gloo collectives"). Every ProcessGroupGloo starts its own worker
+# threads (`options._threads` of them, named ``pt_gloo_runloop``) in its constructor, so Linux
+# allocates their thread ids in group creation order: sorted, the ids fall into consecutive runs,
+# one run per gloo group this rank belongs to, in the order torch.distributed created them.
+
+GLOO_WORKER_THREAD_NAME = "pt_gloo_runloop"
+
+
+def assign_gloo_workers(
+    groups_in_order: Sequence[tuple[str, int]], worker_tids: Sequence[int]
+) -> dict[int, str] | None:
+    """Worker thread id -> group name, given the rank's gloo groups in creation order with their
+    worker-thread counts and the ids of the process's gloo worker threads.
+
+    None (no map: the groups of gloo collectives stay unknown) when the thread count is not the
+    sum of the groups' counts: threads of a group torch.distributed does not list (a debug
+    wrapper's helper group, a group being torn down) would shift every run.
+    """
+    expected = sum(count for _, count in groups_in_order)
+    if expected == 0 or len(worker_tids) != expected or len(set(worker_tids)) != expected:
+        return None
+    ordered = sorted(worker_tids)
+    workers: dict[int, str] = {}
+    start = 0
+    for name, count in groups_in_order:
+        for tid in ordered[start : start + count]:
+            workers[tid] = name
+        start += count
+    return workers
+
+
+def _gloo_groups_in_order(rank: int) -> list[tuple[str, int]]:
+    """(group name, worker threads) of this rank's gloo groups, in creation order."""
+    import torch
+    from torch.distributed import distributed_c10d as c10d
+
+    found = []
+    for pg, name in list(c10d._world.pg_names.items()):
+        if rank not in c10d._world.pg_group_ranks.get(pg, {}):
+            continue
+        try:
+            backend = pg._get_backend(torch.device("cpu"))
+        except RuntimeError:  # no CPU backend (NCCL only)
+            continue
+        if type(backend).__name__ != "ProcessGroupGloo":
+            continue
+        threads = getattr(getattr(backend, "options", None), "_threads", None)
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"gloo group {name!r} does not say how many worker threads it has")
+        found.append((str(name), threads))
+    return found
+
+
+def _threads_named(name: str, task_dir: str) -> list[int]:
+    tids = []
+    for entry in os.listdir(task_dir):
+        try:
+            with open(os.path.join(task_dir, entry, "comm"), encoding="utf-8") as comm:
+                if comm.read().strip() == name:
+                    tids.append(int(entry))
+        except (OSError, ValueError):
+            continue  # the thread exited meanwhile
+    return tids
+
+
+def discover_gloo_workers(task_dir: str = "/proc/self/task") -> dict[int, str] | None:
+    """This process's gloo worker thread id -> process-group name (see `assign_gloo_workers`);
+    None without torch.distributed, without gloo groups, off Linux, or when the threads found do
+    not match the groups. Call it once the threads have named themselves (the agent does, when a
+    profiled window is analysed), not right after a group is created."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or not os.path.isdir(task_dir):
+        return None
+    try:
+        groups = _gloo_groups_in_order(dist.get_rank())
+    except Exception:  # private torch API: any surprise means no map, never a failed window
+        return None
+    if not groups:
+        return None
+    return assign_gloo_workers(groups, _threads_named(GLOO_WORKER_THREAD_NAME, task_dir))

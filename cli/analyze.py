@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from mfuscope.core.bandwidth import bus_factor
+from mfuscope.core.settings import env_name, parse_mapping
 from mfuscope.core.trace import (
     RankAnalysis,
     TraceError,
@@ -66,11 +68,25 @@ def _byte_count(text: str) -> int:
     return value
 
 
-def _axis_override(text: str) -> tuple[str, str]:
-    group, sep, axis = text.partition("=")
-    if not sep or not group or not axis:
+def _axis_override(text: str) -> dict[str, str]:
+    try:
+        mapping = parse_mapping(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected GROUP=AXIS[,GROUP=AXIS...]: {exc}") from None
+    if not mapping:
         raise argparse.ArgumentTypeError(f"expected GROUP=AXIS, got {text!r}")
-    return group, axis
+    return mapping
+
+
+def _axis_overrides(given: Sequence[Mapping[str, str]]) -> dict[str, str]:
+    """`--axis` entries, else ``MFUSCOPE_AXIS_OVERRIDES`` (the agent's setting, same syntax)."""
+    if given:
+        return {group: axis for mapping in given for group, axis in mapping.items()}
+    text = os.environ.get(env_name("axis_overrides"), "")
+    try:
+        return parse_mapping(text)
+    except ValueError as exc:
+        raise ValueError(f"{env_name('axis_overrides')}: {exc}") from None
 
 
 def _window_range(text: str) -> tuple[float, float]:
@@ -116,7 +132,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="GROUP=AXIS",
-        help="name the axis of a process group (by pg name or description); repeatable",
+        help="name the axis of a process group (by pg name or description, e.g. "
+        "TENSOR_MODEL_PARALLEL_GROUP=tp); comma-separated or repeated; "
+        "default: $MFUSCOPE_AXIS_OVERRIDES",
     )
     windows = parser.add_mutually_exclusive_group()
     windows.add_argument(
@@ -142,7 +160,7 @@ def _analyse_all(
     base = analysis_options(
         device=None,  # per trace, below
         gpus_per_node=args.gpus_per_node,
-        axis_overrides=dict(args.axis),
+        axis_overrides=_axis_overrides(args.axis),
         model_flops_per_step=args.model_flops_per_step,
         recompute_flops_per_step=args.recompute_flops_per_step,
         peak_flops=args.peak_flops or None,
@@ -228,7 +246,7 @@ def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
     if not groups:
         return
     out.append(
-        "  collectives:  op              axis        tier          n        size  count"
+        "  collectives:  op              axis        tier              n        size  count"
         "    mean ms  busbw GB/s"
     )
     for (op, axis, tier, n, size), times in sorted(
@@ -241,9 +259,14 @@ def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
             else f"{len(times) * size * bus_factor(op, n) / total / 1e9:10.3f}"
         )
         out.append(
-            f"                {op:<15} {axis:<11} {tier:<11} {n or '?':>3} {_size(size):>11}"
+            f"                {op:<15} {axis:<11} {tier:<11} {_group_size(n):>7} {_size(size):>11}"
             f"  {len(times):>5} {total / len(times) * 1e3:10.3f}  {busbw}"
         )
+
+
+def _group_size(n: int | None) -> str:
+    """The group size column: ``unknown`` when the trace does not say (never the world size)."""
+    return "unknown" if n is None else str(n)
 
 
 def format_table(ranks: Sequence[RankAnalysis]) -> str:

@@ -35,8 +35,9 @@ class CollectiveAcc:
             # `bytes` is the per-call size S; `seconds` covers all `count` calls (schema).
             size = float(c.bytes) * c.count
             self.bytes += size
-            self.bus_bytes += size * bus_factor(c.op, c.group_size)
-            self.sized_seconds += c.seconds
+            if c.group_size is not None:  # the bus factor needs n: no bus bytes without it
+                self.bus_bytes += size * bus_factor(c.op, c.group_size)
+                self.sized_seconds += c.seconds
 
     @classmethod
     def from_sums(cls, values: tuple[float, ...]) -> CollectiveAcc:

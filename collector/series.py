@@ -61,7 +61,8 @@ _COLLECTIVE_COUNTERS: tuple[tuple[str, str, str, _CollectiveField], ...] = (
     (
         "sized_seconds",
         "s",
-        "duration of the collective calls whose size is known (the busbw denominator), seconds",
+        "duration of the collective calls whose size and group size are known (the busbw "
+        "denominator), seconds",
         lambda c: c.sized_seconds,
     ),
     (

@@ -62,8 +62,9 @@ class ComponentTotals:
 @dataclass(frozen=True)
 class CollectiveTotals:
     """Cumulative totals of one ``(op, axis, tier)``. `bytes` sums the nccl-tests size S over the
-    calls whose size is known; `bus_bytes` is S times the bus factor; `sized_seconds` is the
-    duration of exactly those calls, so ``bus_bytes / sized_seconds`` is busbw."""
+    calls whose size is known; `bus_bytes` is S times the bus factor, over the calls whose size
+    and group size are both known (the factor needs n); `sized_seconds` is the duration of exactly
+    those calls, so ``bus_bytes / sized_seconds`` is busbw."""
 
     op: str
     axis: str

@@ -35,6 +35,8 @@ Semantics:
   Empty means "no profiled window yet". ``axis``/``tier`` are set on ``exposed_comm`` only.
 - ``collectives`` appear only on the report of a profiled step, once per observed
   ``(op, axis, tier, group_size, bytes)``, so counters built from them never double count.
+  ``group_size`` is ``null`` (since 1.1; absent reads as ``null``) when the rank could not tell
+  which group ran the collective: its time and bytes still count, its bus bytes cannot.
 - ``health`` counters are cumulative for the rank's agent process (monotonic).
 - ``incarnation`` (since 1.1) names one launch of the job: made when the agents start, the same
   on every rank of that launch, different after a crash and relaunch under the same job name.
@@ -154,7 +156,7 @@ class CollectiveSample:
     op: str
     axis: str
     tier: str
-    group_size: int
+    group_size: int | None  # None: the group is unknown (never the world size in its place)
     bytes: int | None  # None: size unknown (e.g. a kernel without metadata)
     count: int
     seconds: float
@@ -247,6 +249,7 @@ def _parse_component(raw: Any, path: str) -> ComponentShare:
 def _parse_collective(raw: Any, path: str) -> CollectiveSample:
     obj = _obj(raw, path)
     size = obj.get("bytes")
+    group_size = obj.get("group_size")
     seconds = _float(_get(obj, "seconds", f"{path}."), f"{path}.seconds", hi=MAX_STEP_SECONDS)
     if 0 < seconds < MIN_COLLECTIVE_SECONDS:
         raise SchemaError(f"{path}.seconds", f"{seconds!r} is below {MIN_COLLECTIVE_SECONDS} s")
@@ -259,9 +262,9 @@ def _parse_collective(raw: Any, path: str) -> CollectiveSample:
         op=_enum(_get(obj, "op", f"{path}."), f"{path}.op", COLLECTIVE_OPS),
         axis=_str(_get(obj, "axis", f"{path}."), f"{path}.axis"),
         tier=_enum(_get(obj, "tier", f"{path}."), f"{path}.tier", TIERS),
-        group_size=_int(
-            _get(obj, "group_size", f"{path}."), f"{path}.group_size", lo=1, hi=MAX_WORLD_SIZE
-        ),
+        group_size=None
+        if group_size is None
+        else _int(group_size, f"{path}.group_size", lo=1, hi=MAX_WORLD_SIZE),
         bytes=None if size is None else _int(size, f"{path}.bytes", hi=MAX_BYTES),
         count=_int(_get(obj, "count", f"{path}."), f"{path}.count", lo=1, hi=1 << 32),
         seconds=seconds,

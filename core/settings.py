@@ -6,7 +6,8 @@ caller passes the environment in, so nothing here reads it.
 
 Environment text converts to the setting's annotated type: ``1/true/yes/on`` and
 ``0/false/no/off`` for booleans, numbers for int and float, and an empty value means "not set"
-(None) for an optional setting.
+(None) for an optional setting, and ``key=value,key=value`` for a mapping (e.g. the axis names of
+process groups, ``MFUSCOPE_AXIS_OVERRIDES=TENSOR_MODEL_PARALLEL_GROUP=tp,3=dp``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["ENV_PREFIX", "Setting", "env_name", "parse_bool", "parse_setting_text", "pick_settings"]
+__all__ = [
+    "ENV_PREFIX",
+    "Setting",
+    "env_name",
+    "parse_bool",
+    "parse_mapping",
+    "parse_setting_text",
+    "pick_settings",
+]
 
 ENV_PREFIX = "MFUSCOPE_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -64,6 +73,23 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"expected a boolean (1/0, true/false), got {text!r}")
 
 
+def parse_mapping(text: str) -> dict[str, str]:
+    """``key=value,key=value`` -> a dict (spaces around items ignored); ValueError for an item
+    without ``=``, with an empty key or value, or a key given twice."""
+    mapping: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise ValueError(f"expected key=value items separated by commas, got {item.strip()!r}")
+        if key in mapping:
+            raise ValueError(f"{key!r} is given twice")
+        mapping[key] = value
+    return mapping
+
+
 def parse_setting_text(text: str, annotation: str) -> object:
     """`text` converted to the type `annotation` names (a dataclass field's annotation as written,
     e.g. ``"float | None"``). Raises ValueError for text that is not of that type."""
@@ -76,4 +102,6 @@ def parse_setting_text(text: str, annotation: str) -> object:
         return int(text)
     if annotation.startswith("float"):
         return float(text)
+    if annotation.startswith("Mapping"):
+        return parse_mapping(text)
     return text

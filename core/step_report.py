@@ -212,15 +212,18 @@ def components_for(breakdown: Breakdown, wall_s: float) -> tuple[ComponentShare,
 def collective_samples(records: Iterable[CollectiveLike]) -> tuple[CollectiveSample, ...]:
     """Aggregate collective records per (op, axis, tier, group_size, bytes).
 
-    Records whose op is not an nccl-tests collective name or whose group size is unknown (None)
-    or not positive are left out (the schema would reject them).
-    `overlapped_s = seconds * overlapped_ratio`.
+    Records whose op is not an nccl-tests collective name are left out (the schema would reject
+    them). A group size that is unknown (None, or not positive) stays None: the collective's time
+    and bytes count, and it gets no bus bytes downstream. `overlapped_s = seconds *
+    overlapped_ratio`.
     """
-    totals: dict[tuple[str, str, str, int, int | None], list[float]] = {}
+    totals: dict[tuple[str, str, str, int | None, int | None], list[float]] = {}
     for record in records:
         group_size = record.group_size
-        if record.op not in COLLECTIVE_OPS or group_size is None or group_size < 1:
+        if record.op not in COLLECTIVE_OPS:
             continue
+        if group_size is not None and group_size < 1:
+            group_size = None
         seconds = _finite(record.seconds)
         ratio = (
             min(max(record.overlapped_ratio, 0.0), 1.0)
@@ -245,7 +248,8 @@ def collective_samples(records: Iterable[CollectiveLike]) -> tuple[CollectiveSam
             overlapped_s=min(overlapped, seconds),
         )
         for (op, axis, tier, group_size, size), (count, seconds, overlapped) in sorted(
-            totals.items(), key=lambda item: (item[0][:4], item[0][4] or -1)
+            totals.items(),
+            key=lambda item: (item[0][:3], item[0][3] or -1, item[0][4] or -1),
         )
     )
 

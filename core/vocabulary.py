@@ -5,7 +5,8 @@ validates against these tuples and the engine, agent, collector and report all i
 Naming a process group's parallelism axis from its description follows PyTorch: the groups a
 DeviceMesh creates are named ``mesh_<dim name>`` and the default group ``default_pg``; groups made
 with ``new_group(group_desc=...)`` carry the user's description, and groups without one say
-``undefined``.
+``undefined``. Names that frameworks give their groups map to mfuscope's short axis names through
+one table, `FRAMEWORK_AXIS_NAMES` (docs/definitions.md#axes).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ __all__ = [
     "AXIS_UNKNOWN",
     "COLLECTIVE_OPS",
     "COMPONENTS",
+    "FRAMEWORK_AXIS_NAMES",
     "KERNEL_CLASSES",
     "P2P_OPS",
     "PEAK_SOURCES",
@@ -26,6 +28,7 @@ __all__ = [
     "WAITING_COMPONENTS",
     "WORLD_AXIS",
     "axis_from_description",
+    "canonical_axis",
 ]
 
 # The buckets that partition a step's wall time; `bubble` is split into its two parts so the
@@ -75,16 +78,66 @@ PIPELINE_AXIS = "pp"
 TENSOR_AXIS = "tp"
 AXIS_UNKNOWN = "unknown"
 _MESH_PREFIX = "mesh_"
+# Megatron-core also builds a gloo twin of some groups, named like the group plus this suffix.
+_GLOO_TWIN_SUFFIX = "_GLOO"
+
+# Process-group descriptions and DeviceMesh dim names that common frameworks use -> the axis.
+# Megatron-core (also used by NeMo) names its groups in `parallel_state.initialize_model_parallel`
+# (``new_group(group_desc=...)``); the axis is the short key Megatron-core itself gives each
+# group's communicator options there. Lightning's ModelParallelStrategy and DeepSpeed name their
+# DeviceMesh dims in words. A name that is not here is kept as it is (torchtitan's mesh dims
+# ``dp_shard``, ``dp_replicate``, ``cp``, ``tp``, ``pp``, ``ep`` are already short).
+FRAMEWORK_AXIS_NAMES: dict[str, str] = {
+    # Megatron-core / NeMo
+    "TENSOR_MODEL_PARALLEL_GROUP": TENSOR_AXIS,
+    "PIPELINE_MODEL_PARALLEL_GROUP": PIPELINE_AXIS,
+    "DATA_PARALLEL_GROUP": "dp",
+    "CONTEXT_PARALLEL_GROUP": "cp",
+    "EXPERT_MODEL_PARALLEL_GROUP": "ep",
+    "DATA_PARALLEL_GROUP_WITH_CP": "dp_cp",
+    "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP": "intra_dp_cp",
+    "INTER_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP": "inter_dp_cp",
+    "MODEL_PARALLEL_GROUP": "mp",
+    "EMBEDDING_GROUP": "embd",
+    "POSITION_EMBEDDING_GROUP": "pos_embd",
+    "TENSOR_AND_DATA_PARALLEL_GROUP": "tp_dp",
+    "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP": "tp_dp_cp",
+    "TENSOR_AND_CONTEXT_PARALLEL_GROUP": "tp_cp",
+    "EXPERT_TENSOR_PARALLEL_GROUP": "ep_tp",
+    "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP": "tp_ep_mp",
+    "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP": "tp_ep_pp",
+    "EXPERT_DATA_PARALLEL_GROUP": "ep_dp",
+    # DeviceMesh dim names in words: Lightning ModelParallelStrategy ("data_parallel",
+    # "tensor_parallel"), DeepSpeed ("data_parallel", "sequence_parallel"), and their kin.
+    "data_parallel": "dp",
+    "tensor_parallel": TENSOR_AXIS,
+    "pipeline_parallel": PIPELINE_AXIS,
+    "context_parallel": "cp",
+    "sequence_parallel": "sp",
+    "expert_parallel": "ep",
+    "model_parallel": "mp",
+}
+
+
+def canonical_axis(name: str) -> str:
+    """The axis a group or mesh-dim `name` stands for: `FRAMEWORK_AXIS_NAMES` (a Megatron-core
+    gloo twin ``<NAME>_GLOO`` like ``<NAME>``), else `name` itself."""
+    if name in FRAMEWORK_AXIS_NAMES:
+        return FRAMEWORK_AXIS_NAMES[name]
+    if name.endswith(_GLOO_TWIN_SUFFIX):
+        return FRAMEWORK_AXIS_NAMES.get(name[: -len(_GLOO_TWIN_SUFFIX)], name)
+    return name
 
 
 def axis_from_description(desc: str) -> str | None:
-    """``mesh_<dim>`` -> ``<dim>``, ``default_pg`` -> ``world``, any other description -> itself;
-    None when the description says nothing (empty or ``undefined``)."""
+    """``mesh_<dim>`` -> ``<dim>``, ``default_pg`` -> ``world``, any other description -> itself,
+    each through `canonical_axis` (``TENSOR_MODEL_PARALLEL_GROUP`` -> ``tp``); None when the
+    description says nothing (empty or ``undefined``)."""
     desc = desc.strip()
     if desc.startswith(_MESH_PREFIX) and len(desc) > len(_MESH_PREFIX):
-        return desc[len(_MESH_PREFIX) :]
+        return canonical_axis(desc[len(_MESH_PREFIX) :])
     if desc == "default_pg":
         return WORLD_AXIS
     if desc and desc != "undefined":
-        return desc
+        return canonical_axis(desc)
     return None

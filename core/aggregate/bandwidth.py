@@ -62,13 +62,14 @@ class TierBandwidth:
 def bandwidth_by_tier(run: RunData) -> tuple[TierBandwidth, ...]:
     """Points, spec lines and alpha-beta fit per tier, in vocabulary tier order.
 
-    Collectives of unknown size or zero duration carry no bandwidth and are left out.
+    Collectives of unknown size, unknown group size (the bus factor needs n) or zero duration
+    carry no bandwidth and are left out.
     """
     calls: dict[tuple[str, str, str, int, int], list[tuple[int, float]]] = {}
     for rank in run.ranks:
         for step in rank.steps:
             for c in step.collectives:
-                if c.bytes is None or c.seconds <= 0:
+                if c.bytes is None or c.group_size is None or c.seconds <= 0:
                     continue
                 key = (c.tier, c.op, c.axis, c.group_size, c.bytes)
                 calls.setdefault(key, []).append((c.count, c.seconds))

@@ -87,6 +87,8 @@ class KinetoTrace(msgspec.Struct, frozen=True, gc=False):
     # Set by `read_trace` to the `_columns.DeviceColumns` its selection read; used only when
     # it is one (a JSON document can hold no such object).
     columns: Any = msgspec.field(name="mfuscope:columns", default=None)
+    # What the mfuscope agent adds to the traces it keeps (`_gloo.trace_worker_groups`).
+    mfuscope: Any = msgspec.field(name="mfuscope", default=None)
 
 
 # The categories Kineto writes (libkineto ActivityType names, flow-event and PyTorch 1.8-era

@@ -8,7 +8,10 @@ What torch 2.x writes for a gloo job (verified on traces recorded here, see FACT
 - the ``c10d::*`` operators on the training threads only enqueue work: they are neither compute
   nor communication, and are cut out of the compute time of their thread;
 - process groups appear only in ``distributedInfo.pg_config``: an annotation does not say which
-  group it belongs to, so the group is known only when the trace has a single multi-rank group.
+  group it belongs to. Each group has worker threads of its own, so the thread -> group map that
+  the live agent discovers (`AnalysisOptions.gloo_worker_groups`, or the trace's own
+  ``mfuscope.gloo_worker_groups``, `worker_groups`) names the group of every annotation on a
+  mapped thread; without it the group is known only when the trace has a single multi-rank group.
 
 Compute is the time any training thread (every thread that is not a gloo worker) runs an
 operator. Step N's window runs from the start of ``ProfilerStep#N`` to the start of the next
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from mfuscope.core.trace._collectives import (
@@ -37,6 +42,7 @@ from mfuscope.core.trace._scan import Event, ScannedEvents
 from mfuscope.core.trace._steps import CpuStep
 from mfuscope.core.trace._trace_model import CommActivity, RankContext, StepWindow, Timeline
 from mfuscope.core.trace._windows import choose_windows
+from mfuscope.core.trace.worker_groups import worker_groups_from_trace
 from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
 
 __all__ = ["cpu_timeline"]
@@ -117,7 +123,32 @@ class _GlooGroup:
             )
 
 
-def _comm_activity(event: Event, group: _GlooGroup) -> CommActivity:
+@dataclass(frozen=True)
+class _WorkerGroup:
+    """The group of the annotations on one mapped worker thread."""
+
+    axis: str
+    size: int | None
+    tier: str
+    unknown_reason: str | None
+
+
+def _groups_by_thread(
+    worker_groups: Mapping[int, str] | None, groups: ProcessGroups, view: TopologyView
+) -> dict[Any, _WorkerGroup]:
+    """Worker thread id -> its group, for the threads whose group the trace's table lists."""
+    by_thread: dict[Any, _WorkerGroup] = {}
+    for tid, name in (worker_groups or {}).items():
+        group = groups.by_name.get(name)
+        if group is None:
+            continue
+        size = group.size or (len(group.ranks) if group.ranks else None)
+        reason = None if size is not None else f"process group {name!r} does not give its size"
+        by_thread[tid] = _WorkerGroup(view.axis(group), size, view.tier(group.ranks, size), reason)
+    return by_thread
+
+
+def _comm_activity(event: Event, group: _GlooGroup | _WorkerGroup) -> CommActivity:
     start = float(event.ts)
     duration = float(event.dur or 0.0)
     op = normalise_op(event.name)
@@ -155,6 +186,10 @@ def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
     step_threads = {e.tid for e in scanned.annotations if e.name.startswith("ProfilerStep#")}
     workers = _gloo_threads(scanned, step_threads)
     group = _GlooGroup(context.groups, context.view)
+    worker_groups = context.gloo_worker_groups
+    if worker_groups is None:
+        worker_groups = worker_groups_from_trace(trace.mfuscope)
+    by_thread = _groups_by_thread(worker_groups, context.groups, context.view)
 
     comms: list[CommActivity] = []
     ops: dict[Any, list[Interval]] = defaultdict(list)
@@ -162,7 +197,7 @@ def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
     for event in scanned.annotations:
         name = event.name
         if name.startswith(_GLOO_PREFIX):
-            comms.append(_comm_activity(event, group))
+            comms.append(_comm_activity(event, by_thread.get(event.tid, group)))
             start = float(event.ts)
             holes[event.tid].append((start, start + float(event.dur or 0.0)))
     for event in scanned.cpu_ops:

@@ -6,6 +6,7 @@ converts its results to seconds: no per-event unit conversion on the hot path.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -81,6 +82,9 @@ class RankContext:
     groups: ProcessGroups
     columns: DeviceColumns | None
     windows: WindowRequest = field(default_factory=lambda: WindowRequest())
+    # gloo worker thread id -> process-group name (`AnalysisOptions.gloo_worker_groups`, else
+    # the trace's own ``mfuscope`` key); None when neither says.
+    gloo_worker_groups: Mapping[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,14 @@ def build_timeline(trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOpti
         )
         groups = ProcessGroups((kineto.distributed_info or {}).get("pg_config"))
         context = RankContext(
-            rank, world_size, offset_s, view, groups, columns, options.window_request
+            rank,
+            world_size,
+            offset_s,
+            view,
+            groups,
+            columns,
+            options.window_request,
+            gloo_worker_groups=options.gloo_worker_groups,
         )
         if on_device:
             return gpu_timeline(kineto, scanned, context)

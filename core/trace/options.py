@@ -49,6 +49,7 @@ def analysis_options(
     peak_flops: float | None = None,
     window_annotation: str | None = None,
     window_range_us: tuple[float, float] | None = None,
+    gloo_worker_groups: Mapping[int, str] | None = None,
 ) -> AnalysisOptions:
     """The engine's options for one rank on `device` (see `link_models` for the links).
     `window_annotation` / `window_range_us` choose the windows of a trace without
@@ -63,6 +64,7 @@ def analysis_options(
         links=link_models(device, detected),
         window_annotation=window_annotation,
         window_range_us=window_range_us,
+        gloo_worker_groups=dict(gloo_worker_groups) if gloo_worker_groups else None,
     )
 
 

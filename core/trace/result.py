@@ -61,6 +61,9 @@ class AnalysisOptions:
     - `window_annotation`: analyse the ranges of this annotation (a ``record_function`` name)
       instead of the profiler steps; `window_range_us`: one window ``(start, end)`` on the
       trace's ``ts`` clock (microseconds). Neither: profiler steps, else the whole trace.
+    - `gloo_worker_groups`: gloo worker thread id (the trace's ``tid``) -> the name of the process
+      group the thread works for, as the live agent discovers it (docs/analyze.md, "Groups of
+      gloo collectives"); None: the trace's own ``mfuscope.gloo_worker_groups`` if it has one.
     """
 
     gpus_per_node: int | None = None
@@ -72,6 +75,7 @@ class AnalysisOptions:
     links: Mapping[str, LinkModel] | None = None
     window_annotation: str | None = None
     window_range_us: tuple[float, float] | None = None
+    gloo_worker_groups: Mapping[int, str] | None = None
 
     @property
     def window_request(self) -> WindowRequest:
@@ -96,6 +100,9 @@ class AnalysisOptions:
         for key, axis in self.axis_overrides.items():
             if not isinstance(key, str) or not isinstance(axis, str) or not axis:
                 raise ValueError(f"axis_overrides entries must be str -> non-empty str: {key!r}")
+        for tid, name in (self.gloo_worker_groups or {}).items():
+            if isinstance(tid, bool) or not isinstance(tid, int) or not isinstance(name, str):
+                raise ValueError(f"gloo_worker_groups entries must be int -> str: {tid!r}")
         if self.links is not None:
             for tier, link in self.links.items():
                 if not isinstance(link, LinkModel):

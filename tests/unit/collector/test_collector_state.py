@@ -378,3 +378,23 @@ def test_compute_class_seconds_sum_over_ranks_and_only_where_reported() -> None:
     assert s[("mfuscope_compute_class_seconds_total", ("job-a", "gemm"))] == 1.0
     assert s[("mfuscope_compute_class_seconds_total", ("job-a", "elementwise_norm_reduce"))] == 0.5
     assert ("mfuscope_compute_class_seconds_total", ("job-a", "attention")) not in s
+
+
+def test_collectives_of_unknown_group_size_count_without_bus_bytes() -> None:
+    collectives = [
+        {"op": "all_reduce", "axis": "unknown", "tier": "intra_node", "group_size": None,
+         "bytes": 1000, "count": 2, "seconds": 0.5, "overlapped_s": 0.0},
+        {"op": "all_reduce", "axis": "unknown", "tier": "intra_node", "bytes": 10,
+         "count": 1, "seconds": 0.1, "overlapped_s": 0.0},  # absent reads as null (1.0 batches)
+    ]  # fmt: skip
+    collector, _ = _new()
+    _ingest(collector, batch_dict(reports=[report_dict(1, collectives=collectives)]))
+    s = _series(collector)
+    key = ("job-a", "all_reduce", "unknown", "intra_node")
+    assert s[("mfuscope_collective_calls_total", key)] == 3
+    assert s[("mfuscope_collective_seconds_total", key)] == pytest.approx(0.6)
+    assert s[("mfuscope_collective_bytes_total", key)] == 2010
+    # The bus factor needs n: no bus bytes, no busbw time, no busbw.
+    assert s[("mfuscope_collective_bus_bytes_total", key)] == 0
+    assert s[("mfuscope_collective_sized_seconds_total", key)] == 0
+    assert ("mfuscope_collective_bus_bandwidth_bytes_per_second", key[0::2]) not in s

@@ -220,3 +220,15 @@ def test_a_collective_shorter_than_a_nanosecond_is_refused() -> None:
     with pytest.raises(s.SchemaError) as info:
         s.parse_batch(body)
     assert info.value.field == "reports[0].collectives[0].seconds"
+
+
+@pytest.mark.parametrize("given", [{"group_size": None}, {}])
+def test_an_unknown_group_size_is_null(given: dict[str, object]) -> None:
+    body = _batch()
+    collective = body["reports"][0]["collectives"][0]
+    del collective["group_size"]
+    collective.update(given)
+    batch = s.parse_batch(body)
+    assert batch.reports[0].collectives[0].group_size is None
+    assert s.batch_to_dict(batch)["reports"][0]["collectives"][0]["group_size"] is None
+    assert s.parse_batch(json.loads(s.batch_to_json(batch))) == batch

@@ -81,7 +81,7 @@ def test_empty_windows_give_no_breakdown() -> None:
     assert breakdown_from_steps([Decomposition(step=1, wall_s=0.0, compute_s=0.0)], 1) is None
 
 
-def test_collectives_aggregate_per_key_and_skip_unknown_ops() -> None:
+def test_collectives_aggregate_per_key_skip_unknown_ops_and_keep_unknown_groups() -> None:
     records = [
         Record("all_reduce", "dp", "inter_node", 16, 1000, 0.5, 0.5),
         Record("all_reduce", "dp", "inter_node", 16, 1000, 0.25, 1.0),
@@ -89,11 +89,16 @@ def test_collectives_aggregate_per_key_and_skip_unknown_ops() -> None:
         Record("all_gather", "", "intra_node", 8, None, 0.2, float("nan")),
         Record("barrier", "dp", "inter_node", 16, 0, 0.1, 0.0),
         Record("send", "pp", "inter_node", 0, 10, 0.1, 0.0),
+        Record("all_reduce", "unknown", "intra_node", None, 40, 0.3, 0.0),
     ]
+    # A group size that is unknown (None, or not positive) stays null: the collective's time and
+    # bytes still count (never the world size in its place).
     assert collective_samples(records) == (
         CollectiveSample("all_gather", "unknown", "intra_node", 8, None, 1, 0.2, 0.0),
         CollectiveSample("all_reduce", "dp", "inter_node", 16, 1000, 2, 0.75, 0.5),
         CollectiveSample("all_reduce", "dp", "inter_node", 16, 2000, 1, 0.1, 0.0),
+        CollectiveSample("all_reduce", "unknown", "intra_node", None, 40, 1, 0.3, 0.0),
+        CollectiveSample("send", "pp", "inter_node", None, 10, 1, 0.1, 0.0),
     )
 
 

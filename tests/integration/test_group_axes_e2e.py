@@ -1,0 +1,140 @@
+"""A real 4-rank gloo job on a 2 x 2 (dp, tp) layout, through the real agent to a real collector:
+every collective lands on its own group's axis with n = 2, never on ``unknown`` or the world size.
+
+Hand derivation (`tests/support/mesh_job.py`: WIDTH 32, HIDDEN 64, BATCH 8, fp32, the profiled
+window is steps 1-2 on each of the 4 ranks, so every per-rank-step amount counts 8 times; every
+group has n = 2 ranks):
+- dp, `mesh` and `megatron`: each rank all-reduces its local gradient shards over its dp group:
+  up (HIDDEN/2 x WIDTH) and down (WIDTH x HIDDEN/2), 32 x 32 x 4 B = 4096 B each, 8192 B per
+  rank-step -> 65,536 B;
+- dp, `fsdp_tp` (FSDP2 over dp around the TP model): one all_gather of the root's parameters per
+  step (FSDP2 keeps the root unsharded from forward to backward), S = the gathered tp-local
+  parameters, 8192 B -> 65,536 B; the gradient reduce-scatter, which gloo runs as an all_reduce
+  of the whole 8192 B gradient -> 65,536 B;
+- tp: the row-parallel output (BATCH x WIDTH) = 8 x 32 x 4 B = 1024 B is all-reduced in forward;
+  the DTensor jobs' input needs no gradient (no backward all_reduce): 1024 B per rank-step ->
+  8,192 B. The Megatron-style job's differentiable all_reduce also all-reduces its gradient in
+  backward: 2048 B per rank-step -> 16,384 B;
+- bus bytes / bytes with n = 2: all_reduce 2(n-1)/n = 1 (it would read 1.5 with the world size
+  n = 4), all_gather (n-1)/n = 1/2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mfuscope.core.trace import analyze_trace, read_trace
+
+from tests.support.collector_process import CollectorProcess
+
+pytestmark = pytest.mark.slow
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+ROOT = SUPPORT.parents[1]
+TORCHRUN = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=4"]
+RANK_STEPS = 4 * 2  # 4 ranks x the 2 profiled steps
+GRADS = RANK_STEPS * 2 * 32 * 32 * 4  # both tp-local weight shards, every profiled rank-step
+OUTPUT = RANK_STEPS * 8 * 32 * 4  # the row-parallel output, every profiled rank-step
+# (op, axis) -> collective bytes S summed at the collector.
+EXPECTED = {
+    "mesh": {("all_reduce", "dp"): GRADS, ("all_reduce", "tp"): OUTPUT},
+    "megatron": {("all_reduce", "dp"): GRADS, ("all_reduce", "tp"): 2 * OUTPUT},
+    "fsdp_tp": {
+        ("all_gather", "dp"): GRADS,
+        ("all_reduce", "dp"): GRADS,
+        ("all_reduce", "tp"): OUTPUT,
+    },
+}
+BUS_FACTOR_N2 = {"all_reduce": 2 * (2 - 1) / 2, "all_gather": (2 - 1) / 2}
+_SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
+
+
+@pytest.fixture
+def collector(tmp_path: Path) -> Iterator[CollectorProcess]:
+    process = CollectorProcess(tmp_path)
+    yield process
+    process.stop()
+
+
+def run_layout(layout: str, collector: CollectorProcess, out: Path) -> None:
+    temp = out / "tmp"
+    temp.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MFUSCOPE_")}
+    env.update(OMP_NUM_THREADS="1", TMPDIR=str(temp), PYTHONPATH=str(ROOT))
+    command = [*TORCHRUN, str(SUPPORT / "mesh_job.py"), "--layout", layout]
+    command += ["--collector-url", collector.url, "--out", str(out)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+
+
+def metrics(collector: CollectorProcess, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    """Samples of one metric family: labels -> value."""
+    with urllib.request.urlopen(collector.url + "/metrics", timeout=30) as response:
+        lines = response.read().decode().splitlines()
+    samples = {}
+    for line in lines:
+        match = _SAMPLE.match(line)
+        if match and match.group(1) == name:
+            labels = frozenset(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+            samples[labels] = float(match.group(3))
+    return samples
+
+
+def by_op_axis(samples: dict[frozenset[tuple[str, str]], float], job: str) -> dict[Any, float]:
+    return {
+        (dict(labels)["op"], dict(labels)["axis"]): value
+        for labels, value in samples.items()
+        if ("job", job) in labels
+    }
+
+
+@pytest.mark.parametrize("layout", list(EXPECTED))
+def test_every_collective_has_its_groups_axis_and_size(
+    layout: str, collector: CollectorProcess, tmp_path: Path
+) -> None:
+    run_layout(layout, collector, tmp_path)
+    job = f"groups-{layout}"
+    expected = EXPECTED[layout]
+
+    exposed = {
+        dict(labels)["axis"]: value
+        for labels, value in metrics(collector, "mfuscope_step_component_seconds_total").items()
+        if {("job", job), ("component", "exposed_comm")} <= labels
+    }
+    assert set(exposed) == {"dp", "tp"}, exposed
+    assert all(seconds > 0 for seconds in exposed.values())
+
+    sent = by_op_axis(metrics(collector, "mfuscope_collective_bytes_total"), job)
+    bus = by_op_axis(metrics(collector, "mfuscope_collective_bus_bytes_total"), job)
+    assert sent == expected
+    for op, axis in expected:
+        assert bus[(op, axis)] / sent[(op, axis)] == pytest.approx(BUS_FACTOR_N2[op])
+
+    # What the agents sent: every collective with n = 2, none of unknown group.
+    with_n = {(op, axis, 2) for op, axis in expected}
+    for rank in range(4):
+        lines = (tmp_path / f"reports-{rank}.jsonl").read_text().splitlines()
+        collectives = {
+            (c["op"], c["axis"], c["group_size"])
+            for line in lines
+            for report in json.loads(line)["reports"]
+            for c in report["collectives"]
+        }
+        assert collectives == with_n, rank
+
+    # A kept trace carries the agent's worker-thread map: offline analysis agrees.
+    kept = sorted((tmp_path / "kept").glob("*.json.gz"))
+    assert len(kept) == 4
+    for path in kept:
+        steps = analyze_trace(read_trace(path)).steps
+        offline = {(c.op, c.axis, c.group_size) for s in steps for c in s.collectives}
+        assert offline == with_n, path.name

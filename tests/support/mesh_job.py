@@ -1,0 +1,141 @@
+"""A 4-rank gloo job on a 2 x 2 (dp, tp) layout, instrumented with the mfuscope agent.
+
+Run under torchrun (`tests/integration/test_group_axes_e2e.py` does):
+
+    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=4 tests/support/mesh_job.py \
+        --layout mesh --collector-url http://127.0.0.1:PORT --out DIR
+
+`--layout mesh`: ``init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))``, a DTensor MLP
+(ColwiseParallel then RowwiseParallel on the tp mesh: one tp all_reduce forward, one backward),
+and an explicit all_reduce of every gradient over the dp mesh group.
+`--layout megatron`: the same communication on groups made the way Megatron-core makes them,
+``new_group(ranks, group_desc="DATA_PARALLEL_GROUP")`` (dp groups first, as Megatron-core does)
+and ``"TENSOR_MODEL_PARALLEL_GROUP"``, with a hand-written tensor-parallel MLP.
+
+Every all_reduce runs on a group of n = 2 ranks. Each rank writes its reports to
+``DIR/reports-{rank}.jsonl`` and keeps its profiled window's trace in ``DIR/kept``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_fn
+from mfuscope.agent import Agent
+from torch import nn
+
+WIDTH, HIDDEN, BATCH = 32, 64, 8
+STEPS = 5
+
+
+class MLP(nn.Module):
+    def __init__(self, width: int, hidden: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(width, hidden, bias=False)
+        self.down = nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def _mesh_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    model = parallelize_module(
+        MLP(WIDTH, HIDDEN), mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()}
+    )
+    return model, mesh.get_group("dp"), mesh
+
+
+def _fsdp_tp_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
+    """The torchtitan 2-D layout: DTensor TP inside, FSDP2 sharding over dp outside."""
+    from torch.distributed.fsdp import fully_shard
+
+    model, _, mesh = _mesh_layout()
+    fully_shard(model, mesh=mesh["dp"])  # type: ignore[index]
+    return model, None, mesh
+
+
+class _MegatronMLP(nn.Module):
+    """Column-parallel up, row-parallel down, the sum over tp by a differentiable all_reduce."""
+
+    def __init__(self, tp: dist.ProcessGroup) -> None:
+        super().__init__()
+        self.tp = tp
+        self.up = nn.Linear(WIDTH, HIDDEN // 2, bias=False)
+        self.down = nn.Linear(HIDDEN // 2, WIDTH, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # torch.distributed.nn's all_reduce also all-reduces the gradient in backward.
+        return dist_fn.all_reduce(self.down(torch.relu(self.up(x))), group=self.tp)
+
+
+def _megatron_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
+    rank = dist.get_rank()
+    groups = {}
+    for desc, layout in (
+        ("DATA_PARALLEL_GROUP", ([0, 2], [1, 3])),
+        ("TENSOR_MODEL_PARALLEL_GROUP", ([0, 1], [2, 3])),
+    ):
+        for ranks in layout:
+            group = dist.new_group(ranks, group_desc=desc)
+            if rank in ranks:
+                groups[desc] = group
+    return _MegatronMLP(groups["TENSOR_MODEL_PARALLEL_GROUP"]), groups["DATA_PARALLEL_GROUP"], None
+
+
+LAYOUTS = {"mesh": _mesh_layout, "megatron": _megatron_layout, "fsdp_tp": _fsdp_tp_layout}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layout", choices=tuple(LAYOUTS), required=True)
+    parser.add_argument("--collector-url", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model, dp, mesh = LAYOUTS[args.layout]()
+    rank = dist.get_rank()
+    agent = Agent(
+        job=f"groups-{args.layout}",
+        collector_url=args.collector_url,
+        jsonl_path=str(args.out / "reports-{rank}.jsonl"),
+        mesh=mesh,
+        flops_per_step=1e6,
+        peak_flops=1e9,
+        profile_first_step=1,
+        profile_steps=2,
+        profile_every_steps=1000,
+        profile_max_overhead_ratio=1.0,
+        keep_traces=1,
+        keep_traces_dir=str(args.out / "kept"),
+        flush_interval_s=0.2,
+        hardware_counters=False,
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    data = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(rank // 2))
+    for _ in range(STEPS):
+        with agent.step():
+            optimizer.zero_grad()
+            model(data).square().mean().backward()
+            for p in model.parameters() if dp is not None else ():  # FSDP2 reduces its own
+                grad = p.grad
+                local = grad.to_local() if hasattr(grad, "to_local") else grad
+                dist.all_reduce(local, group=dp)
+            optimizer.step()
+    agent.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
