@@ -114,7 +114,7 @@ mfuscope_collective_bus_bytes_total{axis="dp",job="train",op="all_reduce",tier="
 # HELP mfuscope_collective_seconds_total collective duration (all calls), seconds
 # TYPE mfuscope_collective_seconds_total counter
 mfuscope_collective_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.25
-# HELP mfuscope_collective_sized_seconds_total duration of the collective calls whose size is known (the busbw denominator), seconds
+# HELP mfuscope_collective_sized_seconds_total duration of the collective calls whose size and group size are known (the busbw denominator), seconds
 # TYPE mfuscope_collective_sized_seconds_total counter
 mfuscope_collective_sized_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.25
 # HELP mfuscope_collective_overlapped_seconds_total collective time hidden under compute, seconds
