@@ -8,7 +8,8 @@ What torch 2.x writes for a gloo job (verified on traces recorded here, see FACT
 - the ``c10d::*`` operators on the training threads only enqueue work: they are neither compute
   nor communication, and are cut out of the compute time of their thread;
 - process groups appear only in ``distributedInfo.pg_config``: an annotation does not say which
-  group it belongs to, so the group is known only when the trace has a single multi-rank group.
+  group it belongs to, so the group is known only when the trace has a single multi-rank group
+  (send/recv: see `_gloo_p2p`).
 
 Compute is the time any training thread (every thread that is not a gloo worker) runs an
 operator. Step N's window runs from the start of ``ProfilerStep#N`` to the start of the next
@@ -31,13 +32,14 @@ from mfuscope.core.trace._collectives import (
     normalise_op,
 )
 from mfuscope.core.trace._events import EventArgs, KinetoTrace
+from mfuscope.core.trace._gloo_p2p import P2PGroup, pipeline_p2p_group
 from mfuscope.core.trace._intervals import Interval, Spans, subtract, union
 from mfuscope.core.trace._recompute import recompute_ranges
 from mfuscope.core.trace._scan import Event, ScannedEvents
 from mfuscope.core.trace._steps import CpuStep
 from mfuscope.core.trace._trace_model import CommActivity, RankContext, StepWindow, Timeline
 from mfuscope.core.trace._windows import choose_windows
-from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
+from mfuscope.core.vocabulary import AXIS_UNKNOWN, P2P_OPS, TIER_UNKNOWN
 
 __all__ = ["cpu_timeline"]
 
@@ -117,7 +119,7 @@ class _GlooGroup:
             )
 
 
-def _comm_activity(event: Event, group: _GlooGroup) -> CommActivity:
+def _comm_activity(event: Event, group: _GlooGroup | P2PGroup) -> CommActivity:
     start = float(event.ts)
     duration = float(event.dur or 0.0)
     op = normalise_op(event.name)
@@ -155,6 +157,7 @@ def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
     step_threads = {e.tid for e in scanned.annotations if e.name.startswith("ProfilerStep#")}
     workers = _gloo_threads(scanned, step_threads)
     group = _GlooGroup(context.groups, context.view)
+    p2p_group = pipeline_p2p_group(context.groups, context.view) or group
 
     comms: list[CommActivity] = []
     ops: dict[Any, list[Interval]] = defaultdict(list)
@@ -162,6 +165,11 @@ def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
     for event in scanned.annotations:
         name = event.name
         if name.startswith(_GLOO_PREFIX):
+            if normalise_op(name) in P2P_OPS:
+                # An isend/irecv's annotation lasts until its wait(): the thread computes in
+                # between, so the operators inside it stay compute (no hole).
+                comms.append(_comm_activity(event, p2p_group))
+                continue
             comms.append(_comm_activity(event, group))
             start = float(event.ts)
             holes[event.tid].append((start, start + float(event.dur or 0.0)))
