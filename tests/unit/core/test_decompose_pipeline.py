@@ -15,9 +15,12 @@ torch 2.13 on gloo: the default group, then each dim's group holding the rank).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from mfuscope.core.bandwidth import LinkModel, ideal_transfer_s
-from mfuscope.core.trace import AnalysisOptions, StepDecomposition, analyze_trace
+from mfuscope.core.trace import AnalysisOptions, StepDecomposition, analyze_trace, read_trace
 
 from tests.support.trace_builder import Group, TraceBuilder
 
@@ -171,3 +174,15 @@ def test_send_recv_kernel_outside_a_batch_stays_unknown() -> None:
     assert s.collectives == ()
     assert [(e.axis, e.seconds) for e in s.exposed_comm] == [("unknown", approx(40.0 * US))]
     assert s.bubble_pipeline_s == 0.0
+
+
+def test_reading_the_file_keeps_what_a_batch_is_found_by(tmp_path: Path) -> None:
+    """`read_trace` leaves out, before decoding, the events the analysis never reads: the
+    batch's annotation, its record_param_comms and the driver launch stay."""
+    b = builder()
+    one_f_one_b_step(b)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(b.build()))
+    read = analyze_trace(read_trace(path)).steps
+    assert read == analyze_trace(b.build()).steps
+    assert [c.op for c in read[0].collectives] == ["recv", "send", "send", "all_reduce"]
