@@ -394,6 +394,8 @@ class TraceBuilder:
           the peer's rank in the group, ``Dst Rank`` / ``Src Rank`` its global rank, ``Seq``
           the batch's p2p sequence number (shared by its ops: ``seqP2P_`` is bumped once per
           coalesced batch; None leaves it out, as PyTorch before the flight recorder did);
+          ``Process Group Name`` / ``Description`` are the group's ``pg_uid_`` / ``pg_desc_``
+          (``"3"`` / ``"mesh_pp"`` for a DeviceMesh dim), written as JSON strings;
         - the ``nccl:coalesced`` user annotation (the profiling title ``endCoalescing`` gives
           the batch's work) around the launch;
         - one kernel for the batch, ``ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)``
