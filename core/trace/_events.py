@@ -1,7 +1,7 @@
 """The engine's event model: the few fields of a Kineto trace that the analysis reads.
 
 A Kineto event carries a dozen keys and an ``args`` object of up to thirty more; the engine
-reads eight and fifteen of them. Decoding straight into these `msgspec` Structs skips every
+reads eight and sixteen of them. Decoding straight into these `msgspec` Structs skips every
 other key inside the decoder, without building a dict per event (measured on a 2M-event trace:
 2-5x faster than ``json.loads``, see ``benchmarks/analyze_bench.py`` and docs/analyze.md). A
 trace that is already a decoded dict (tests, ``load_trace``) is converted into the same model,
@@ -54,6 +54,8 @@ class EventArgs(msgspec.Struct, frozen=True, gc=False):
     pg_ranks: Any = msgspec.field(name="Process Group Ranks", default=None)
     global_rank_start: Any = msgspec.field(name="Global rank start", default=None)
     global_rank_stride: Any = msgspec.field(name="Global rank stride", default=None)
+    # The sequence number of the op in its group; the send/recv of one batched p2p share it.
+    seq: Any = msgspec.field(name="Seq", default=None)
     input_dims: Any = msgspec.field(name="Input Dims", default=None)
     input_type: Any = msgspec.field(name="Input type", default=None)
     name: Any = None

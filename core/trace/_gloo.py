@@ -11,7 +11,8 @@ What torch 2.x writes for a gloo job (verified on traces recorded here, see FACT
   group it belongs to. Each group has worker threads of its own, so the thread -> group map that
   the live agent discovers (`AnalysisOptions.gloo_worker_groups`, or the trace's own
   ``mfuscope.gloo_worker_groups``, `worker_groups`) names the group of every annotation on a
-  mapped thread; without it the group is known only when the trace has a single multi-rank group.
+  mapped thread; without it the group is known only when the trace has a single multi-rank group
+  (send/recv, on the calling thread: see `_gloo_p2p`).
 
 Compute is the time any training thread (every thread that is not a gloo worker) runs an
 operator. Step N's window runs from the start of ``ProfilerStep#N`` to the start of the next
@@ -36,6 +37,7 @@ from mfuscope.core.trace._collectives import (
     normalise_op,
 )
 from mfuscope.core.trace._events import EventArgs, KinetoTrace
+from mfuscope.core.trace._gloo_p2p import P2PGroup, pipeline_p2p_group
 from mfuscope.core.trace._intervals import Interval, Spans, subtract, union
 from mfuscope.core.trace._recompute import recompute_ranges
 from mfuscope.core.trace._scan import Event, ScannedEvents
@@ -43,7 +45,7 @@ from mfuscope.core.trace._steps import CpuStep
 from mfuscope.core.trace._trace_model import CommActivity, RankContext, StepWindow, Timeline
 from mfuscope.core.trace._windows import choose_windows
 from mfuscope.core.trace.worker_groups import worker_groups_from_trace
-from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
+from mfuscope.core.vocabulary import AXIS_UNKNOWN, P2P_OPS, TIER_UNKNOWN
 
 __all__ = ["cpu_timeline"]
 
@@ -148,7 +150,7 @@ def _groups_by_thread(
     return by_thread
 
 
-def _comm_activity(event: Event, group: _GlooGroup | _WorkerGroup) -> CommActivity:
+def _comm_activity(event: Event, group: _GlooGroup | _WorkerGroup | P2PGroup) -> CommActivity:
     start = float(event.ts)
     duration = float(event.dur or 0.0)
     op = normalise_op(event.name)
@@ -186,6 +188,7 @@ def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
     step_threads = {e.tid for e in scanned.annotations if e.name.startswith("ProfilerStep#")}
     workers = _gloo_threads(scanned, step_threads)
     group = _GlooGroup(context.groups, context.view)
+    p2p_group = pipeline_p2p_group(context.groups, context.view) or group
     worker_groups = context.gloo_worker_groups
     if worker_groups is None:
         worker_groups = worker_groups_from_trace(trace.mfuscope)
@@ -197,6 +200,11 @@ def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
     for event in scanned.annotations:
         name = event.name
         if name.startswith(_GLOO_PREFIX):
+            if normalise_op(name) in P2P_OPS:
+                # An isend/irecv's annotation lasts until its wait(): the thread computes in
+                # between, so the operators inside it stay compute (no hole).
+                comms.append(_comm_activity(event, p2p_group))
+                continue
             comms.append(_comm_activity(event, by_thread.get(event.tid, group)))
             start = float(event.ts)
             holes[event.tid].append((start, start + float(event.dur or 0.0)))

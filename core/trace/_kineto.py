@@ -17,14 +17,15 @@ import bisect
 import math
 import operator
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Any
 
 import msgspec
 import numpy as np
 from mfuscope.core.errors import TraceError
+from mfuscope.core.trace._coalesced import CoalescedBatches
 from mfuscope.core.trace._collectives import (
     GroupInfo,
     ProcessGroups,
@@ -101,7 +102,13 @@ def _device_name(trace: KinetoTrace, pid: Any) -> str:
 class _CommResolver:
     """Collective metadata of an NCCL kernel: its own args, else its ``record_param_comms``."""
 
-    def __init__(self, scanned: ScannedEvents, view: TopologyView, groups: ProcessGroups) -> None:
+    def __init__(
+        self,
+        scanned: ScannedEvents,
+        view: TopologyView,
+        groups: ProcessGroups,
+        comm_launches: Sequence[Event | None] = (),
+    ) -> None:
         self.view = view
         self.groups = groups
         # (group as the args name it) -> (group, axis, tier): a trace has a handful of groups
@@ -117,6 +124,7 @@ class _CommResolver:
             tid: sorted(events, key=lambda e: float(e.ts)) for tid, events in by_thread.items()
         }
         self.starts = {tid: [float(e.ts) for e in evs] for tid, evs in self.by_thread.items()}
+        self.coalesced = CoalescedBatches(scanned.annotations, self.by_thread, comm_launches)
 
     def _enclosing(self, launch: Event) -> Event | None:
         tid = launch.tid
@@ -168,10 +176,30 @@ class _CommResolver:
                 self._group_cache[key] = resolved
         return resolved
 
-    def activity(
+    def activities(
         self, kernel: Event, launch: Event | None, start: float, end: float
-    ) -> CommActivity:
+    ) -> tuple[CommActivity, ...]:
+        """The kernel's collective; for a coalesced p2p batch (`_coalesced`), one activity per
+        op of the batch (``send``, ``recv``) over the kernel's whole interval, with the bytes of
+        that op's members summed: they run at once, in the one kernel."""
         meta = self.metadata(kernel, launch)
+        members = self.coalesced.members(launch) if meta is None else ()
+        if not members:
+            return (self.activity(kernel, meta, start, end),)
+        by_op: dict[str | None, list[EventArgs]] = {}
+        for member in members:
+            by_op.setdefault(normalise_op(str(member.collective_name)), []).append(member)
+        return tuple(
+            replace(
+                self.activity(kernel, same_op[0], start, end),
+                bytes=_summed(map(_message_bytes, same_op)),
+            )
+            for same_op in by_op.values()
+        )
+
+    def activity(
+        self, kernel: Event, meta: EventArgs | None, start: float, end: float
+    ) -> CommActivity:
         duration = float(kernel.dur)
         if meta is None:
             return CommActivity(
@@ -190,12 +218,6 @@ class _CommResolver:
         op = normalise_op("" if name is None else str(name))
         if op is None:
             op = op_from_kernel_name(kernel.name)
-        size_of = dtype_size(meta.dtype)
-        n_in, n_out = meta.in_msg_nelems, meta.out_msg_nelems
-        counts = [n for n in (n_in, n_out) if isinstance(n, int) and not isinstance(n, bool)]
-        # nccl-tests S: the full array, i.e. the larger of input and output (all_gather's
-        # gathered output, reduce_scatter's full input, the buffer itself otherwise).
-        size = max(counts) * size_of if counts and size_of is not None else None
         return CommActivity(
             start=start,
             end=end,
@@ -204,9 +226,28 @@ class _CommResolver:
             axis=axis,
             tier=tier,
             group_size=group.size,
-            bytes=size,
+            bytes=_message_bytes(meta),
             group_unknown_reason=None if group.size is not None else _NO_GROUP_SIZE,
         )
+
+
+def _message_bytes(meta: EventArgs) -> int | None:
+    """nccl-tests S: the full array, i.e. the larger of input and output (all_gather's gathered
+    output, reduce_scatter's full input, the buffer itself otherwise); None when unknown."""
+    size_of = dtype_size(meta.dtype)
+    n_in, n_out = meta.in_msg_nelems, meta.out_msg_nelems
+    counts = [n for n in (n_in, n_out) if isinstance(n, int) and not isinstance(n, bool)]
+    return max(counts) * size_of if counts and size_of is not None else None
+
+
+def _summed(sizes: Iterable[int | None]) -> int | None:
+    """The sum, None if any is unknown."""
+    total = 0
+    for size in sizes:
+        if size is None:
+            return None
+        total += size
+    return total
 
 
 def _correlations(events: Sequence[Event]) -> list[Any]:
@@ -413,13 +454,13 @@ def _span(devices: tuple[_DeviceEvents, ...]) -> tuple[float, float] | None:
 
 
 def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
-    resolver = _CommResolver(scanned, context.view, context.groups)
     recompute = recompute_ranges(scanned)
 
     if context.columns is not None:
         device = _device_from_columns(context.columns, scanned)
     else:
         device = _device_from_events(scanned)
+    resolver = _CommResolver(scanned, context.view, context.groups, device.comm_launches)
     kernels, is_comm = device.kernels, device.is_comm
     device_events = (kernels, device.memops)
     windows = choose_windows(
@@ -429,7 +470,7 @@ def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
         _span(device_events),
     )
     comms = tuple(
-        resolver.activity(kernel, launch, start, end)
+        activity
         for kernel, launch, start, end in zip(
             device.comm_kernels,
             device.comm_launches,
@@ -437,6 +478,7 @@ def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
             kernels.ends[is_comm].tolist(),
             strict=True,
         )
+        for activity in resolver.activities(kernel, launch, start, end)
     )
     recomputed = np.zeros(len(is_comm), dtype=bool)
     if recompute:

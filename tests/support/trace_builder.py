@@ -174,15 +174,22 @@ class TraceBuilder:
         external_id: int | None,
         extra: dict[str, Any] | None = None,
         flows: bool = True,
+        launch: tuple[str, str] | None = None,
     ) -> None:
+        """`launch`: the launch's (category, name); by default the runtime's
+        ``cudaLaunchKernel`` / ``cudaMemcpyAsync``."""
         correlation = self._id()
         if launch_at is not None:
             ext = external_id if external_id is not None else self._id()
+            launch_cat, launch_name = launch or (
+                "cuda_runtime",
+                "cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync",
+            )
             self.events.append(
                 {
                     "ph": "X",
-                    "cat": "cuda_runtime",
-                    "name": "cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync",
+                    "cat": launch_cat,
+                    "name": launch_name,
                     "pid": CPU_PID,
                     "tid": launch_tid,
                     "ts": launch_at,
@@ -362,6 +369,86 @@ class TraceBuilder:
                 bytes=size if known else None,
             )
         )
+
+    def coalesced_p2p(
+        self,
+        start: float,
+        dur: float,
+        *,
+        ops: tuple[tuple[str, int, int], ...],
+        group: Group,
+        seq: int | None,
+        launch_at: float,
+        dtype: str = "Float",
+        stream: int = 40,
+        launch_tid: int = MAIN_TID,
+    ) -> None:
+        """One ``batch_isend_irecv`` batch on NCCL, the way PyTorch and NCCL write it.
+
+        `ops`: ``(op, peer, nelems)`` per isend/irecv, ``op`` ``send`` or ``recv``, ``peer``
+        the global rank. Where each shape comes from (see also core/trace/_coalesced.py):
+        - per op, a ``record_param_comms`` operator with no launch inside (ProcessGroupNCCL's
+          ``send``/``recv`` record it with ``RECORD_PARAM_COMMS_DATA``, then only queue the op
+          in the NCCL group while coalescing). Its args are ``saveNcclMeta``'s
+          (torch/csrc/profiler/util.cpp; key names in torch/csrc/profiler/util.h): ``Rank`` is
+          the peer's rank in the group, ``Dst Rank`` / ``Src Rank`` its global rank, ``Seq``
+          the batch's p2p sequence number (shared by its ops: ``seqP2P_`` is bumped once per
+          coalesced batch; None leaves it out, as PyTorch before the flight recorder did);
+          ``Process Group Name`` / ``Description`` are the group's ``pg_uid_`` / ``pg_desc_``
+          (``"3"`` / ``"mesh_pp"`` for a DeviceMesh dim), written as JSON strings;
+        - the ``nccl:coalesced`` user annotation (the profiling title ``endCoalescing`` gives
+          the batch's work) around the launch;
+        - one kernel for the batch, ``ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)``
+          (NCCL >= 2.19 kernel names), with no collective args, launched by the CUDA driver's
+          ``cuLaunchKernelEx`` (NCCL >= 2.19 launches through the driver API).
+        The members sit in the 4 * len(ops) µs before `launch_at`; the annotation runs from
+        1 µs before the launch to 5 µs after it.
+        """
+        opened = launch_at - 1.0
+        first = opened - 4.0 * len(ops)
+        size_of = _DTYPE_BYTES[dtype]
+        strides = {b - a for a, b in zip(group.ranks, group.ranks[1:], strict=False)}
+        stride = strides.pop() if len(strides) == 1 else None  # evenly strided: recorded
+        sent: dict[str, int] = {}
+        for i, (op, peer, nelems) in enumerate(ops):
+            meta: dict[str, Any] = {
+                "Collective name": op,
+                "dtype": dtype,
+                "In msg nelems": nelems,
+                "Out msg nelems": nelems,
+                "In split size": "[]",
+                "Out split size": "[]",
+                "Global rank start": group.ranks[0],
+                "Group size": group.size,
+                "Process Group Name": group.name,
+                "Process Group Description": group.desc,
+                "Process Group Ranks": "[" + ", ".join(str(r) for r in group.ranks) + "]",
+                "Rank": group.ranks.index(peer),
+                "Dst Rank" if op == "send" else "Src Rank": peer,
+            }
+            if seq is not None:
+                meta["Seq"] = seq
+            if stride is not None:
+                meta["Global rank stride"] = stride
+            at = first + 4.0 * i
+            self.cpu_op("record_param_comms", at, at + 3.0, launch_tid, **meta)
+            sent[op] = sent.get(op, 0) + nelems * size_of
+        self.annotation("nccl:coalesced", opened, launch_at + 5.0, launch_tid)
+        self._device_event(
+            "kernel",
+            "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+            start,
+            dur,
+            stream=stream,
+            launch_at=launch_at,
+            launch_tid=launch_tid,
+            external_id=None,
+            launch=("cuda_driver", "cuLaunchKernelEx"),
+        )
+        for op, size in sent.items():
+            self.truth.append(
+                TruthEvent("comm", start, start + dur, launch_at, op=op, group=group, bytes=size)
+            )
 
     # --- CPU-only (gloo) ----------------------------------------------------------------------
 
