@@ -3,7 +3,8 @@
 Peak precedence (docs/definitions.md#peak-flops): `peak_flops` given (source ``user``) > the
 hardware table for the detected device and `dtype` (``spec``) > on CPU a short matmul calibration
 (``measured``) > unknown (reports carry ``peak_flops=None``, and the agent logs once how to pass
-it). Link peaks: detected links first, then the device's defaults (`hardware.link_for_tier`).
+it). Link specs per group, each with its source: user options > detected links (NVML, sysfs) >
+datasheet > unknown (`mfuscope.core.link_specs`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from mfuscope.agent.topology import (
     new_incarnation,
 )
 from mfuscope.agent.transport import RetryPolicy, Transport
+from mfuscope.core.link_specs import LinkSpec, UserLinks, group_link_spec
 from mfuscope.core.schema import StepReport, Topology
 from mfuscope.core.step_report import DecompositionLike
 
@@ -247,11 +249,18 @@ def _hardware(
     )
 
 
+def _mig_enabled(device: _Device) -> bool:
+    """Whether NVML reports MIG mode on for this rank's GPU (then the peak is a slice's)."""
+    gpus = getattr(device.facts, "gpus", ()) or ()
+    gpu = next((g for g in gpus if g.index == device.index), None)
+    return bool(getattr(gpu, "mig_enabled", False))
+
+
 def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[float | None, str]:
     from mfuscope.core.hardware import resolve_peak
 
     dtype = config.dtype or ("bf16" if device.use_cuda else "fp32")
-    lookup = resolve_peak(device.name, dtype, config.peak_flops)
+    lookup = resolve_peak(device.name, dtype, config.peak_flops, mig=_mig_enabled(device))
     if lookup.peak_flops is not None:
         return lookup.peak_flops, lookup.source
     if not device.use_cuda and config.calibrate_cpu_peak:
@@ -269,14 +278,27 @@ def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[fl
     return None, "unknown"
 
 
-def _link_peaks(device: _Device) -> dict[str, float]:
-    """Tier -> unidirectional peak bytes/s of the link this rank's device uses on it."""
-    from mfuscope.core.hardware import LINK_TIER_KEYS, link_for_tier
-
+def _group_link_specs(
+    config: AgentConfig, device: _Device, topology: RankTopology
+) -> dict[str, LinkSpec]:
+    """Group name -> the spec its collectives are compared with, with its source: the rank's own
+    link inside the node, the NICs the group's ranks on this node drive across nodes
+    (`mfuscope.core.link_specs`); unknown on a CPU run unless the user states the links."""
+    user = UserLinks(
+        intra_node_bytes_per_s=config.intra_node_link_bytes_per_s,
+        nic_bytes_per_s=config.nic_bytes_per_s,
+        nic_count=config.nic_count,
+    )
     name = None if device.name == "cpu" else device.name
     return {
-        tier: link_for_tier(tier, name, device.links).unidirectional_bytes_per_s
-        for tier in LINK_TIER_KEYS
+        g.name: group_link_spec(
+            g.tier,
+            name,
+            ranks_on_node=topology.ranks_on_own_node(g),
+            detected=device.links,
+            user=user,
+        )
+        for g in topology.groups
     }
 
 
@@ -342,7 +364,7 @@ def build_runtime(
     topology = _topology(mesh, log, config.node_name, config.axis_overrides)
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
-    link_peaks = _link_peaks(device)
+    group_specs = _group_link_specs(config, device, topology)
     if topology.tp_spans_hosts:
         log.warning("tp-spans-hosts", "mfuscope: the tp group spans hosts (beyond NVLink)")
     if seams.timer is not None:
@@ -394,7 +416,7 @@ def build_runtime(
         health=health,
         log=log,
         topology=topology,
-        schema_topology=topology.to_schema(link_peaks),
+        schema_topology=topology.to_schema(group_specs=group_specs),
         device_name=device.name,
         peak_flops=peak_flops,
         peak_source=peak_source,

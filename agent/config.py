@@ -49,6 +49,12 @@ class AgentConfig:
     peak_flops: float | None = None  # dense peak FLOP/s of this rank's device
     dtype: str | None = None  # training dtype for the peak lookup; None: bf16 on GPU, fp32 on CPU
     calibrate_cpu_peak: bool = True
+    # Link facts that override detection and datasheets (docs/definitions.md#link-specs), bytes/s
+    # per direction: the GPU's intra-node link; one NIC port; the NIC ports a node has for
+    # training traffic (None: one per rank, the rail-optimised layout).
+    intra_node_link_bytes_per_s: float | None = None
+    nic_bytes_per_s: float | None = None
+    nic_count: int | None = None
     profile: bool = True
     profile_first_step: int = 10
     profile_every_steps: int = 1000
@@ -99,6 +105,12 @@ class AgentConfig:
             math.isfinite(self.peak_flops) and self.peak_flops >= 1.0
         ):
             raise ConfigError("peak_flops", f"must be a finite FLOP/s >= 1, got {self.peak_flops}")
+        for name in ("intra_node_link_bytes_per_s", "nic_bytes_per_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(name, f"must be a finite bytes/s > 0, got {value!r}")
+        if self.nic_count is not None and self.nic_count < 1:
+            raise ConfigError("nic_count", f"must be >= 1, got {self.nic_count}")
         if self.collector_url is not None and not self.collector_url.startswith(
             ("http://", "https://")
         ):

@@ -54,6 +54,7 @@ _TOPOLOGY_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SY
 _NVLINK_P2P_INDEX = 2  # NVML_P2P_CAPS_INDEX_NVLINK
 _P2P_OK = 0  # NVML_P2P_STATUS_OK
 _FEATURE_ENABLED = 1  # NVML_FEATURE_ENABLED
+_MIG_ENABLED = 1  # NVML_DEVICE_MIG_ENABLE
 
 
 @dataclass(frozen=True)
@@ -69,20 +70,28 @@ class GpuInfo:
     # Identity, to match the CUDA device a rank uses (`gpu_identity.match_gpu`).
     uuid: str | None = None  # "GPU-..."
     pci_bus_id: str | None = None  # "00000000:3B:00.0"
+    # NVML MIG mode (``nvmlDeviceGetMigMode``, current mode enabled): the rank then runs on a
+    # slice, whose peak is a share of this GPU's (`mfuscope.core.mig`).
+    mig_enabled: bool = False
 
 
 @dataclass(frozen=True)
 class NicPort:
-    """One RDMA NIC port from ``/sys/class/infiniband``; `rate_bits_per_s` is per direction."""
+    """One NIC port; `rate_bits_per_s` is per direction. RDMA ports come from
+    ``/sys/class/infiniband``; without any, plain Ethernet interfaces from ``/sys/class/net``
+    (`rdma` False)."""
 
     device: str
     port: str
     rate_bits_per_s: float | None
     link_layer: str | None  # "InfiniBand" or "Ethernet" (RoCE)
     active: bool
+    rdma: bool = True
 
     @property
     def kind(self) -> str:
+        if not self.rdma:
+            return "ethernet"
         return "roce" if (self.link_layer or "").lower() == "ethernet" else "infiniband"
 
 
@@ -184,6 +193,7 @@ def _gpu(api: _Nvml, index: int, handle: Any) -> GpuInfo:
     uuid = api.quiet("nvmlDeviceGetUUID", handle)
     pci = api.quiet("nvmlDeviceGetPciInfo", handle)
     bus_id = getattr(pci, "busId", None)
+    mig = api.quiet("nvmlDeviceGetMigMode", handle)  # [current, pending]; absent without MIG
     return GpuInfo(
         index=index,
         name=_text(name) if name is not None else None,
@@ -193,6 +203,7 @@ def _gpu(api: _Nvml, index: int, handle: Any) -> GpuInfo:
         pcie_width=width if isinstance(width, int) and width > 0 else None,
         uuid=_text(uuid) if uuid else None,
         pci_bus_id=normalise_bus_id(_text(bus_id)) if bus_id else None,
+        mig_enabled=isinstance(mig, (list, tuple)) and bool(mig) and mig[0] == _MIG_ENABLED,
     )
 
 
@@ -280,6 +291,30 @@ def _detect_nics(sysfs_root: Path, reasons: list[str]) -> list[NicPort]:
     return ports
 
 
+def _detect_ethernet(sysfs_root: Path) -> list[NicPort]:
+    """Physical network interfaces that are up, from ``/sys/class/net/<if>/speed`` (Mb/s per
+    direction); virtual ones (loopback, bridges, veth: no ``device`` link) are skipped."""
+    base = sysfs_root / "sys" / "class" / "net"
+    try:
+        interfaces = sorted(base.iterdir())
+    except OSError:
+        return []
+    ports = []
+    for interface in interfaces:
+        if not (interface / "device").exists():
+            continue
+        speed = _read(interface / "speed")
+        state = (_read(interface / "operstate") or "").strip().lower()
+        try:
+            mbits = float(speed) if speed is not None else 0.0
+        except ValueError:
+            mbits = 0.0
+        if mbits <= 0 or state not in ("up", "unknown"):
+            continue
+        ports.append(NicPort(interface.name, "1", mbits * 1e6, "Ethernet", True, rdma=False))
+    return ports
+
+
 def detect_hardware(
     nvml: Any = None,
     sysfs_root: str | os.PathLike[str] = "/",
@@ -295,6 +330,8 @@ def detect_hardware(
         reasons.append(f"hostname unavailable: {_describe(exc)}")
     gpus, matrix = _detect_gpus(nvml, reasons)
     nics = _detect_nics(Path(sysfs_root), reasons)
+    if not any(p.active and p.rate_bits_per_s for p in nics):
+        nics = nics + _detect_ethernet(Path(sysfs_root))
     return HardwareInfo(
         hostname=hostname,
         gpus=tuple(gpus),

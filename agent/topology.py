@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mfuscope.agent.node_identity import NodeClaim, Placement, local_claim, place_ranks
+from mfuscope.core.link_specs import LinkSpec
 from mfuscope.core.schema import GroupInfo, Topology
 from mfuscope.core.vocabulary import TENSOR_AXIS, axis_from_description, canonical_axis
 
@@ -95,15 +96,22 @@ class RankTopology:
     def tp_spans_hosts(self) -> bool:
         return any(g.axis == TENSOR_AXIS and g.spans_hosts for g in self.groups)
 
-    def to_schema(self, link_peak_bytes_per_s: Mapping[str, float] | None = None) -> Topology:
+    def to_schema(
+        self,
+        link_peak_bytes_per_s: Mapping[str, float] | None = None,
+        group_specs: Mapping[str, LinkSpec] | None = None,
+    ) -> Topology:
         """The wire `Topology`: one entry per distinct (axis, tier, size, spans_hosts).
 
-        `link_peak_bytes_per_s` maps a tier to its unidirectional spec rate, when known.
+        `link_peak_bytes_per_s` maps a tier to its unidirectional spec rate, when known;
+        `group_specs` (group name -> `LinkSpec`, with its source) takes precedence for its groups.
         """
         peaks = link_peak_bytes_per_s or {}
+        specs = group_specs or {}
         seen: dict[tuple[str, str, int, bool], GroupInfo] = {}
         for g in self.groups:
             key = (g.axis, g.tier, len(g.ranks), g.spans_hosts)
+            spec = specs.get(g.name)
             seen.setdefault(
                 key,
                 GroupInfo(
@@ -111,10 +119,21 @@ class RankTopology:
                     tier=g.tier,
                     size=len(g.ranks),
                     spans_hosts=g.spans_hosts,
-                    link_peak_bytes_per_s=peaks.get(g.tier),
+                    link_peak_bytes_per_s=peaks.get(g.tier) if spec is None else spec.bytes_per_s,
+                    link_peak_source=None if spec is None else spec.source,
                 ),
             )
         return Topology(groups=tuple(seen.values()))
+
+    def ranks_on_own_node(self, group: GroupView) -> int:
+        """How many of `group`'s ranks share this rank's node (at least 1: this rank). Nodes, not
+        host names: two pods on one node drive the same NICs (docs/definitions.md#node-identity).
+        """
+        own = self.node_of_rank.get(self.rank)
+        if own is None:
+            return 1
+        same = sum(1 for r in group.ranks if self.node_of_rank.get(r) == own)
+        return max(same, 1)
 
 
 def axis_of_group(

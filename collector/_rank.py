@@ -99,6 +99,14 @@ class RankState:
                 if g.link_peak_bytes_per_s is not None:
                     key = (Kind.TIER_PEAK, _name(g.axis), _name(g.tier), g.link_peak_bytes_per_s)
                     items.append((key, (1.0,)))
+                if g.link_peak_source is not None:
+                    source_key = (
+                        Kind.TIER_SPEC_SOURCE,
+                        _name(g.axis),
+                        _name(g.tier),
+                        g.link_peak_source,
+                    )
+                    items.append((source_key, (1.0,)))
             self.topology_items = tuple(items)
         self.last_seen_s = now_s
 

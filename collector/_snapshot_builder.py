@@ -159,11 +159,14 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
     sums = job.sums.sums
     ranks = list(job.ranks.values())
     peaks: dict[tuple[str, str], float] = {}
+    spec_sources: set[tuple[str, str, str]] = set()
     world_size = 1
     for kind, *labels in sums:
         if kind is Kind.TIER_PEAK:
             axis, tier, value = str(labels[0]), str(labels[1]), float(labels[2])
             peaks[(axis, tier)] = max(peaks.get((axis, tier), 0.0), value)
+        elif kind is Kind.TIER_SPEC_SOURCE:
+            spec_sources.add((str(labels[0]), str(labels[1]), str(labels[2])))
         elif kind is Kind.WORLD_SIZE:
             world_size = max(world_size, int(labels[0]))
     stragglers, basis = _stragglers(ranks, config.straggler_top)
@@ -189,6 +192,7 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         tp_spans_hosts=(Kind.TP_SPANS_HOSTS,) in sums,
         health=AgentHealth(*job.health.total),
         tier_peaks=tuple(TierPeak(a, t, v) for (a, t), v in sorted(peaks.items())),
+        tier_spec_sources=tuple(sorted(spec_sources)),
         totals=tuple(
             _series(key, job.series[key])
             for key in sorted(job.series, key=lambda k: -1 if k is None else k)

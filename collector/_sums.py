@@ -32,6 +32,7 @@ class Kind(str, Enum):
     WORLD_SIZE = "world_size"  # (world size,) -> (1,)
     TP_SPANS_HOSTS = "tp_spans_hosts"  # () -> (1,)
     TIER_PEAK = "tier_peak"  # (axis, tier, link peak bytes/s) -> (1,)
+    TIER_SPEC_SOURCE = "tier_spec_source"  # (axis, tier, spec source) -> (1,)
     COMPONENT = "component"  # (component, axis, tier) -> (seconds,) of the latest breakdown
     OP = "op"  # (op, axis, tier) -> `CollectiveAcc.terms()` of the latest collectives
     TIER = "tier"  # (axis, tier) -> `CollectiveAcc.terms()` of the latest collectives

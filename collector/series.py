@@ -379,6 +379,15 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         [Sample((j.job, p.axis, p.tier), p.bytes_per_s) for j in jobs for p in j.tier_peaks],
     )
     b.add(
+        "mfuscope_tier_peak_info",
+        "gauge",
+        "1",
+        "1 for each link spec source stated on this axis and tier (datasheet, sysfs, nvml, user, "
+        "or unknown: no spec, so no efficiency)",
+        ("job", "axis", "tier", "source"),
+        [Sample((j.job, a, t, src), 1.0) for j in jobs for a, t, src in j.tier_spec_sources],
+    )
+    b.add(
         "mfuscope_collective_bus_bandwidth_bytes_per_second",
         "gauge",
         "By/s",

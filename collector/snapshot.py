@@ -200,6 +200,9 @@ class JobSnapshot:
     start_unix_ns: int = 0
     restarts: int = 0
     hardware: JobHardware = field(default_factory=JobHardware)
+    # (axis, tier, source) of every link spec the ranks stated, ``unknown`` included
+    # (docs/definitions.md#link-specs).
+    tier_spec_sources: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,9 @@ def _job(j: JobSnapshot, top_collectives: int) -> dict[str, Any]:
                 "tier": tier,
                 "busbw_bytes_per_s": busbw,
                 "peak_bytes_per_s": peaks.get((axis, tier)),
+                "peak_sources": sorted(
+                    src for a, t, src in j.tier_spec_sources if (a, t) == (axis, tier)
+                ),
                 "efficiency": efficiency,
             }
             for axis, tier, busbw, efficiency in j.latest.tier_busbw

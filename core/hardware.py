@@ -26,11 +26,11 @@ from mfuscope.core.links import (
     detected_intra_node_link,
     link_tier,
 )
+from mfuscope.core.mig import is_mig_name, mig_slice
 from mfuscope.core.vocabulary import PEAK_SOURCES
 
 __all__ = [
     "DTYPES",
-    "FALLBACK_LINK_TIERS",
     "LINK_TIER_KEYS",
     "DeviceSpec",
     "PeakLookup",
@@ -39,6 +39,7 @@ __all__ = [
     "find_device",
     "known_devices",
     "link_for_tier",
+    "lookup_memory_bandwidth",
     "lookup_peak",
     "normalize_dtype",
     "resolve_peak",
@@ -50,12 +51,6 @@ __all__ = [
 # import the collector).
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 LINK_TIER_KEYS: tuple[str, ...] = ("intra_node", "inter_node")
-
-# For an unknown GPU or a CPU run: PCIe Gen4 x16 inside the node (the slowest interconnect a
-# current training GPU ships with, and a plausible ceiling for host shared-memory transports such
-# as gloo on loopback) and 100 GbE across nodes (a common cloud NIC without RDMA). Conservative in
-# the sense that they never claim NVLink / InfiniBand speeds the hardware may not have.
-FALLBACK_LINK_TIERS: dict[str, str] = {"intra_node": "pcie4-x16", "inter_node": "eth-100g"}
 
 _DTYPE_ALIASES: dict[str, str] = {
     "fp32": "fp32",
@@ -141,8 +136,19 @@ def find_device(name: str) -> DeviceSpec | None:
     return None
 
 
+# Parts matched by name but left out of the table on purpose: no vendor datasheet gives their
+# peaks, and mfuscope takes peaks from datasheets only.
+_NO_DATASHEET: dict[str, str] = {
+    "h20": "NVIDIA publishes no datasheet for the H20 (its figures circulate only second-hand)",
+}
+
+
 def _unknown_message(name: str, dtype: str) -> str:
     token_set = set(_tokens(name))
+    hint_first = "pass the dense per-device peak with --peak-flops (agent option: peak_flops=...)"
+    for token, why in _NO_DATASHEET.items():
+        if token in token_set:
+            return f"device {name!r}: {why}; MFU is not computed; {hint_first}"
     candidates = [d for d in DEVICES if any(t in token_set for t in d.family)]
     hint = "pass the dense per-device peak with --peak-flops (agent option: peak_flops=...)"
     if candidates:
@@ -159,12 +165,49 @@ def _unknown_message(name: str, dtype: str) -> str:
     )
 
 
-def lookup_peak(device: str, dtype: str) -> PeakLookup:
+def lookup_peak(device: str, dtype: str, *, mig: bool = False) -> PeakLookup:
     """Dense peak FLOP/s of one `device` for training in `dtype`, from the vendor table.
 
     Returns ``source="spec"`` with the figure, or ``source="unknown"`` (peak None) with a message
-    saying how to pass the peak. Raises ValueError only for a dtype spelling it cannot read.
+    saying how to pass the peak. A MIG slice (its name carries the profile, or `mig` says NVML
+    reports MIG mode) gets the whole GPU's peak x its compute share (`mfuscope.core.mig`), or
+    unknown when its profile cannot be read. Raises ValueError only for a dtype spelling it cannot
+    read.
     """
+    whole = _lookup_whole_device_peak(device, dtype)
+    if whole.peak_flops is None or not (mig or is_mig_name(device)):
+        return whole
+    part = mig_slice(device)
+    if part is None:
+        return PeakLookup(
+            None,
+            "unknown",
+            whole.device_key,
+            f"{device!r} is a MIG slice of unknown profile: its share of the GPU's peak is not "
+            "known, so MFU is not computed; pass --peak-flops (agent option: peak_flops=...)",
+        )
+    return PeakLookup(
+        whole.peak_flops * part.compute_share,
+        "spec",
+        whole.device_key,
+        f"MIG {part.profile}: {part.compute_slices}/7 of {whole.message}",
+    )
+
+
+def lookup_memory_bandwidth(device: str, *, mig: bool = False) -> float | None:
+    """Datasheet device-memory bandwidth of `device` in bytes/s (a MIG slice's share of it),
+    None when unknown."""
+    spec = find_device(device)
+    if spec is None or spec.memory_bytes_per_s is None:
+        return None
+    if not (mig or is_mig_name(device)):
+        return spec.memory_bytes_per_s
+    part = mig_slice(device)
+    share = part.memory_share if part is not None else None
+    return spec.memory_bytes_per_s * share if share is not None else None
+
+
+def _lookup_whole_device_peak(device: str, dtype: str) -> PeakLookup:
     kind = normalize_dtype(dtype)
     if device.strip().lower() in _CPU_NAMES:
         return PeakLookup(
@@ -208,32 +251,35 @@ def user_peak(peak_flops: float, device: str | None = None) -> PeakLookup:
     )
 
 
-def resolve_peak(device: str | None, dtype: str, peak_flops: float | None = None) -> PeakLookup:
-    """Precedence: a user-supplied `peak_flops` > the spec table > unknown."""
+def resolve_peak(
+    device: str | None, dtype: str, peak_flops: float | None = None, *, mig: bool = False
+) -> PeakLookup:
+    """Precedence: a user-supplied `peak_flops` > the spec table (MIG-scaled) > unknown."""
     if peak_flops is not None:
         return user_peak(peak_flops, device)
     if device is None:
         return PeakLookup(
             None, "unknown", None, "no device and no --peak-flops given: MFU is not computed"
         )
-    return lookup_peak(device, dtype)
+    return lookup_peak(device, dtype, mig=mig)
 
 
 def default_link_tiers(device: str | None) -> dict[str, LinkTier]:
-    """Spec link tiers for `device`, keyed ``"intra_node"`` / ``"inter_node"``.
+    """Datasheet link tiers for `device`, keyed ``"intra_node"`` / ``"inter_node"``; a tier the
+    datasheets do not give is absent.
 
-    Known GPU: its native intra-node fabric (NVLink generation / xGMI / PCIe) and the NIC per GPU
-    of its vendor reference design (DGX A100: HDR 200G; DGX H100/H200/B200, GB200: NDR 400G);
-    PCIe cards and AMD parts default to 100 GbE. Unknown device or CPU: `FALLBACK_LINK_TIERS`.
-    Detection (`link_for_tier` with `DetectedLinks`) overrides these when it finds real links.
+    Known GPU: its native intra-node fabric (NVLink generation / xGMI / the card's PCIe interface)
+    and, for parts sold in a vendor reference system whose datasheet names the NICs (DGX A100: HDR
+    200G; DGX H100/H200/B200, GB200: NDR 400G), that NIC per GPU. PCIe cards and parts without
+    such a system have no inter-node default. Unknown device or CPU: no tier at all (an explicit
+    unknown, docs/definitions.md#link-specs). Detection (`link_for_tier` with `DetectedLinks`)
+    overrides these when it finds real links.
     """
     spec = find_device(device) if device else None
-    names = (
-        {"intra_node": spec.intra_link, "inter_node": spec.inter_link}
-        if spec is not None
-        else FALLBACK_LINK_TIERS
-    )
-    return {tier: link_tier(name) for tier, name in names.items()}
+    if spec is None:
+        return {}
+    names = {"intra_node": spec.intra_link, "inter_node": spec.inter_link}
+    return {tier: link_tier(name) for tier, name in names.items() if name is not None}
 
 
 def default_link_models(device: str | None) -> dict[str, LinkModel]:
@@ -243,8 +289,9 @@ def default_link_models(device: str | None) -> dict[str, LinkModel]:
 
 def link_for_tier(
     tier: str, device: str | None = None, links: DetectedLinks | None = None
-) -> LinkTier:
-    """The link one GPU uses on `tier`: detected hardware first, then the device's defaults."""
+) -> LinkTier | None:
+    """The link one GPU uses on `tier`: detected hardware first, then the device's datasheet
+    defaults; None when neither knows (never a guessed figure)."""
     if tier not in LINK_TIER_KEYS:
         raise ValueError(f"tier must be one of {LINK_TIER_KEYS}, got {tier!r}")
     if links is not None:
@@ -255,11 +302,13 @@ def link_for_tier(
         )
         if found is not None:
             return found
-    return default_link_tiers(device)[tier]
+    return default_link_tiers(device).get(tier)
 
 
 def tier_peak_bytes_per_s(
     tier: str, device: str | None = None, links: DetectedLinks | None = None
-) -> float:
-    """Unidirectional peak bytes/s of `tier` for one GPU (what nccl-tests busbw compares to)."""
-    return link_for_tier(tier, device, links).unidirectional_bytes_per_s
+) -> float | None:
+    """Unidirectional peak bytes/s of `tier` for one GPU (what nccl-tests busbw compares to);
+    None when unknown."""
+    found = link_for_tier(tier, device, links)
+    return found.unidirectional_bytes_per_s if found is not None else None

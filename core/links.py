@@ -126,8 +126,20 @@ _TIERS: list[LinkTier] = [
         12 * 25e9,
         "H100/H200 NVL pair bridge: 600 GB/s bidirectional (NVIDIA H100 NVL datasheet)",
     ),
+    _tier(
+        "nvlink4-h800",
+        "nvlink",
+        8 * 25e9,
+        "H800: NVLink cut to 400 GB/s bidirectional (NVIDIA H800 datasheet), 8 NVLink4 links",
+    ),
     _tier("xgmi-mi250x", "xgmi", 350e9, "MI250X Infinity Fabric: 7 x 50 GB/s"),
     _tier("xgmi-mi300x", "xgmi", 448e9, "MI300X Infinity Fabric: 7 x 64 GB/s"),
+    _tier(
+        "xgmi-mi325x",
+        "xgmi",
+        448e9,
+        "MI325X Infinity Fabric: 7 links x 128 GB/s bidirectional (AMD MI325X datasheet)",
+    ),
     *(
         _tier(
             f"pcie{gen}-x16",

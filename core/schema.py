@@ -10,7 +10,8 @@ Wire format (JSON, optionally gzip-compressed on the wire), one *batch* per POST
      "health": {"reports_dropped_total": 0, "send_failures_total": 0,
                 "profiler_failures_total": 0, "windows_analysed_total": 2},
      "topology": {"groups": [{"axis": "tp", "tier": "intra_node", "size": 8,
-                              "spans_hosts": false, "link_peak_bytes_per_s": 4.5e11}]},
+                              "spans_hosts": false, "link_peak_bytes_per_s": 4.5e11,
+                              "link_peak_source": "nvml"}]},
      "hardware": {"memory_busy_ratio": 0.41, "sm_clock_ratio": 0.93, "power_watts": 655.0,
                   "energy_joules_total": 81234.5,
                   "links": [{"link": "nvlink", "direction": "tx", "bytes_total": 912345678}],
@@ -47,6 +48,9 @@ Semantics:
   (``MFUSCOPE_NODE_NAME`` / ``NODE_NAME``), else the host name of the node's lowest rank, the
   node being told by the kernel's boot id (docs/definitions.md#node-identity). ``host`` stays the
   rank's own host name (in Kubernetes, the pod's name).
+- ``topology.groups[].link_peak_source`` (since 1.1, optional): where the group's spec came from
+  (``datasheet``, ``sysfs``, ``nvml``, ``user``, or ``unknown`` with no ``link_peak_bytes_per_s``:
+  no efficiency is computed against it; docs/definitions.md#link-specs).
 - ``hardware`` (since 1.1, optional) holds the rank's hardware counters (`HardwareCounters`):
   gauges from the latest sample, and totals cumulative since the agent's sampler started. A
   counter the rank cannot read is absent from the record, never zero.
@@ -83,6 +87,8 @@ from mfuscope.core.vocabulary import (
     COLLECTIVE_OPS,
     COMPONENTS,
     KERNEL_CLASSES,
+    LINK_SPEC_SOURCES,
+    LINK_SPEC_UNKNOWN,
     PEAK_SOURCES,
     TENSOR_AXIS,
     TIERS,
@@ -198,6 +204,9 @@ class GroupInfo:
     size: int
     spans_hosts: bool
     link_peak_bytes_per_s: float | None = None
+    # Since 1.1, optional: where the spec came from (`LINK_SPEC_SOURCES`); ``unknown`` comes with
+    # no rate. None: not stated (an older agent).
+    link_peak_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -368,6 +377,14 @@ def _parse_topology(raw: Any) -> Topology | None:
         path = f"topology.groups[{i}]"
         gobj = _obj(g, path)
         peak = gobj.get("link_peak_bytes_per_s")
+        source = gobj.get("link_peak_source")
+        if source is not None:
+            source = _enum(source, f"{path}.link_peak_source", LINK_SPEC_SOURCES)
+            if (source == LINK_SPEC_UNKNOWN) != (peak is None):
+                raise SchemaError(
+                    f"{path}.link_peak_source",
+                    "'unknown' exactly when link_peak_bytes_per_s is absent",
+                )
         spans = _get(gobj, "spans_hosts", f"{path}.")
         if not isinstance(spans, bool):
             raise SchemaError(f"{path}.spans_hosts", "expected true or false")
@@ -380,6 +397,7 @@ def _parse_topology(raw: Any) -> Topology | None:
                 link_peak_bytes_per_s=None
                 if peak is None
                 else _float(peak, f"{path}.link_peak_bytes_per_s", hi=1e15),
+                link_peak_source=source,
             )
         )
     return Topology(groups=tuple(groups))

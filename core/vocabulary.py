@@ -17,6 +17,8 @@ __all__ = [
     "COMPONENTS",
     "FRAMEWORK_AXIS_NAMES",
     "KERNEL_CLASSES",
+    "LINK_SPEC_SOURCES",
+    "LINK_SPEC_UNKNOWN",
     "P2P_OPS",
     "PEAK_SOURCES",
     "PIPELINE_AXIS",
@@ -53,6 +55,13 @@ TIERS: tuple[str, ...] = (TIER_INTRA_NODE, TIER_INTER_NODE, TIER_UNKNOWN)
 # Where a device's peak FLOP/s came from: the datasheet table, a calibration run, the user, or
 # nowhere (MFU is then not computed).
 PEAK_SOURCES: tuple[str, ...] = ("spec", "measured", "user", "unknown")
+
+# Where a link's bandwidth spec came from (docs/definitions.md#link-specs): a vendor datasheet
+# (the device table or a reference design), the node's sysfs (NIC port rates), NVML (NVLink and
+# PCIe of the GPU), the user, or nowhere. An `unknown` spec has no rate and no efficiency is
+# computed against it.
+LINK_SPEC_UNKNOWN = "unknown"
+LINK_SPEC_SOURCES: tuple[str, ...] = ("datasheet", "sysfs", "nvml", "user", LINK_SPEC_UNKNOWN)
 
 # Collective op names as nccl-tests spells them; the point-to-point ones carry pipeline traffic.
 # Kernel classes the compute bucket is split into (docs/analyze.md, "Kernel classes").

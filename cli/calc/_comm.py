@@ -15,22 +15,36 @@ from mfuscope.core.comm_model import (
 )
 from mfuscope.core.errors import CalcError
 from mfuscope.core.flops import TransformerShape, count_params
-from mfuscope.core.hardware import default_link_tiers, normalize_dtype
+from mfuscope.core.hardware import LINK_TIER_KEYS, default_link_tiers, normalize_dtype
 
 __all__ = ["comm_what_if"]
 
 
 def _links(args: argparse.Namespace, device: str | None) -> dict[str, dict[str, Any]]:
+    """Tier -> the link used for it: the user's --intra-bw / --inter-bw, else the device's
+    datasheet link; a tier neither gives is left out (no invented rate)."""
     out: dict[str, dict[str, Any]] = {}
-    for tier, tabled in default_link_tiers(device).items():
+    tabled_tiers = default_link_tiers(device)
+    for tier in LINK_TIER_KEYS:
+        tabled = tabled_tiers.get(tier)
         prefix = "intra" if tier == "intra_node" else "inter"
         bw = getattr(args, f"{prefix}_bw")
         alpha = getattr(args, f"{prefix}_alpha")
-        out[tier] = {
-            "name": "user" if bw is not None else tabled.name,
-            "beta_bytes_per_s": bw if bw is not None else tabled.unidirectional_bytes_per_s,
-            "alpha_s": alpha if alpha is not None else tabled.alpha_s,
-        }
+        if bw is not None:
+            default_alpha = tabled.alpha_s if tabled is not None else 0.0
+            out[tier] = {
+                "name": "user",
+                "source": "user",
+                "beta_bytes_per_s": bw,
+                "alpha_s": alpha if alpha is not None else default_alpha,
+            }
+        elif tabled is not None:
+            out[tier] = {
+                "name": tabled.name,
+                "source": "datasheet",
+                "beta_bytes_per_s": tabled.unidirectional_bytes_per_s,
+                "alpha_s": alpha if alpha is not None else tabled.alpha_s,
+            }
     return out
 
 
@@ -79,7 +93,14 @@ def comm_what_if(
     if peak and tokens:
         compute_s = per_token * tokens / devices / (peak * args.compute_efficiency)
     share = backward_share(flops["model_flops_per_token"], flops["recompute_flops_per_token"])
-    what_if = estimate_step_comm(work, layout, models, compute_s, share)
+    try:
+        what_if = estimate_step_comm(work, layout, models, compute_s, share)
+    except KeyError as exc:
+        flag = "--intra-bw" if exc.args and exc.args[0] == "intra_node" else "--inter-bw"
+        raise CalcError(
+            f"no link spec for the {exc.args[0] if exc.args else 'a'} tier: the device has no "
+            f"datasheet link there (or is not given); pass {flag}"
+        ) from None
     return _comm_dict(what_if, layout, links, known_compute=bool(peak and tokens))
 
 

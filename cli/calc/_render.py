@@ -43,7 +43,8 @@ def _comm_lines(comm: dict[str, Any]) -> list[str]:
     ]
     for tier, link in comm["links"].items():
         lines.append(
-            f"  {tier}: {link['name']}, {_si(link['beta_bytes_per_s'], 'B/s')} per direction, "
+            f"  {tier}: {link['name']} ({link['source']}), "
+            f"{_si(link['beta_bytes_per_s'], 'B/s')} per direction, "
             f"alpha {_seconds(link['alpha_s'])}"
         )
     lines.append(f"  micro-batch: {comm['micro_batch_size']:g} sequences")

@@ -149,6 +149,11 @@ def _tier_tables(content: ReportContent) -> list[str]:
     parts = []
     for tier in content.bandwidth:
         spec = max((p for _, p in tier.specs), default=None)
+        # Each point against its own axis's spec: across nodes, groups on one tier differ (a dp
+        # group with one rank per node drives one NIC, the world group all of them).
+        spec_of: dict[str, float] = {}
+        for axis, peak in tier.specs:
+            spec_of[axis] = max(spec_of.get(axis, 0.0), peak)
         rows = [
             [
                 p.op,
@@ -158,7 +163,7 @@ def _tier_tables(content: ReportContent) -> list[str]:
                 p.calls,
                 f"{p.seconds_per_call * 1e6:.1f} µs",
                 _si(p.busbw_bytes_per_s, "B/s"),
-                _pct(p.busbw_bytes_per_s / spec) if spec else "–",
+                _pct(p.busbw_bytes_per_s / spec_of[p.axis]) if p.axis in spec_of else "–",
             ]
             for p in tier.points
         ]
@@ -223,16 +228,23 @@ def _ranks_table(content: ReportContent) -> str:
         "profiler failures",
     ]
     groups = {
-        (g.axis, g.tier, g.size, g.spans_hosts, g.link_peak_bytes_per_s)
+        (
+            g.axis,
+            g.tier,
+            g.size,
+            g.spans_hosts,
+            g.link_peak_bytes_per_s,
+            g.link_peak_source or "not stated",
+        )
         for r in content.run.ranks
         for g in (r.topology.groups if r.topology else ())
     }
     topo = (
         _table(
-            ["axis", "tier", "size", "spans hosts", "link spec"],
+            ["axis", "tier", "size", "spans hosts", "link spec", "spec source"],
             [
-                [a, t, n, "yes" if s else "no", _si(p, "B/s")]
-                for a, t, n, s, p in sorted(groups, key=str)
+                [a, t, n, "yes" if s else "no", "unknown" if p is None else _si(p, "B/s"), src]
+                for a, t, n, s, p, src in sorted(groups, key=str)
             ],
         )
         if groups

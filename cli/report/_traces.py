@@ -43,11 +43,14 @@ def step_report_from_decomposition(step: StepDecomposition, options: TraceOption
 def topology_from_analysis(analysis: RankAnalysis) -> Topology:
     """The groups a trace's collectives ran on, with the device's spec link rate per tier (pure).
 
-    A trace does not say which links a machine has: the rate is the vendor reference design's for
-    a known GPU (`hardware.default_link_tiers`), and unknown (no spec line) for anything else.
+    A trace does not say which links a machine has: the intra-node rate is the datasheet's for a
+    known GPU (`hardware.default_link_tiers`). Inter-node specs are unknown (no spec line): they
+    depend on how many of a group's ranks share a node (docs/definitions.md#link-specs), which a
+    trace does not say; so is anything on an unknown device or a CPU.
     """
     known = find_device(analysis.device) is not None
-    links = default_link_tiers(analysis.device) if known else {}
+    tabled = default_link_tiers(analysis.device) if known else {}
+    links = {tier: link for tier, link in tabled.items() if tier == "intra_node"}
     groups = sorted(
         {
             (c.axis, c.tier, c.group_size)
@@ -66,6 +69,7 @@ def topology_from_analysis(analysis: RankAnalysis) -> Topology:
                 link_peak_bytes_per_s=links[tier].unidirectional_bytes_per_s
                 if tier in links
                 else None,
+                link_peak_source="datasheet" if tier in links else "unknown",
             )
             for axis, tier, size in groups
         )

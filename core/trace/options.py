@@ -30,11 +30,13 @@ def link_models(
     """Tier -> alpha-beta model of the link one device uses on it (beta: unidirectional bytes/s).
 
     `device` is the GPU's model name (None: a CPU); `detected` what hardware detection found.
-    None when neither says anything about links.
+    A tier neither describes is absent; None when no tier is described.
     """
     if device is None and detected is None:
         return None
-    return {tier: link_for_tier(tier, device, detected).link_model() for tier in LINK_TIER_KEYS}
+    found = {tier: link_for_tier(tier, device, detected) for tier in LINK_TIER_KEYS}
+    models = {tier: link.link_model() for tier, link in found.items() if link is not None}
+    return models or None
 
 
 def analysis_options(

@@ -64,10 +64,10 @@ def _bandwidth_row() -> Row:
             ),
             bargauge_panel(
                 "Bus-bandwidth efficiency now",
-                "busbw / tier spec per op, axis and tier over the last 5 min. Red below 30 %, "
-                "amber below 60 %. MFUScopeTierBusbwLow fires below 30 % when the mean message is "
+                "busbw / tier spec per op, axis and tier over the last 5 min. Red below 50 %, "
+                "amber below 80 %. MFUScopeTierBusbwLow fires below 50 % when the mean message is "
                 "16 MiB or more; small messages are latency-bound and stay low on a healthy "
-                "fabric.",
+                "fabric. No bar where the spec is unknown (see Link spec sources).",
                 "percentunit",
                 [Query(f"sort({_EFFICIENCY}{_SELECTOR})", "{{op}} {{axis}}/{{tier}}", True)],
                 thresholds=EFFICIENCY_BANDS,
@@ -78,7 +78,7 @@ def _bandwidth_row() -> Row:
             timeseries_panel(
                 "Bus-bandwidth efficiency (busbw / tier spec)",
                 "busbw divided by the spec of the group's tier, per op, axis and tier (5 min). "
-                "Red below 30 %, amber below 60 %. A drop on one tier only points at that "
+                "Red below 50 %, amber below 80 %. A drop on one tier only points at that "
                 "fabric; a drop everywhere at the same time often is a straggler that everyone "
                 "waits for.",
                 "percentunit",
@@ -86,6 +86,19 @@ def _bandwidth_row() -> Row:
                 thresholds=EFFICIENCY_BANDS,
                 min_value=0,
                 width=24,
+            ),
+            table_panel(
+                "Link spec sources",
+                "Where each axis and tier's spec comes from: datasheet (device table, reference "
+                "system NICs), sysfs (the node's NIC ports; across nodes the NICs the group's "
+                "ranks on a node drive: min(ranks, NICs) x port rate), nvml (the GPU's NVLink or "
+                "PCIe), user (agent options), or unknown: no spec, so no efficiency is shown and "
+                "MFUScopeTierBusbwLow cannot fire (CPU/gloo runs, unknown devices).",
+                "none",
+                [Query(f"mfuscope_tier_peak_info{_SELECTOR}", instant=True, table=True)],
+                renames={"job": "Job", "axis": "Axis", "tier": "Tier", "source": "Source"},
+                width=24,
+                height=6,
             ),
             table_panel(
                 "Collectives by op, axis and tier (5 min)",

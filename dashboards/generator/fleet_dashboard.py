@@ -28,7 +28,9 @@ UID = "mfuscope-fleet"
 MFU_BANDS = [(None, RED), (0.25, AMBER), (0.40, GREEN)]
 # Must match MFUScopeMFURegression (deploy/prometheus/rules/mfuscope-alerts.yml).
 REGRESSION_BANDS = [(None, GREEN), (0.10, AMBER), (0.25, RED)]
-EFFICIENCY_BANDS = [(None, RED), (0.30, AMBER), (0.60, GREEN)]
+# Red below the MFUScopeTierBusbwLow threshold (50 %); green from 80 %, what a healthy fabric
+# reaches on large messages (docs/definitions.md#bandwidth-efficiency).
+EFFICIENCY_BANDS = [(None, RED), (0.50, AMBER), (0.80, GREEN)]
 EXPOSED_BANDS = [(None, GREEN), (0.10, AMBER), (0.20, RED)]
 
 MFU_MEANING = (

@@ -38,6 +38,8 @@ class CounterNvml:
     pcie_kb_per_s: dict[str, int] = field(default_factory=lambda: {"tx": 0, "rx": 0})
     unsupported: set[str] = field(default_factory=set)  # function names (or "field:<id>")
     failing: set[str] = field(default_factory=set)  # raise once each, then work again
+    # nvmlDeviceGetMigMode's [current, pending]; None: the GPU has no MIG (Not Supported)
+    mig_mode: tuple[int, int] | None = None
     calls: list[str] = field(default_factory=list)
     field_queries: list[list[int]] = field(default_factory=list)  # field ids of each call
     shut_down: bool = False
@@ -78,6 +80,11 @@ class CounterNvml:
 
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int) -> int:
         return 16
+
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
+        if self.mig_mode is None:
+            raise FakeNvmlError("nvmlDeviceGetMigMode: Not Supported")
+        return list(self.mig_mode)
 
     # --- counters -------------------------------------------------------------------------------
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:

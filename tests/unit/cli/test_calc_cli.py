@@ -131,6 +131,8 @@ def test_user_bandwidths(capsys: pytest.CaptureFixture[str]) -> None:
          "divisible"),
         (argv("--params 1B --dp 6 --ep 4"), "divide"),
         (argv("--params 1B --dp 2 --compute-efficiency 1.5"), "compute-efficiency"),
+        # no device, no --inter-bw: no invented 100 GbE for the dp all_reduce across 2 nodes
+        (argv("--params 1B --devices 16 --dp 16 --gpus-per-node 8"), "--inter-bw"),
     ],
 )  # fmt: skip
 def test_errors_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -76,9 +76,11 @@ def test_ranks_gather_into_one_run_and_flops_knowledge_is_kept() -> None:
     # A known GPU: its reference design's intra-node link (A100: NVLink 3) is the spec line.
     (group,) = topology.groups
     assert (group.axis, group.tier, group.size) == ("dp", "intra_node", 2)
-    assert group.link_peak_bytes_per_s is not None and group.link_peak_bytes_per_s > 1e11
+    assert group.link_peak_bytes_per_s == pytest.approx(300e9)  # 12 NVLink3 links x 25e9
+    assert group.link_peak_source == "datasheet"
     cpu = run_from_analyses([RankAnalysis(0, 1, "cpu", (STEP,))], TraceOptions(), "j", "t")
     assert cpu.ranks[0].topology is not None
     assert cpu.ranks[0].topology.groups[0].link_peak_bytes_per_s is None  # no guessed spec
+    assert cpu.ranks[0].topology.groups[0].link_peak_source == "unknown"
     with pytest.raises(ValueError, match="same rank"):
         run_from_analyses([analyses[0], analyses[0]], TraceOptions(), "j", "t")

@@ -31,7 +31,7 @@ def test_summary_of_a_known_job() -> None:
     topology = {
         "groups": [
             {"axis": "dp", "tier": "inter_node", "size": 2, "spans_hosts": True,
-             "link_peak_bytes_per_s": 8000.0},
+             "link_peak_bytes_per_s": 8000.0, "link_peak_source": "sysfs"},
             {"axis": "tp", "tier": "intra_node", "size": 2, "spans_hosts": True},
         ]
     }  # fmt: skip
@@ -89,6 +89,7 @@ def test_summary_of_a_known_job() -> None:
             "tier": "inter_node",
             "busbw_bytes_per_s": pytest.approx(2000 / 0.75),
             "peak_bytes_per_s": 8000.0,
+            "peak_sources": ["sysfs"],
             "efficiency": pytest.approx(2000 / 0.75 / 8000),
         }
     ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from mfuscope.core.bandwidth import busbw_bytes_per_s
 from mfuscope.core.hardware import (
-    FALLBACK_LINK_TIERS,
     default_link_models,
     default_link_tiers,
     link_for_tier,
@@ -91,32 +90,43 @@ def test_largest_payload_reaches_78_percent_of_nvlink3() -> None:
     [
         ("NVIDIA H100 80GB HBM3", "nvlink4", "ib-ndr"),
         ("NVIDIA A100-SXM4-80GB", "nvlink3", "ib-hdr"),
-        ("NVIDIA H100 PCIe", "pcie5-x16", "eth-100g"),
-        ("AMD Instinct MI300X", "xgmi-mi300x", "eth-100g"),
+        # PCIe cards and AMD parts: no reference system whose datasheet names a NIC
+        ("NVIDIA H100 PCIe", "pcie5-x16", None),
+        ("AMD Instinct MI300X", "xgmi-mi300x", None),
         ("NVIDIA B200", "nvlink5", "ib-ndr"),
-        # unknown device and CPU: the documented conservative fallback
-        ("cpu", "pcie4-x16", "eth-100g"),
-        ("Mystery Accelerator 3000", "pcie4-x16", "eth-100g"),
-        (None, "pcie4-x16", "eth-100g"),
+        ("NVIDIA H800", "nvlink4-h800", None),
+        ("Tesla V100-SXM2-32GB", "nvlink2", None),
+        ("NVIDIA L4", "pcie4-x16", None),
+        ("AMD Instinct MI325X", "xgmi-mi325x", None),
+        # unknown device and CPU: no tier at all (an explicit unknown, no PCIe Gen4 / 100 GbE)
+        ("cpu", None, None),
+        ("Mystery Accelerator 3000", None, None),
+        (None, None, None),
     ],
 )
-def test_default_tiers_per_device(device: str | None, intra: str, inter: str) -> None:
+def test_default_tiers_per_device(device: str | None, intra: str | None, inter: str | None) -> None:
     tiers = default_link_tiers(device)
-    assert (tiers["intra_node"].name, tiers["inter_node"].name) == (intra, inter)
+    assert {t: link.name for t, link in tiers.items()} == {
+        t: name for t, name in (("intra_node", intra), ("inter_node", inter)) if name is not None
+    }
     models = default_link_models(device)
-    assert set(models) == {"intra_node", "inter_node"}
-    assert models["intra_node"] == LINK_TIERS[intra].link_model()
+    assert set(models) == set(tiers)
+    if intra is not None:
+        assert models["intra_node"] == LINK_TIERS[intra].link_model()
 
 
-def test_fallback_is_what_the_docs_say() -> None:
-    assert FALLBACK_LINK_TIERS == {"intra_node": "pcie4-x16", "inter_node": "eth-100g"}
+def test_h800_and_mi325x_fabrics_match_their_datasheets() -> None:
+    # H800 datasheet: NVLink 400 GB/s bidirectional -> 200 GB/s per direction (8 x 25 GB/s).
+    assert link_tier("nvlink4-h800").unidirectional_bytes_per_s == pytest.approx(200 * GB)
+    # MI325X datasheet: 7 Infinity Fabric links x 128 GB/s bidirectional -> 7 x 64 = 448 GB/s.
+    assert link_tier("xgmi-mi325x").unidirectional_bytes_per_s == pytest.approx(448 * GB)
 
 
 def test_detected_nvlink_overrides_the_default() -> None:
     # An H100 whose NVSwitch fabric has only 12 of 18 links up: 12 x 25 GB/s.
     links = DetectedLinks(nvlink_generation=4, nvlink_links_up=12, pcie_generation=5, pcie_width=16)
     tier = link_for_tier("intra_node", "NVIDIA H100 80GB HBM3", links)
-    assert tier.kind == "nvlink"
+    assert tier is not None and tier.kind == "nvlink"
     assert tier.unidirectional_bytes_per_s == pytest.approx(300 * GB)
     assert "detected" in tier.source
 
@@ -129,14 +139,17 @@ def test_detected_pcie_when_no_nvlink() -> None:
 def test_detected_nic_uses_the_fastest_active_port() -> None:
     links = DetectedLinks(nic_rates_bits_per_s=(200e9, 400e9), nic_kind="infiniband")
     tier = link_for_tier("inter_node", "NVIDIA H100 80GB HBM3", links)
-    assert tier.kind == "infiniband"
+    assert tier is not None and tier.kind == "infiniband"
     assert tier.unidirectional_bytes_per_s == pytest.approx(50 * GB)
     assert tier.alpha_s == pytest.approx(2e-6)
 
 
 def test_nothing_detected_falls_back_to_the_device_default() -> None:
     tier = link_for_tier("inter_node", "NVIDIA A100-SXM4-80GB", DetectedLinks())
-    assert tier.name == "ib-hdr"
+    assert tier is not None and tier.name == "ib-hdr"
+    # nothing detected and nothing in a datasheet: unknown, not a guessed rate
+    assert link_for_tier("inter_node", "NVIDIA L40S", DetectedLinks()) is None
+    assert tier_peak_bytes_per_s("intra_node", None, DetectedLinks()) is None
     with pytest.raises(ValueError, match="tier"):
         link_for_tier("cross_rack", None)
 

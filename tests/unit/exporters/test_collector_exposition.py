@@ -33,6 +33,7 @@ TOPOLOGY = {
             "size": 2,
             "spans_hosts": True,
             "link_peak_bytes_per_s": 16000.0,
+            "link_peak_source": "sysfs",
         }
     ]
 }
@@ -182,6 +183,9 @@ mfuscope_step_component_ratio{axis="dp",component="exposed_comm",job="train",tie
 # HELP mfuscope_tier_peak_bandwidth_bytes_per_second spec unidirectional link rate of the groups on this axis and tier, bytes/s
 # TYPE mfuscope_tier_peak_bandwidth_bytes_per_second gauge
 mfuscope_tier_peak_bandwidth_bytes_per_second{axis="dp",job="train",tier="inter_node"} 16000.0
+# HELP mfuscope_tier_peak_info 1 for each link spec source stated on this axis and tier (datasheet, sysfs, nvml, user, or unknown: no spec, so no efficiency)
+# TYPE mfuscope_tier_peak_info gauge
+mfuscope_tier_peak_info{axis="dp",job="train",source="sysfs",tier="inter_node"} 1.0
 # HELP mfuscope_collective_bus_bandwidth_bytes_per_second nccl-tests bus bandwidth over each rank's latest profiled step, bytes/s
 # TYPE mfuscope_collective_bus_bandwidth_bytes_per_second gauge
 mfuscope_collective_bus_bandwidth_bytes_per_second{axis="dp",job="train",tier="inter_node"} 8000.0
