@@ -4,7 +4,7 @@ FLOPs, and writes each layout's reports to its own JSONL files.
 Run under torchrun (`tests/integration/test_sharded_flops.py` does):
 
     OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=4 \
-        tests/support/sharded_flops_job.py OUT_DIR
+        tests/support/sharded_flops_job.py OUT_DIR [--collector-url URL] [LAYOUT ...]
 
 Every layout trains the same MLP, ``up = Linear(IN, HIDDEN)``, ReLU, ``down = Linear(HIDDEN, OUT)``
 (with biases), on inputs of shape (BATCH, SEQ, IN) per data-parallel rank, for STEPS steps; the
@@ -24,13 +24,15 @@ test derives each layout's per-rank FLOPs by hand from these constants. Layouts 
 - ``varying``: plain data parallelism (DDP) with the batch size changing every step
   (VARYING_BATCHES), so the agent must count every new shape on its own step.
 
-`{OUT}/{layout}-{rank}.jsonl` holds the layout's wire batches.
+`{OUT}/{layout}-{rank}.jsonl` holds the layout's wire batches; with `--collector-url` they also go
+to that collector, as job `flops-{layout}`.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -73,10 +75,19 @@ class MLP(nn.Module):
         return self.block(x)
 
 
-def _agent(layout: str, out: Path, model: nn.Module, mesh: DeviceMesh | None) -> Agent:
+@dataclass(frozen=True)
+class Sinks:
+    """Where every layout's agent sends its reports."""
+
+    out: Path
+    collector_url: str | None
+
+
+def _agent(layout: str, sinks: Sinks, model: nn.Module, mesh: DeviceMesh | None) -> Agent:
     return Agent(
         job=f"flops-{layout}",
-        jsonl_path=str(out / f"{layout}-{{rank}}.jsonl"),
+        jsonl_path=str(sinks.out / f"{layout}-{{rank}}.jsonl"),
+        collector_url=sinks.collector_url,
         model=model,
         mesh=mesh,
         peak_flops=1e12,  # given: no CPU calibration
@@ -101,7 +112,7 @@ def _sync_grads(model: nn.Module, group: dist.ProcessGroup) -> None:
 
 def _train(
     layout: str,
-    out: Path,
+    sinks: Sinks,
     model: nn.Module,
     mesh: DeviceMesh | None,
     forward_backward: Callable[[int], None],
@@ -109,7 +120,7 @@ def _train(
 ) -> None:
     """`steps` steps of `forward_backward(step)` then an SGD step, each an `agent.step()`."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    agent = _agent(layout, out, model, mesh)
+    agent = _agent(layout, sinks, model, mesh)
     for step in range(steps):
         with agent.step():
             forward_backward(step)
@@ -129,7 +140,7 @@ def _tp_plan(sequence_parallel: bool) -> dict[str, object]:
     return {"up": ColwiseParallel(), "down": RowwiseParallel()}
 
 
-def run_tp(out: Path, layout: str) -> None:
+def run_tp(sinks: Sinks, layout: str) -> None:
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     sequence_parallel = layout == "tp_sp"
     torch.manual_seed(0)
@@ -147,10 +158,10 @@ def run_tp(out: Path, layout: str) -> None:
         loss.backward()
         _sync_grads(model, mesh["dp"].get_group())
 
-    _train(layout, out, model, mesh, forward_backward)
+    _train(layout, sinks, model, mesh, forward_backward)
 
 
-def run_fsdp(out: Path, layout: str) -> None:
+def run_fsdp(sinks: Sinks, layout: str) -> None:
     torch.manual_seed(0)
     model = MLP()
     if layout == "fsdp_tp":
@@ -166,10 +177,10 @@ def run_fsdp(out: Path, layout: str) -> None:
     def forward_backward(step: int) -> None:
         model(_inputs(step)).pow(2).mean().backward()
 
-    _train(layout, out, model, mesh, forward_backward)
+    _train(layout, sinks, model, mesh, forward_backward)
 
 
-def run_pp(out: Path, layout: str) -> None:
+def run_pp(sinks: Sinks, layout: str) -> None:
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
     stage_index = mesh["pp"].get_local_rank()
     torch.manual_seed(0)
@@ -193,20 +204,20 @@ def run_pp(out: Path, layout: str) -> None:
             schedule.step(target=torch.zeros(BATCH, SEQ, OUT))
         _sync_grads(stage_module, mesh["dp"].get_group())
 
-    _train(layout, out, stage_module, mesh, forward_backward)
+    _train(layout, sinks, stage_module, mesh, forward_backward)
 
 
-def run_varying(out: Path, layout: str) -> None:
+def run_varying(sinks: Sinks, layout: str) -> None:
     torch.manual_seed(0)
     model = DistributedDataParallel(MLP())
 
     def forward_backward(step: int) -> None:
         model(_inputs(step, batch=VARYING_BATCHES[step])).pow(2).mean().backward()
 
-    _train(layout, out, model, None, forward_backward, steps=len(VARYING_BATCHES))
+    _train(layout, sinks, model, None, forward_backward, steps=len(VARYING_BATCHES))
 
 
-LAYOUTS: dict[str, Callable[[Path, str], None]] = {
+LAYOUTS: dict[str, Callable[[Sinks, str], None]] = {
     "tp": run_tp,
     "tp_sp": run_tp,
     "tp_recompute": run_tp,
@@ -218,12 +229,16 @@ LAYOUTS: dict[str, Callable[[Path, str], None]] = {
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
-    layouts = sys.argv[2:] or list(LAYOUTS)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("layouts", nargs="*", help=f"some of {', '.join(LAYOUTS)} (default: all)")
+    parser.add_argument("--collector-url")
+    args = parser.parse_args()
+    sinks = Sinks(args.out, args.collector_url)
     dist.init_process_group("gloo")
     try:
-        for layout in layouts:
-            LAYOUTS[layout](out, layout)
+        for layout in args.layouts or list(LAYOUTS):
+            LAYOUTS[layout](sinks, layout)
     finally:
         dist.destroy_process_group()
 
