@@ -1,8 +1,9 @@
 """Counted FLOPs are each rank's own work under every parallel layout: one real 4-rank gloo job
 (`tests/support/sharded_flops_job.py`) trains the same MLP under DTensor TP, TP + SP, TP with
-activation checkpointing, FSDP2, FSDP2 + TP, a pipeline stage, and with a batch size that changes
-every step, into JSONL files and a real `mfuscope collector`; every step's reported FLOPs, and
-the collector's per-job totals, are checked against counts derived here by hand.
+activation checkpointing, FSDP2, FSDP2 + TP, a pipeline stage (GPipe, 1F1B), and with a batch
+size that changes every step, into JSONL files and a real `mfuscope collector`; every step's
+reported FLOPs, and the collector's per-job totals, are checked against counts derived here by
+hand.
 
 Hand derivation: a Linear(i, o) on n tokens costs 2*n*i*o forward (torch counts the matmul, not
 the bias), and 2*n*i*o backward for its weight gradient plus 2*n*i*o for its input gradient
@@ -135,16 +136,15 @@ def test_tensor_parallel_share_is_the_whole_model_divided_by_tp(
         assert run.reports["fsdp_tp"][rank][0][1] == pytest.approx(whole / TP, rel=0.02)
 
 
-def test_a_pipeline_rank_counts_only_its_stage(
-    run: Run,
-) -> None:
+@pytest.mark.parametrize("layout", ["pp", "pp_1f1b"])
+def test_a_pipeline_rank_counts_only_its_stage(run: Run, layout: str) -> None:
     # Also on the first step, whose schedule runs the stages' one-time metadata inference.
-    for rank, rows in run.reports["pp"].items():
+    for rank, rows in run.reports[layout].items():
         assert [step for step, _, _ in rows] == list(range(job.STEPS))
         for step, model_flops, recompute_flops in rows:
             assert model_flops == pytest.approx(_pipeline_stage_flops(rank), rel=0.02), step
             assert recompute_flops == 0
-    total = run.collector_counter("mfuscope_model_flops_total", "pp")
+    total = run.collector_counter("mfuscope_model_flops_total", layout)
     expected = job.STEPS * sum(_pipeline_stage_flops(rank) for rank in range(4))
     assert total == pytest.approx(expected, rel=0.02)
 

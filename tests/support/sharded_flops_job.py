@@ -21,6 +21,7 @@ test derives each layout's per-rank FLOPs by hand from these constants. Layouts 
 - ``fsdp_tp``: the 2-D layout: TP on "tp", then `fully_shard` on "dp".
 - ``pp``: a 2 x 2 ("pp", "dp") mesh; stage 0 is ``up`` + ReLU, stage 1 is ``down``, a GPipe
   schedule over MICROBATCHES micro-batches; gradients all-reduced over dp by hand.
+- ``pp_1f1b``: as ``pp`` with a 1F1B schedule.
 - ``varying``: plain data parallelism (DDP) with the batch size changing every step
   (VARYING_BATCHES), so the agent must count every new shape on its own step.
 
@@ -41,7 +42,7 @@ from mfuscope.agent import Agent, checkpoint_context
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -191,7 +192,8 @@ def run_pp(sinks: Sinks, layout: str) -> None:
     stage = PipelineStage(
         stage_module, stage_index, 2, torch.device("cpu"), group=mesh["pp"].get_group()
     )
-    schedule = ScheduleGPipe(
+    kind = Schedule1F1B if layout == "pp_1f1b" else ScheduleGPipe
+    schedule = kind(
         stage, n_microbatches=MICROBATCHES, loss_fn=lambda output, _: output.pow(2).mean()
     )
 
@@ -224,6 +226,7 @@ LAYOUTS: dict[str, Callable[[Sinks, str], None]] = {
     "fsdp": run_fsdp,
     "fsdp_tp": run_fsdp,
     "pp": run_pp,
+    "pp_1f1b": run_pp,
     "varying": run_varying,
 }
 
