@@ -12,6 +12,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from mfuscope.agent.sampler import ProfilerLike
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer, TimedStep
 from mfuscope.agent.transport import Transport
+from mfuscope.core.errors import InputError
 from mfuscope.core.schema import StepReport
 
 __all__ = ["Agent", "Seams", "agent_with_seams"]
@@ -48,15 +51,17 @@ class Seams:
 
 
 class _StepScope:
-    """The reusable context manager `Agent.step()` returns."""
+    """The context manager `Agent.step()` returns (one reusable instance when no FLOPs are
+    given; a fresh one carrying them otherwise)."""
 
-    __slots__ = ("_agent",)
+    __slots__ = ("_agent", "_given")
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, given: StepFlopsValue | None = None) -> None:
         self._agent = agent
+        self._given = given
 
     def __enter__(self) -> _StepScope:
-        self._agent._begin_step()
+        self._agent._begin_step(self._given)
         return self
 
     def __exit__(
@@ -111,6 +116,7 @@ class Agent:
         self._log = RateLimitedLog(self.config.log_interval_s, logger=seams.logger or LOGGER)
         self._step = self.config.first_step
         self._depth = 0  # nesting of `with agent.step()`; only the outermost one is a step
+        self._given: StepFlopsValue | None = None  # FLOPs given to the running step
         self._closed = False
         self._scope = _StepScope(self)
         self._runtime: Runtime | None = None
@@ -133,9 +139,19 @@ class Agent:
 
     # --- public API ----------------------------------------------------------------------------
 
-    def step(self) -> contextlib.AbstractContextManager[Any]:
-        """Context manager around one training step (forward, backward, optimizer step)."""
-        return self._scope
+    def step(
+        self, *, flops: float | None = None, recompute_flops: float | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Context manager around one training step (forward, backward, optimizer step).
+
+        `flops`: this rank's model FLOPs for this step (the MFU numerator; recomputation
+        excluded). It takes precedence over `flops_per_step` and over counting, and the step is
+        not counted. `recompute_flops`: the step's activation-recomputation FLOPs (HFU adds them;
+        default 0); only with `flops`. Each must be a finite number >= 0, else `InputError`.
+        """
+        if flops is None and recompute_flops is None:
+            return self._scope
+        return _StepScope(self, _given_step_flops(flops, recompute_flops))
 
     @property
     def rank(self) -> int:
@@ -176,7 +192,7 @@ class Agent:
 
     # --- per step (training thread) --------------------------------------------------------------
 
-    def _begin_step(self) -> None:
+    def _begin_step(self, given: StepFlopsValue | None = None) -> None:
         runtime = self._runtime
         if runtime is None or self._closed:
             return
@@ -184,6 +200,7 @@ class Agent:
         if self._depth > 1:
             self._log.warning("nested-step", "mfuscope: agent.step() nested; inner one ignored")
             return
+        self._given = given
         step = self._step
         try:
             runtime.timer.begin(step)
@@ -191,7 +208,7 @@ class Agent:
             self._internal_error("timer", exc)
         try:
             # Never count FLOPs inside a profiled window: the counter would distort the trace.
-            runtime.flops.begin_step(allow_count=not runtime.windows.recording)
+            runtime.flops.begin_step(allow_count=given is None and not runtime.windows.recording)
         except Exception as exc:
             runtime.flops.abort()
             self._internal_error("flop-count", exc)
@@ -218,7 +235,8 @@ class Agent:
         except Exception as exc:
             self._internal_error("timer", exc)
         try:
-            self._flops_counted(step, runtime.flops.end_step(failed=failed))
+            given, self._given = self._given, None
+            self._flops_counted(step, runtime.flops.end_step(failed=failed, given=given))
         except Exception as exc:
             runtime.flops.abort()
             self._internal_error("flop-count", exc)
@@ -252,6 +270,26 @@ class Agent:
         self._log.warning(
             f"internal-{where}", "mfuscope: agent error in %s (training continues): %r", where, exc
         )
+
+
+def _given_step_flops(flops: float | None, recompute_flops: float | None) -> StepFlopsValue:
+    """The FLOPs given to `agent.step(...)`, checked (one-line `InputError` on bad input)."""
+    if flops is None:
+        raise InputError(
+            "agent.step(recompute_flops=...) needs flops=... too (this rank's model FLOPs)"
+        )
+    checked: list[float] = []
+    for name, value in (("flops", flops), ("recompute_flops", recompute_flops or 0.0)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Real)
+            or not (math.isfinite(value) and value >= 0)
+        ):
+            raise InputError(
+                f"agent.step({name}=...) must be a finite number >= 0 (FLOPs), got {value!r}"
+            )
+        checked.append(float(value))
+    return StepFlopsValue(checked[0], checked[1], "given")
 
 
 def agent_with_seams(seams: Seams, job: str | None = None, **options: Any) -> Agent:

@@ -329,6 +329,12 @@ def _count_session() -> CountSession:
     return StepFlopCount()
 
 
+def _dispatch_mode_stack() -> object:
+    from mfuscope.agent.counted_flops import dispatch_mode_stack  # imports torch
+
+    return dispatch_mode_stack()
+
+
 def _keeper(config: AgentConfig, topology: RankTopology) -> Keep | None:
     """Where window traces are kept (`keep_traces`), None when they are not."""
     if config.keep_traces < 1:
@@ -378,13 +384,6 @@ def build_runtime(
     given = None
     if config.flops_per_step is not None:
         given = (config.flops_per_step, config.recompute_flops_per_step or 0.0)
-    flops = FlopsTracker(
-        given=given,
-        new_session=_count_session if config.count_flops else None,
-        log=log,
-        model=model,
-        max_recounts=config.max_flop_recounts,
-    )
     analyser = WindowAnalyser(
         seams.analyse or _engine_analyse(topology, device), keep=_keeper(config, topology)
     )
@@ -406,6 +405,15 @@ def build_runtime(
         health=health,
         log=log,
         clock=clock,
+    )
+    flops = FlopsTracker(
+        given=given,
+        new_session=_count_session if config.count_flops else None,
+        log=log,
+        model=model,
+        max_recounts=config.max_flop_recounts,
+        mode_stack=_dispatch_mode_stack,
+        may_count_now=lambda: not windows.recording,  # never count inside a window
     )
     unwrap = wrap_checkpoint() if config.wrap_checkpoint else (lambda: None)
     hardware = _hardware(config, device, topology, seams, log)

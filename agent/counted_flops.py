@@ -1,7 +1,7 @@
 """Count the FLOPs of one real training step with torch's `FlopCounterMode`, recompute apart.
 
-`count_step_flops(step_fn)` runs `step_fn` once under `torch.utils.flop_counter.FlopCounterMode`
-and returns `StepFlops(model_flops, recompute_flops)`. Two things torch does not do for us:
+`count_step_flops(step_fn)` runs `step_fn` once under `RankFlopCounter` (a `FlopCounterMode`) and
+returns `StepFlops(model_flops, recompute_flops)`. Three things torch does not do for us:
 
 1. **CPU attention.** `FlopCounterMode` has formulas for the CUDA SDPA kernels but counts 0 for
    ``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward. We register them through
@@ -16,6 +16,13 @@ and returns `StepFlops(model_flops, recompute_flops)`. Two things torch does not
    ``model_flops = outer total - recompute total``. (Only recomputation that ran under the outer
    counter's dispatch mode is subtracted: the calling thread, or autograd's device threads, which
    inherit the mode stack; a plain Python thread does not, and its FLOPs were never in the total.)
+
+3. **Sharded tensors.** FlopCounterMode sees a DTensor op at its global shape (a tensor-parallel
+   matmul counts the whole model's FLOPs on every rank). `RankFlopCounter` lets DTensor dispatch
+   such an op itself and counts the ops it runs on the local shards instead, so a count is this
+   rank's own work under any sharding: DTensor TP and SP, FSDP2 (its unsharded parameters are
+   plain tensors, or DTensors on the tp mesh under FSDP2 + TP), and a pipeline stage (only the
+   stage's modules run on the rank; the stage's one-time metadata inference is not counted).
 
 How to combine them (the agent's public `checkpoint_context()` wraps this and also opens a
 ``torch.profiler.record_function("mfuscope::recompute")`` range)::
@@ -45,6 +52,7 @@ checkpointing and stays in `model_flops`.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,19 +60,23 @@ from types import TracebackType
 from typing import Any
 
 import torch
+from mfuscope.agent import uncounted
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils.flop_counter import (
     FlopCounterMode,
+    _FlopCounterMode,
     sdpa_backward_flop_count,
     sdpa_flop_count,
 )
 
 __all__ = [
+    "RankFlopCounter",
     "RecomputeCounter",
     "StepFlopCount",
     "StepFlops",
     "count_step_flops",
     "cpu_attention_flop_mapping",
+    "dispatch_mode_stack",
     "recompute_context_fn",
 ]
 
@@ -98,8 +110,76 @@ def cpu_attention_flop_mapping() -> dict[Any, Callable[..., int]]:
     }
 
 
+def _is_loaded_subclass(kind: type, module_name: str, class_name: str) -> bool:
+    # Such a tensor exists only once its module was imported: look the class up there rather than
+    # import it (`types` is empty for plain tensors, so this runs only for tensor subclasses).
+    base = getattr(sys.modules.get(module_name), class_name, None)
+    return isinstance(base, type) and issubclass(kind, base)
+
+
+def _is_dtensor(kind: type) -> bool:
+    return _is_loaded_subclass(kind, "torch.distributed.tensor", "DTensor")
+
+
+def _is_fake(kind: type) -> bool:
+    return _is_loaded_subclass(kind, "torch._subclasses.fake_tensor", "FakeTensor")
+
+
+class _RankDispatchMode(_FlopCounterMode):  # type: ignore[misc]
+    """torch's counting dispatch mode, counting what this rank computes.
+
+    - An op on DTensors is not counted at its global shape: returning NotImplemented hands the
+      op to DTensor's own dispatch with this mode still on the stack, so the ops DTensor runs on
+      its local shards (and any redistribution) come back here as plain tensors and are counted
+      at their local shapes. Nested counters (recompute) do the same, each counting local work.
+    - An op on fake tensors computes nothing (DTensor's sharding propagation runs the op on fake
+      tensors of the global shape the first time it meets an op and placement): run, not counted.
+    """
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if types:
+            if any(_is_dtensor(kind) for kind in types):
+                return NotImplemented
+            if any(_is_fake(kind) for kind in types):
+                return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+class RankFlopCounter(FlopCounterMode):  # type: ignore[misc]
+    """`FlopCounterMode` counting this rank's own work (see `_RankDispatchMode`): the local
+    shards of DTensor ops, never their global shapes; nothing while `uncounted.paused()` holds
+    (a pipeline stage's one-time metadata inference, see `mfuscope.agent.uncounted`). Totals
+    only (no per-module table: the module tracker's global hooks are not installed, which also
+    keeps counting cheaper)."""
+
+    def __enter__(self) -> RankFlopCounter:
+        self.flop_counts.clear()
+        mode: Any = _RankDispatchMode(self)
+        mode.__enter__()
+        self.mode = mode
+        return self
+
+    def __exit__(self, *args: Any) -> Any:
+        mode: Any = self.mode
+        self.mode = None
+        if mode is None:
+            raise RuntimeError("RankFlopCounter exited without being entered")
+        return mode.__exit__(*args)
+
+    def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
+        if uncounted.paused():
+            return out
+        return super()._count_flops(func_packet, out, args, kwargs)
+
+
+def dispatch_mode_stack() -> tuple[int, ...]:
+    """The identities of the dispatch modes on this thread's stack, innermost last (cheap: one
+    short list; `FlopsTracker` compares two of them to know nothing was pushed in between)."""
+    return tuple(id(mode) for mode in _get_current_dispatch_mode_stack())
+
+
 def _new_flop_counter() -> FlopCounterMode:
-    return FlopCounterMode(display=False, custom_mapping=cpu_attention_flop_mapping())
+    return RankFlopCounter(display=False, custom_mapping=cpu_attention_flop_mapping())
 
 
 @dataclass(frozen=True)
@@ -244,6 +324,7 @@ class StepFlopCount:
         return self._recompute.context()
 
     def __enter__(self) -> StepFlopCount:
+        uncounted.exclude_pipeline_metadata_inference()
         _STEP.start(self._counter)
         try:
             self._counter.__enter__()

@@ -1,16 +1,22 @@
 """Which model and recompute FLOPs each step's report carries, counted as rarely as possible.
 
-The agent's FLOPs come from two places: this module decides, per step, between FLOPs the user gave
-and FLOPs counted on a real step (`counted_flops`, torch's FlopCounterMode). The analytical
-formulas of `mfuscope calc` (`mfuscope.core.flops`) are never used in a running job.
+The agent's FLOPs come from three places, in this order of precedence: FLOPs given for one step
+(`agent.step(flops=...)`), FLOPs given for every step (`flops_per_step`), and FLOPs counted on a
+real step (`counted_flops`, torch's FlopCounterMode, this rank's own work under any sharding).
+The analytical formulas of `mfuscope calc` (`mfuscope.core.flops`) are never used in a running
+job.
 
-Given FLOPs (`flops_per_step`) are used as they are. Otherwise the first step is run under a
-FLOP counter (entered when the step begins, left when it ends, so the step is not run twice) and
-the count is reused. With a model, a forward pre-hook notes the input shapes of every forward in
-a step (a tuple of shapes, cheap); a step whose shapes were never counted makes the *next* step
-a counting step (its shapes are likely the new ones), and each distinct shape signature is
-counted once, up to `max_recounts` signatures. A step with uncounted shapes carries the latest
-count. Counting costs one slow step (FlopCounterMode dispatches every op through Python).
+Counting runs a step under a FLOP counter (entered while the step runs, so the step is not run
+twice) and keeps the count for the step's *shape signature*: the input shapes of every forward of
+the model in the step (a forward pre-hook notes them; a tuple of shapes, cheap). The first step
+is counted from its beginning. Later, a step whose first forward has shapes no counted step began
+with is counted from that forward on: it gets its own count, not another step's (nothing before
+the first forward, such as data loading or `zero_grad`, does model FLOPs). Each signature is
+counted once, up to `max_recounts` signatures; a step whose shapes diverge only after its first
+forward, or that comes after the limit, carries the latest count (`stale`), and in the first
+case the next step is counted from its beginning. Without a model no shapes are seen and the
+first count is reused. Counting costs one slow step (FlopCounterMode dispatches every op through
+Python).
 """
 
 from __future__ import annotations
@@ -89,7 +95,12 @@ class FlopsTracker:
         log: RateLimitedLog,
         model: Any = None,
         max_recounts: int = 8,
+        mode_stack: Callable[[], object] = tuple,
+        may_count_now: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`mode_stack()` returns something that compares equal while the dispatch-mode stack is
+        unchanged (`counted_flops.dispatch_mode_stack` in production); `may_count_now()` says
+        whether a count may start now (not while a profiled window records)."""
         self._given = None if given is None else StepFlopsValue(*given, "given")
         self._new_session = new_session
         self._log = log
@@ -100,6 +111,13 @@ class FlopsTracker:
         self._session: CountSession | None = None
         self._count_failures = 0
         self._forwards: list[tuple[tuple[int, ...], ...]] = []
+        # A step may start counting at its first forward (see the module docstring) only when
+        # counting is allowed now and nothing else pushed a dispatch mode since the step began:
+        # the counter is a dispatch mode and must leave the mode stack in the order it entered.
+        self._count_at_first_forward = False
+        self._modes_at_begin: object = None
+        self._mode_stack = mode_stack
+        self._may_count_now = may_count_now
         self._hook: Any = None
         if given is None and model is not None and hasattr(model, "register_forward_pre_hook"):
             self._hook = model.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
@@ -115,21 +133,58 @@ class FlopsTracker:
                 self._forwards.append(input_signature(args, kwargs))
             except Exception:
                 self._forwards.append(())
+        if self._count_at_first_forward:
+            self._count_at_first_forward = False  # decided at the first forward only
+            try:
+                if self._first_forward_is_new() and self._may_start_count_here():
+                    self._start_session()
+            except Exception as exc:  # never raise into the model's forward
+                self._log.warning(
+                    "flops-count-start", "mfuscope: could not start counting FLOPs: %r", exc
+                )
+                self.abort()
 
-    def begin_step(self, *, allow_count: bool = True) -> None:
-        """Start a step; a pending count waits for a step where `allow_count` holds."""
-        if self._forwards:
-            self._forwards = []
-        if not self._count_next or self._new_session is None or not allow_count:
-            return
-        self._count_next = False
+    def _first_forward_is_new(self) -> bool:
+        first = self._forwards[0]
+        return not any(signature[:1] == (first,) for signature in self._counts)
+
+    def _may_start_count_here(self) -> bool:
+        return (
+            self._session is None
+            and self._may_count_now()
+            and self._mode_stack() == self._modes_at_begin
+        )
+
+    def _start_session(self) -> None:
+        assert self._new_session is not None
         session = self._new_session()
         session.__enter__()
         self._session = session
         set_recompute_counter(session.recompute_context)
 
-    def end_step(self, *, failed: bool = False) -> StepFlopsValue:
-        """FLOPs of the step that just ended. `failed`: the step raised (counts are not kept)."""
+    def begin_step(self, *, allow_count: bool = True) -> None:
+        """Start a step; a pending count waits for a step where `allow_count` holds."""
+        if self._forwards:
+            self._forwards = []
+        self._count_at_first_forward = False
+        if self._new_session is None or not allow_count:
+            return
+        if self._count_next:
+            self._count_next = False
+            self._start_session()
+        elif self._hook is not None and self._counts and len(self._counts) < self._max_recounts:
+            self._count_at_first_forward = True
+            self._modes_at_begin = self._mode_stack()
+
+    def end_step(
+        self, *, failed: bool = False, given: StepFlopsValue | None = None
+    ) -> StepFlopsValue:
+        """FLOPs of the step that just ended. `failed`: the step raised (counts are not kept).
+        `given`: FLOPs given for this very step (begun with `allow_count=False`), returned as
+        they are; the step's shapes are not counted later on its account."""
+        self._count_at_first_forward = False
+        if given is not None:
+            return given
         if self._given is not None:
             return self._given  # never counts, never watches shapes: nothing else to do
         signature: Signature = tuple(self._forwards)
@@ -156,7 +211,7 @@ class FlopsTracker:
             self._log.warning(
                 "flops-recount-limit",
                 "mfuscope: input shapes changed again after %d counted shape sets; reusing the "
-                "latest FLOP count (pass flops_per_step for exact MFU on variable shapes)",
+                "latest FLOP count (pass agent.step(flops=...) for exact MFU on variable shapes)",
                 len(self._counts),
             )
         return StepFlopsValue(self._latest.model_flops, self._latest.recompute_flops, "stale")
@@ -166,6 +221,7 @@ class FlopsTracker:
 
         After `MAX_COUNT_FAILURES` such failures counting is given up (FLOPs stay unknown).
         """
+        self._count_at_first_forward = False
         self._count_failures += 1
         self._count_next = (
             self._latest is None

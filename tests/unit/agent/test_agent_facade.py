@@ -16,6 +16,7 @@ import pytest
 import torch
 from mfuscope.agent import Agent, ConfigError, checkpoint_context
 from mfuscope.agent._agent import Seams, agent_with_seams
+from mfuscope.core.errors import InputError
 from mfuscope.core.schema import ReportBatch, batch_from_json
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -117,6 +118,56 @@ def test_given_flops_and_disabled_agent(tmp_path: Path) -> None:
         pass
     disabled.close()
     assert not (tmp_path / "off.jsonl").exists()
+
+
+def test_flops_given_to_a_step_take_precedence(tmp_path: Path) -> None:
+    # Per-step FLOPs beat both counting and flops_per_step, for that step only.
+    model = Net()
+    counted = _agent(tmp_path, model)
+    plain = _agent(tmp_path, jsonl_path=str(tmp_path / "given.jsonl"), flops_per_step=3e9)
+    for agent in (counted, plain):
+        with agent.step(flops=7e9, recompute_flops=2e9):
+            _train(model)
+        with agent.step(flops=5e9):
+            _train(model)
+        with agent.step():
+            _train(model)
+        agent.close()
+    counted_reports = [r for b in _batches(tmp_path / "out.jsonl") for r in b.reports]
+    given_reports = [r for b in _batches(tmp_path / "given.jsonl") for r in b.reports]
+    step_flops = [(r.model_flops, r.recompute_flops) for r in counted_reports]
+    recompute = 2 * 4 * WIDTH * WIDTH  # the checkpointed first linear, recomputed in backward
+    # 3 linears forward, their 3 weight gradients, 2 input gradients (the input needs none)
+    forward_backward = 8 * 2 * 4 * WIDTH * WIDTH
+    assert step_flops == [(7e9, 2e9), (5e9, 0.0), (forward_backward, recompute)]
+    assert [(r.model_flops, r.recompute_flops) for r in given_reports] == [
+        (7e9, 2e9),
+        (5e9, 0.0),
+        (3e9, 0.0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"flops": float("nan")}, r"agent\.step\(flops=\.\.\.\) must be a finite number >= 0"),
+        ({"flops": -1.0}, "got -1.0"),
+        ({"flops": float("inf")}, "got inf"),
+        ({"flops": True}, "got True"),
+        ({"flops": "1e9"}, "got '1e9'"),
+        ({"flops": 1e9, "recompute_flops": -2}, r"recompute_flops=\.\.\.\) must be"),
+        ({"recompute_flops": 1e9}, "needs flops"),
+    ],
+)
+def test_bad_step_flops_raise_a_clear_error(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    for agent in (_agent(tmp_path), _agent(tmp_path, enabled=False)):
+        with pytest.raises(InputError, match=message):
+            agent.step(**kwargs)
+        with agent.step(flops=0):  # the agent is still usable
+            pass
+        agent.close()
 
 
 def test_bad_options_raise_at_construction(tmp_path: Path) -> None:

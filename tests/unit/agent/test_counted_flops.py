@@ -185,3 +185,34 @@ def test_context_fn_shape() -> None:
     assert isinstance(forward_ctx, contextlib.nullcontext)
     with recompute_ctx:
         pass
+
+
+def test_fake_tensor_ops_run_but_are_not_counted() -> None:
+    # DTensor's sharding propagation runs an op on fake tensors of the global shape the first
+    # time it meets it; that computes nothing and must not count (the real mm here does).
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+
+    def step() -> None:
+        _ = a @ b
+        with FakeTensorMode() as fake:
+            shape = (fake.from_tensor(a) @ fake.from_tensor(b)).shape
+        assert shape == (8, 4)
+
+    assert count_step_flops(step).model_flops == 2 * 8 * 16 * 4
+
+
+def test_paused_work_is_not_counted() -> None:
+    from mfuscope.agent import uncounted
+
+    a = torch.randn(8, 16)
+
+    def step() -> None:
+        _ = a @ a.T  # 2 * 8 * 16 * 8
+        with uncounted.pause():
+            assert uncounted.paused()
+            _ = a.T @ a
+        assert not uncounted.paused()
+
+    assert count_step_flops(step).model_flops == 2 * 8 * 16 * 8

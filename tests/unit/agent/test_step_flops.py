@@ -91,32 +91,104 @@ def test_given_flops_are_never_counted() -> None:
     assert model.hook is None  # no shape watching needed
 
 
-def test_counts_once_then_recounts_new_shapes_one_step_late() -> None:
+def test_counts_once_then_each_new_shape_on_its_own_step() -> None:
     model = FakeModel()
     tracker = _tracker(model)
     assert tracker.counting
+    opened = FakeSession.opened
     assert _run(tracker, model, 8) == (8e9, 8e8, "counted")
     assert _run(tracker, model, 8) == (8e9, 8e8, "counted")
     assert not tracker.counting
-    # shapes change: this step carries the stale count, the next one is counted
-    assert _run(tracker, model, 4) == (8e9, 8e8, "stale")
-    assert tracker.counting
+    # shapes change: the step starts counting at its first forward and carries its own count
     assert _run(tracker, model, 4) == (4e9, 4e8, "counted")
-    # both shape sets are now known: switching back costs no count
+    # both shape sets are now known: switching back and forth costs no count
     assert _run(tracker, model, 8) == (8e9, 8e8, "counted")
+    assert _run(tracker, model, 4) == (4e9, 4e8, "counted")
+    assert FakeSession.opened - opened == 2
     assert not tracker.counting
     tracker.close()
     assert model.hook is None
+
+
+def test_cycling_shapes_each_get_their_own_count() -> None:
+    # A step with new shapes used to carry the previous count and make the *next* step a
+    # counting step: with shapes cycling A, B, C that next step was C, so B was never counted.
+    model = FakeModel()
+    tracker = _tracker(model)
+    for batch in (8, 4, 2) * 4:
+        assert _run(tracker, model, batch) == (batch * 1e9, batch * 1e8, "counted")
 
 
 def test_recounts_stop_at_the_limit() -> None:
     model = FakeModel()
     tracker = _tracker(model, max_recounts=2)
     _run(tracker, model, 1)
-    _run(tracker, model, 2)  # stale, schedules a count
-    _run(tracker, model, 2)  # counted: now 2 signatures known
+    assert _run(tracker, model, 2) == (2e9, 2e8, "counted")
     assert _run(tracker, model, 3) == (2e9, 2e8, "stale")
     assert not tracker.counting
+
+
+def test_shapes_diverging_after_the_first_forward_are_counted_on_the_next_step() -> None:
+    # Only the first forward decides whether a step starts counting (earlier ops would be lost
+    # otherwise): a step whose later forwards are new carries the latest count, and the next step
+    # is counted from its beginning.
+    model = FakeModel()
+    tracker = _tracker(model)
+
+    def accumulate(first: int, second: int) -> tuple[float, float, str]:
+        tracker.begin_step()
+        model.batch = first
+        model.forward()
+        model.batch = second
+        model.forward()
+        value = tracker.end_step()
+        return value.model_flops, value.recompute_flops, value.source
+
+    assert accumulate(8, 8) == (8e9, 8e8, "counted")
+    assert accumulate(8, 2) == (8e9, 8e8, "stale")
+    assert tracker.counting
+    assert accumulate(8, 2) == (2e9, 2e8, "counted")  # the fake counts the last batch
+    assert accumulate(8, 2) == (2e9, 2e8, "counted")
+
+
+def test_no_count_starts_inside_a_window_or_under_a_new_dispatch_mode() -> None:
+    model = FakeModel()
+    window = [False]
+    modes: list[str] = []
+    tracker = _tracker(model, may_count_now=lambda: not window[0], mode_stack=lambda: tuple(modes))
+    _run(tracker, model, 8)
+    window[0] = True  # a profiled window opened after the step began
+    assert _run(tracker, model, 4)[2] == "stale"
+    window[0] = False
+    tracker.begin_step(allow_count=False)  # the pending count waits for an allowed step
+    model.forward()
+    assert tracker.end_step().source == "stale"
+    _run(tracker, model, 8)  # counted from its beginning (pending), shapes known
+    tracker.begin_step()
+    modes.append("user mode pushed inside the step")  # must leave the stack in order: no count
+    model.batch = 2
+    model.forward()
+    assert tracker.end_step().source == "stale"
+    modes.clear()
+    assert _run(tracker, model, 2) == (2e9, 2e8, "counted")
+
+
+def test_flops_given_for_one_step_take_precedence_and_are_not_counted() -> None:
+    model = FakeModel()
+    tracker = _tracker(model)
+    opened = FakeSession.opened
+    tracker.begin_step(allow_count=False)
+    model.forward()
+    given = StepFlopsValue(5.0, 1.0, "given")
+    assert tracker.end_step(given=given) == given
+    assert FakeSession.opened == opened  # the first count still waits for a step of its own
+    assert tracker.counting
+    assert _run(tracker, model, 8) == (8e9, 8e8, "counted")
+    tracker.begin_step(allow_count=False)
+    model.batch = 3
+    model.forward()  # new shapes, but the step's FLOPs are given: nothing is counted
+    assert tracker.end_step(given=given) == given
+    assert FakeSession.opened == opened + 1
 
 
 def test_a_raising_step_is_not_kept_and_counting_is_retried() -> None:
