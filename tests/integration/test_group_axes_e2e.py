@@ -17,6 +17,12 @@ group has n = 2 ranks):
   backward: 2048 B per rank-step -> 16,384 B;
 - bus bytes / bytes with n = 2: all_reduce 2(n-1)/n = 1 (it would read 1.5 with the world size
   n = 4), all_gather (n-1)/n = 1/2.
+
+Model FLOPs (counted by the agent: matmuls, 2 x m x k x n each): the whole model on one dp
+replica's batch of 8 is forward 2 x (2 x 8 x 32 x 64) = 65,536, backward 98,304 (`down`: weight
+and input gradients, `up`: the weight gradient only, its input needs none), 163,840 per step; each
+tp rank does half of it, 81,920, in every layout. 4 ranks x 5 steps -> 1,638,400 at the collector
+(the whole model's count on every rank, as FLOP counters see DTensors, would give twice that).
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ SUPPORT = Path(__file__).resolve().parents[1] / "support"
 ROOT = SUPPORT.parents[1]
 TORCHRUN = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=4"]
 RANK_STEPS = 4 * 2  # 4 ranks x the 2 profiled steps
+WHOLE_MODEL_FLOPS = 2 * (2 * 8 * 32 * 64) + 3 * (2 * 8 * 32 * 64)  # forward + backward, per step
+TP = 2
 GRADS = RANK_STEPS * 2 * 32 * 32 * 4  # both tp-local weight shards, every profiled rank-step
 OUTPUT = RANK_STEPS * 8 * 32 * 4  # the row-parallel output, every profiled rank-step
 # (op, axis) -> collective bytes S summed at the collector.
@@ -118,6 +126,11 @@ def test_every_collective_has_its_groups_axis_and_size(
     assert sent == expected
     for op, axis in expected:
         assert bus[(op, axis)] / sent[(op, axis)] == pytest.approx(BUS_FACTOR_N2[op])
+
+    # Each rank's model FLOPs are its own share: the whole model's / tp.
+    flops = metrics(collector, "mfuscope_model_flops_total")
+    job_flops = sum(v for labels, v in flops.items() if ("job", job) in labels)
+    assert job_flops == pytest.approx(4 * 5 * WHOLE_MODEL_FLOPS / TP, rel=0.02)
 
     # What the agents sent: every collective with n = 2, none of unknown group.
     with_n = {(op, axis, 2) for op, axis in expected}

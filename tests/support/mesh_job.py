@@ -12,7 +12,7 @@ and an explicit all_reduce of every gradient over the dp mesh group.
 ``new_group(ranks, group_desc="DATA_PARALLEL_GROUP")`` (dp groups first, as Megatron-core does)
 and ``"TENSOR_MODEL_PARALLEL_GROUP"``, with a hand-written tensor-parallel MLP.
 
-Every all_reduce runs on a group of n = 2 ranks. Each rank writes its reports to
+Every all_reduce runs on a group of n = 2 ranks. FLOPs are counted by the agent from the model. Each rank writes its reports to
 ``DIR/reports-{rank}.jsonl`` and keeps its profiled window's trace in ``DIR/kept``.
 """
 
@@ -111,7 +111,7 @@ def main() -> None:
         collector_url=args.collector_url,
         jsonl_path=str(args.out / "reports-{rank}.jsonl"),
         mesh=mesh,
-        flops_per_step=1e6,
+        model=model,  # counted FLOPs: each rank's own share of the sharded model
         peak_flops=1e9,
         profile_first_step=1,
         profile_steps=2,
