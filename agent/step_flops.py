@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mfuscope.agent import uncounted
 from mfuscope.agent._health import RateLimitedLog
 from mfuscope.agent.recompute import set_recompute_counter
 
@@ -128,6 +129,10 @@ class FlopsTracker:
         return self._session is not None or self._count_next
 
     def _pre_forward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if uncounted.paused():
+            # A pipeline stage's one-time metadata pass is not a forward of the step's own:
+            # in the signature it would make the first step's shapes differ from every later one.
+            return
         if len(self._forwards) < _MAX_FORWARDS_PER_SIGNATURE:
             try:
                 self._forwards.append(input_signature(args, kwargs))

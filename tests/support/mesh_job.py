@@ -12,8 +12,9 @@ and an explicit all_reduce of every gradient over the dp mesh group.
 ``new_group(ranks, group_desc="DATA_PARALLEL_GROUP")`` (dp groups first, as Megatron-core does)
 and ``"TENSOR_MODEL_PARALLEL_GROUP"``, with a hand-written tensor-parallel MLP.
 
-Every all_reduce runs on a group of n = 2 ranks. FLOPs are counted by the agent from the model. Each rank writes its reports to
-``DIR/reports-{rank}.jsonl`` and keeps its profiled window's trace in ``DIR/kept``.
+Every all_reduce runs on a group of n = 2 ranks. FLOPs are counted by the agent from the model.
+Each rank writes its reports to ``DIR/reports-{rank}.jsonl`` and keeps its profiled window's trace
+in ``DIR/kept``.
 """
 
 from __future__ import annotations

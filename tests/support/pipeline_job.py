@@ -74,10 +74,9 @@ def train(schedule: str, mesh: DeviceMesh, collector_url: str, out: Path) -> Non
         torch.nn.utils.vector_to_parameters(flat / mesh["dp"].size(), grads)
         optimizer.step()
 
-    # The schedule's first step initialises the stages (a shape-inference forward and backward
-    # of one micro-batch, input gradients by autograd.grad); it runs before the agent, so the
-    # agent's counted step 0 is a step like every other.
-    step()
+    # No warm-up step: the schedule's first step also initialises the stages (a shape-inference
+    # forward and backward of one micro-batch), which the agent neither counts nor takes for a
+    # forward of the step's own.
     agent = Agent(
         job=job,
         collector_url=collector_url,

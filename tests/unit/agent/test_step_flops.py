@@ -119,6 +119,25 @@ def test_cycling_shapes_each_get_their_own_count() -> None:
         assert _run(tracker, model, batch) == (batch * 1e9, batch * 1e8, "counted")
 
 
+def test_forwards_while_counting_is_paused_are_not_the_steps_shapes() -> None:
+    # A pipeline stage's one-time metadata pass runs a forward in the first step only (paused:
+    # `mfuscope.agent.uncounted`). Taken into that step's signature, it made the second step look
+    # new, so the third became a counting step (and no profiled window could open on it).
+    from mfuscope.agent import uncounted
+
+    model = FakeModel()
+    tracker = _tracker(model)
+    opened = FakeSession.opened
+    tracker.begin_step()
+    with uncounted.pause():
+        model.forward()
+    model.forward()
+    tracker.end_step()
+    assert _run(tracker, model, 8) == (8e9, 8e8, "counted")
+    assert not tracker.counting
+    assert FakeSession.opened - opened == 1
+
+
 def test_recounts_stop_at_the_limit() -> None:
     model = FakeModel()
     tracker = _tracker(model, max_recounts=2)
