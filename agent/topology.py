@@ -15,6 +15,7 @@ fresh random *incarnation* (this launch's id: a relaunch after a crash gets a ne
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import socket
@@ -71,6 +72,8 @@ class RankTopology:
     groups: tuple[GroupView, ...] = ()
     # This launch's id, the same on every rank of it (see `new_incarnation`).
     incarnation: str = ""
+    # Rank 0's `agree` values from `discover_topology` (None: the ranks could not agree).
+    agreed: tuple[Any, ...] | None = None
 
     @property
     def axis_of_group_name(self) -> dict[str, str]:
@@ -204,9 +207,10 @@ def _mesh_axes(mesh: Any) -> dict[str, str]:
     return axes
 
 
-def discover_topology(mesh: Any = None) -> RankTopology:
+def discover_topology(mesh: Any = None, agree: tuple[Any, ...] | None = None) -> RankTopology:
     """Rank, local rank, host of every rank, groups and the launch's incarnation; collective on
-    the default group.
+    the default group. Rank 0's `agree` values ride along and come back as `agreed` on every
+    rank (the profiled-window schedule's parameters).
 
     Every rank must call it (the Agent does, at construction). Without torch.distributed
     initialised it describes a single process from the `RANK`/`LOCAL_RANK` environment.
@@ -219,23 +223,24 @@ def discover_topology(mesh: Any = None) -> RankTopology:
         world = max(_env_int("WORLD_SIZE", 1), rank + 1)
         hosts: list[str | None] = [None] * world
         hosts[rank] = host
-        return build_topology(
+        alone = build_topology(
             rank=rank,
             local_rank=_env_int("LOCAL_RANK", 0),
             hosts=hosts,
             groups=(),
             incarnation=new_incarnation(),
         )
+        return dataclasses.replace(alone, agreed=agree if world == 1 else None)
     rank = dist.get_rank()
     world = dist.get_world_size()
     gathered: list[Any] = [None] * world
-    # One collective for both: every rank's host, and rank 0's id for this launch.
-    dist.all_gather_object(gathered, (host, secrets.token_hex(8)))
+    # One collective for all: every rank's host, rank 0's id for this launch and its `agree`.
+    dist.all_gather_object(gathered, (host, secrets.token_hex(8), agree))
     hosts = [_host_of(entry) for entry in gathered]
     incarnation = _incarnation_of(gathered[0])
     same_host_before = sum(1 for r in range(rank) if hosts[r] == host)
     local_rank = _env_int("LOCAL_RANK", same_host_before)
-    return build_topology(
+    topology = build_topology(
         rank=rank,
         local_rank=local_rank,
         hosts=hosts,
@@ -243,11 +248,17 @@ def discover_topology(mesh: Any = None) -> RankTopology:
         mesh_axes=_mesh_axes(mesh) if mesh is not None else None,
         incarnation=incarnation,
     )
+    return dataclasses.replace(topology, agreed=_agreed_of(gathered[0]))
 
 
 def _host_of(entry: Any) -> str | None:
     host = entry[0] if isinstance(entry, tuple) and entry else None
     return host if isinstance(host, str) and host else None
+
+
+def _agreed_of(entry: Any) -> tuple[Any, ...] | None:
+    value = entry[2] if isinstance(entry, tuple) and len(entry) > 2 else None
+    return value if isinstance(value, tuple) else None
 
 
 def _incarnation_of(entry: Any) -> str:
