@@ -20,6 +20,10 @@ How (all step numbers in rank 0's numbering, see `ScheduleParams`):
   step, where every rank offers again (by then costs measured since are known): V again opens the
   window, a later step postpones it. Every check step is a pure function of earlier answers, so
   all ranks ask the same keys at the same steps.
+- Each rank marks every window done (`window_done`: a store counter) once it is through with it;
+  while the count is short of the ranks following the schedule, offers postpone the next start by
+  the time waited so far, so a slow analysis on one rank delays everyone's next window instead of
+  making that rank skip it.
 
 The overhead budget survives the agreement: before offering, a rank reads the largest cost any
 rank published for the latest windows (`Agreement.raise_to` keeps a maximum), so even the first
