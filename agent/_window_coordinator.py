@@ -112,8 +112,9 @@ class WindowCoordinator:
 
     def end_step(self, step: int) -> None:
         self._end_window_step(step)
-        if not self._open and self._awaiting is None and self._pending_cost is None:
-            try:  # the latest window is behind this rank, its cost published if it had one
+        if not self._open and self._awaiting is None:
+            try:  # the latest window is behind this rank (its cost, once its walls are in,
+                # is usually published already: analysis outlasts a few steps)
                 self._schedule.window_done()
             except AgreementError as exc:
                 self._log.warning(

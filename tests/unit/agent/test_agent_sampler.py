@@ -303,3 +303,49 @@ def test_a_trace_that_cannot_be_kept_is_still_analysed(tmp_path: Path) -> None:
         and [d.step for d in outcome.decompositions] == [4]
     )
     assert outcome.kept_trace is None and "read-only" in (outcome.keep_error or "")
+
+
+class AttemptLog(WindowRecorder):
+    """A recorder that notes each step at which a window was attempted."""
+
+    def __init__(self, fail: str) -> None:
+        super().__init__(lambda: FakeProfiler([], fail), annotate=_annotate([]))
+        self.attempts: list[int] = []
+
+    def begin_step(self, step: int, *, first: bool) -> None:
+        if first:
+            self.attempts.append(step)
+        super().begin_step(step, first=first)
+
+
+def test_a_window_failing_on_one_rank_moves_no_rank_s_windows(tmp_path: Path) -> None:
+    agreement = LocalAgreement()  # the two coordinators play two ranks of one job
+    params = _params(first=2, every_steps=4, window_steps=2)
+    ranks = []
+    for fail in ("", "start"):
+        health = HealthCounters()
+        recorder = AttemptLog(fail)
+        coordinator = WindowCoordinator(
+            schedule=AlignedSchedule(params, agreement, members=2),
+            recorder=recorder,
+            analyser=WindowAnalyser(
+                lambda path: [_step(s) for s in range(20)], temp_dir=str(tmp_path)
+            ),
+            window_steps=2,
+            analysis_timeout_s=60.0,
+            health=health,
+            log=RateLimitedLog(60.0),
+            clock=Clock(),
+        )
+        ranks.append((coordinator, recorder, health))
+    for step in range(20):
+        for coordinator, _, _ in ranks:
+            coordinator.begin_step(step, allowed=True)
+            coordinator.end_step(step)
+            coordinator.observe_wall(step, 1.0)
+            if coordinator.holds(step) and not coordinator.recording:
+                assert _wait_resolved(coordinator) is not None
+    (_, healthy, healthy_health), (_, failing, failing_health) = ranks
+    assert healthy.attempts == failing.attempts == [2, 6, 10, 14, 18]
+    assert healthy_health.snapshot().windows_analysed_total == 5
+    assert failing_health.snapshot().profiler_failures_total == 5
