@@ -1,6 +1,7 @@
 """A real 2-rank gloo job through the real agent: every rank profiles the same steps, window
-after window, although each rank measures its own window costs (the schedule is agreed on the
-job's store, docs/agent.md "Profiled windows")."""
+after window, although rank 1's windows cost more than rank 0's (its analyses burn extra CPU), so
+each rank alone would space its windows differently (the schedule is agreed on the job's store,
+docs/agent.md "Profiled windows")."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tests.support import agent_helpers as helpers
 
 pytestmark = pytest.mark.slow
 
-STEPS = 60
+STEPS = 70
 
 
 def profiled_steps(jsonl: Path) -> dict[int, list[int]]:
@@ -44,8 +45,9 @@ def test_every_rank_profiles_the_same_steps(tmp_path: Path) -> None:
         "--option", "profile_first_step=3",
         "--option", "profile_steps=2",
         "--option", "profile_every_steps=8",
-        # a 20% budget: the measured window costs (different on each rank) set the gaps
-        "--option", "profile_max_overhead_ratio=0.2",
+        # a 50% budget: the measured window costs (rank 1's 0.2 s higher) set the gaps
+        "--option", "profile_max_overhead_ratio=0.5",
+        "--burn-analysis-s", "0.2",
         "--option", "calibrate_cpu_peak=0",
         "--option", "peak_flops=1e12",
         "--option", "flush_interval_s=0.5",
@@ -59,6 +61,7 @@ def test_every_rank_profiles_the_same_steps(tmp_path: Path) -> None:
     windows = windows_of(by_rank[0])
     assert len(windows) >= 3, by_rank
     assert windows[0] == 103  # profile_first_step after the resumed first step
-    assert all(len([s for s in by_rank[0] if w <= s < w + 2]) == 2 for w in windows), by_rank
-    # the gaps are at least the cadence (8 steps); the budget may lengthen them
+    # whole 2-step windows (the last may be cut short by the end of the run)
+    assert all(len([s for s in by_rank[0] if w <= s < w + 2]) == 2 for w in windows[:-1])
+    # the gaps are at least the cadence (8 steps); the budget lengthens them here
     assert all(b - a >= 8 for a, b in itertools.pairwise(windows)), windows
