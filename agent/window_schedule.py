@@ -16,14 +16,14 @@ How (all step numbers in rank 0's numbering, see `ScheduleParams`):
   to `Agreement.decide` under a key naming (w+1, check step). The agreement keeps the first offer
   made under a key and hands that same value to every rank (compare-and-set, first writer wins),
   so all ranks hold the same answer V whatever their views were.
-- If V is the step after the check, window w+1 opens there. Otherwise V - 1 is the next check
-  step, where every rank offers again (by then costs measured since are known): V again opens the
-  window, a later step postpones it. Every check step is a pure function of earlier answers, so
-  all ranks ask the same keys at the same steps.
+- If V is the step after the check, window w+1 opens there. Otherwise the next check is halfway
+  to V (at V - 1 at the latest), where every rank offers afresh (with the step times and costs
+  measured since), and so on: about log2(gap) decisions per window. Every check step is a pure
+  function of earlier answers, so all ranks ask the same keys at the same steps.
 - Each rank marks every window done (`window_done`: a store counter) once it is through with it;
-  while the count is short of the ranks following the schedule, offers postpone the next start by
-  the time waited so far, so a slow analysis on one rank delays everyone's next window instead of
-  making that rank skip it.
+  while the count is short of the ranks following the schedule, an offer to open at once becomes
+  a postponement by the time the analyses have taken so far, so a slow analysis on one rank
+  delays everyone's next window instead of making that rank skip it.
 
 The overhead budget survives the agreement: before offering, a rank reads the largest cost any
 rank published for the latest windows (`Agreement.raise_to` keeps a maximum), so even the first
@@ -197,7 +197,10 @@ class AlignedSchedule:
         elif agreed == at + 1:
             self._start, self._check = agreed, None
         else:
-            self._check = agreed - 1
+            # Decide afresh halfway there, and at the step before the answer at the latest: a
+            # cadence in seconds follows a changed step time, a cost measured since counts, in
+            # about log2(gap) decisions per window.
+            self._check = at + max(1, (agreed - at) // 2)
 
     def record_cost(self, window_start: int, cost_s: float) -> None:
         """Publish this rank's measured cost (s) of the window that began at its step
@@ -233,10 +236,11 @@ class AlignedSchedule:
                 budget_s = cost_s / params.max_overhead_ratio
                 gap = max(gap, math.ceil(budget_s / view.step_s))
         offer = max(last + gap, last + params.window_steps, check + 1)
-        if check > last + params.window_steps - 1 and self._done_count(last) < self._members:
+        window_end = last + params.window_steps - 1
+        if offer == check + 1 and check > window_end and self._done_count(last) < self._members:
             # A rank's analysis outlived the wait the cadence and budget gave it (its cost is
-            # not in yet, and it would have to skip a window): wait as long again.
-            offer = max(offer, check + 1 + (check + 1 - last))
+            # not in yet, and it would have to skip this window): wait as long again.
+            offer += check - window_end
         return offer
 
     def _done_count(self, start: int) -> float:

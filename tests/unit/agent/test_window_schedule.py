@@ -165,32 +165,50 @@ def test_ranks_numbering_steps_from_different_origins_profile_the_same_training_
     assert rank1.opened == [1000 + s for s in rank0.opened]
 
 
-def test_the_first_offer_wins_whatever_the_later_ones_say() -> None:
+def test_the_cheap_rank_asking_first_still_offers_the_costly_rank_s_budget() -> None:
     params = ScheduleParams(
         first_window_step=0, every_steps=10, every_s=1e9, window_steps=1, max_overhead_ratio=1.0
     )
     agreement = LocalAgreement()
-    eager = AlignedSchedule(params, agreement, members=2)
-    patient = AlignedSchedule(params, agreement, members=2)
-    eager.step_ended(0, lambda: RankView())
-    # this rank believes 1 s steps and a 30 s window cost (needs 30 steps); it asks second
-    patient.step_ended(0, lambda: RankView(step_s=1.0, cost_s=30.0))
-    eager.window_done()
-    patient.window_done()
-    # both hold the first offer (10) for their next check (step 9)
-    for step in range(1, 9):
-        eager.step_ended(step, lambda: RankView())
-        patient.step_ended(step, lambda: RankView(step_s=1.0, cost_s=30.0))
-    # at the check both ask again; now the patient rank asks first and postpones to 30
-    patient.step_ended(9, lambda: RankView(step_s=1.0, cost_s=30.0))
-    eager.step_ended(9, lambda: RankView())
-    assert not eager.opens_at(10) and not patient.opens_at(10)
-    for step in range(10, 29):
-        eager.step_ended(step, lambda: RankView())
-        patient.step_ended(step, lambda: RankView(step_s=1.0, cost_s=30.0))
-    eager.step_ended(29, lambda: RankView())
-    patient.step_ended(29, lambda: RankView(step_s=1.0, cost_s=30.0))
-    assert eager.opens_at(30) and patient.opens_at(30)
+    cheap = AlignedSchedule(params, agreement, members=2)
+    costly = AlignedSchedule(params, agreement, members=2)
+    cheap_view = RankView(step_s=1.0, cost_s=0.5)  # 1 s steps; its window cost 0.5 s
+    for schedule in (cheap, costly):
+        schedule.step_ended(0, lambda: cheap_view)  # window 0; the first check: cadence, 10
+    costly.record_cost(0, 30.0)  # its window 0 cost 30 s: 30 steps at a 100% budget
+    cheap.window_done()
+    costly.window_done()
+    opened = []
+    for step in range(1, 40):
+        # the cheap rank always asks first; the costly one would offer the same
+        for schedule in (cheap, costly):
+            if schedule.opens_at(step):
+                opened.append(step)
+            schedule.step_ended(step, lambda: cheap_view)
+    assert opened == [30, 30]
+
+
+def test_decisions_follow_a_slower_step_time_for_a_cadence_in_seconds() -> None:
+    # every 100 steps or 20 s; steps of 0.1 s at the first check (100 steps = 10 s), then 1 s
+    params = ScheduleParams(
+        first_window_step=0, every_steps=100, every_s=20.0, window_steps=1, max_overhead_ratio=1.0
+    )
+    schedule = AlignedSchedule(params, LocalAgreement())
+    schedule.step_ended(0, lambda: RankView(step_s=0.1))
+    schedule.window_done()
+    opened = [step for step in range(1, 100) if _ended(schedule, step, RankView(step_s=1.0))]
+    # planned for step 100; the check halfway (step 50) sees 1 s steps, 20 s overdue: opens at
+    # once, and from there every 20 steps (a stale plan is corrected within half its gap)
+    assert opened == [51, 71, 91]
+
+
+def _ended(schedule: AlignedSchedule, step: int, view: RankView) -> bool:
+    """Run one step; whether a window opened at it (marked done at once)."""
+    opens = schedule.opens_at(step)
+    schedule.step_ended(step, lambda: view)
+    if opens:
+        schedule.window_done()
+    return opens
 
 
 class BrokenAgreement(LocalAgreement):
