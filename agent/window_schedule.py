@@ -26,7 +26,7 @@ How (all step numbers in rank 0's numbering, see `ScheduleParams`):
   delays everyone's next window instead of making that rank skip it.
 
 The overhead budget survives the agreement: before offering, a rank reads the largest cost any
-rank published for the latest windows (`Agreement.raise_to` keeps a maximum), so even the first
+rank published for the latest window (`Agreement.raise_to` keeps a maximum), so even the first
 writer's offer respects the most expensive rank's budget, `cost / max_overhead_ratio` seconds
 between window starts, converted to steps with the offering rank's median step period. A cost
 published after the first writer read it is used at the next check or window.
@@ -251,16 +251,17 @@ class AlignedSchedule:
         return done or 0.0
 
     def _largest_cost(self, own_cost_s: float | None) -> float:
-        """The largest window cost (s) published for the latest windows, or this rank's own."""
-        costs = [own_cost_s or 0.0]
-        for start in self._starts:
+        """The largest cost (s) any rank published for the latest window that has one (the
+        window before it while none has; this rank's own costs are among them), else this
+        rank's own latest cost (its publishing failed)."""
+        for start in reversed(self._starts):
             try:
                 published = self._agreement.read(f"cost/{start}")
             except AgreementError:
                 published = None  # unknown: the offer uses what is known
             if published is not None:
-                costs.append(published)
-        return max(costs)
+                return published
+        return own_cost_s or 0.0
 
     def _leave(self, reason: str) -> None:
         self.failure = reason
