@@ -283,3 +283,32 @@ def test_store_agreement_keeps_the_first_offer_and_the_largest_cost() -> None:
     store.set("p/start/2/9", "garbage")
     with pytest.raises(AgreementError, match="not a step"):
         one.decide("start/2/9", 12)
+
+
+class CountingAgreement(LocalAgreement):
+    def __init__(self) -> None:
+        super().__init__()
+        self.decisions = 0
+
+    def decide(self, key: str, offer: int) -> int:
+        self.decisions += 1
+        return super().decide(key, offer)
+
+
+def test_step_time_noise_keeps_the_cadence_in_about_log2_gap_decisions_per_window() -> None:
+    # every 1000 steps or 100 s; step times jitter 95-105 ms (100 s = 952-1053 steps)
+    params = ScheduleParams(
+        first_window_step=0, every_steps=10_000, every_s=100.0, window_steps=1, max_overhead_ratio=1
+    )
+    agreement = CountingAgreement()
+    schedule = AlignedSchedule(params, agreement)
+    noise = random.Random(0)
+    opened = []
+    for step in range(3001):
+        view = RankView(step_s=noise.uniform(0.095, 0.105))
+        if _ended(schedule, step, view):
+            opened.append(step)
+    gaps = [b - a for a, b in itertools.pairwise(opened)]
+    assert len(gaps) == 3 and all(940 <= gap <= 1060 for gap in gaps), opened
+    # about log2(1000) = 10 decisions per window, not one per step of drift
+    assert agreement.decisions <= 3 * 12, agreement.decisions
