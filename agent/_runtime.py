@@ -296,7 +296,8 @@ def _window_schedule(
     if agreed != own:
         log.info(
             "window-options",
-            "mfuscope: this rank's profiling options differ from rank 0's; windows follow rank 0",
+            "mfuscope: this rank's profiling options or first_step differ from rank 0's; "
+            "windows follow rank 0's",
         )
     params = ScheduleParams(
         # Counted from the first step of this launch: a resumed job warms up again too.
