@@ -207,8 +207,12 @@ class Agent:
         except Exception as exc:
             self._internal_error("timer", exc)
         try:
-            # Never count FLOPs inside a profiled window: the counter would distort the trace.
-            runtime.flops.begin_step(allow_count=given is None and not runtime.windows.recording)
+            # Never count FLOPs inside a profiled window: the counter would distort the trace
+            # (a count due at an agreed window's first step waits, the window does not).
+            runtime.flops.begin_step(
+                allow_count=given is None
+                and not (runtime.windows.recording or runtime.windows.opens_at(step))
+            )
         except Exception as exc:
             runtime.flops.abort()
             self._internal_error("flop-count", exc)

@@ -29,7 +29,6 @@ from mfuscope.agent.sampler import (
     Keep,
     WindowAnalyser,
     WindowRecorder,
-    WindowSchedule,
     torch_profiler_busy,
     torch_profiler_factory,
 )
@@ -44,6 +43,12 @@ from mfuscope.agent.topology import (
     new_incarnation,
 )
 from mfuscope.agent.transport import RetryPolicy, Transport
+from mfuscope.agent.window_schedule import (
+    Agreement,
+    AlignedSchedule,
+    LocalAgreement,
+    ScheduleParams,
+)
 from mfuscope.core.link_specs import LinkSpec, UserLinks, group_link_spec
 from mfuscope.core.schema import StepReport, Topology
 from mfuscope.core.step_report import DecompositionLike
@@ -150,11 +155,14 @@ class _Device:
 def _topology(
     mesh: Any,
     log: RateLimitedLog,
+    agree: tuple[Any, ...],
     node_name: str | None = None,
     axis_overrides: Mapping[str, str] | None = None,
 ) -> RankTopology:
     try:
-        topology = discover_topology(mesh, node_name=node_name, axis_overrides=axis_overrides)
+        topology = discover_topology(
+            mesh, agree, node_name=node_name, axis_overrides=axis_overrides
+        )
         if topology.rank == 0:  # the same on every rank: said once, by rank 0
             for problem in topology.placement_problems:
                 log.warning(f"placement-{problem[:40]}", "mfuscope: node placement: %s", problem)
@@ -323,6 +331,66 @@ def _engine_analyse(
     return analyse
 
 
+def _schedule_values(config: AgentConfig) -> tuple[bool, int, int, int, float, int, float]:
+    """This rank's window-schedule options, in the order `_window_schedule` reads rank 0's."""
+    return (
+        config.profile,
+        config.first_step,
+        config.profile_first_step,
+        config.profile_every_steps,
+        config.profile_every_s,
+        config.profile_steps,
+        config.profile_max_overhead_ratio,
+    )
+
+
+def _window_schedule(
+    config: AgentConfig, topology: RankTopology, log: RateLimitedLog
+) -> AlignedSchedule:
+    """The schedule every rank follows: rank 0's options (handed out by the start-up gather),
+    decisions agreed on the job's store (docs/agent.md, "Profiled windows")."""
+    own = _schedule_values(config)
+    agreed = topology.agreed if topology.agreed and len(topology.agreed) == len(own) else own
+    profile, first_step, first_offset, every_steps, every_s, window_steps, ratio = agreed
+    if agreed != own:
+        log.info(
+            "window-options",
+            "mfuscope: this rank's profiling options or first_step differ from rank 0's; "
+            "windows follow rank 0's",
+        )
+    params = ScheduleParams(
+        # Counted from the first step of this launch: a resumed job warms up again too.
+        first_window_step=first_step + first_offset,
+        every_steps=every_steps,
+        every_s=every_s,
+        window_steps=window_steps,
+        max_overhead_ratio=ratio,
+    )
+    agreement: Agreement = LocalAgreement()
+    members = 1  # ranks marking windows done under this agreement
+    if topology.agreed is not None and topology.world_size > 1:
+        try:
+            from mfuscope.agent._store_agreement import default_store_agreement
+
+            shared = default_store_agreement(topology.incarnation)
+            if shared is not None:
+                agreement, members = shared, topology.world_size
+        except Exception as exc:
+            log.warning(
+                "window-store",
+                "mfuscope: no store to agree profiled windows on (%r); this rank picks alone",
+                exc,
+            )
+    # A rank numbering its steps from elsewhere than rank 0 still profiles the same steps.
+    return AlignedSchedule(
+        params,
+        agreement,
+        step_offset=config.first_step - first_step,
+        members=members,
+        enabled=bool(profile),
+    )
+
+
 def _count_session() -> CountSession:
     from mfuscope.agent.counted_flops import StepFlopCount  # imports torch
 
@@ -367,7 +435,9 @@ def build_runtime(
     log: RateLimitedLog,
 ) -> Runtime:
     clock = seams.clock or time.monotonic
-    topology = _topology(mesh, log, config.node_name, config.axis_overrides)
+    topology = _topology(
+        mesh, log, _schedule_values(config), config.node_name, config.axis_overrides
+    )
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
     group_specs = _group_link_specs(config, device, topology)
@@ -387,24 +457,20 @@ def build_runtime(
     analyser = WindowAnalyser(
         seams.analyse or _engine_analyse(topology, device), keep=_keeper(config, topology)
     )
+    schedule = _window_schedule(config, topology, log)
     windows = WindowCoordinator(
-        schedule=WindowSchedule(
-            # Counted from this process's first step: a resumed job warms up again too.
-            first_step=config.first_step + config.profile_first_step if config.profile else 1 << 62,
-            every_steps=config.profile_every_steps,
-            every_s=config.profile_every_s,
-            max_overhead_ratio=config.profile_max_overhead_ratio,
-        ),
+        schedule=schedule,
         recorder=WindowRecorder(
             seams.profiler_factory or torch_profiler_factory(device.use_cuda),
             busy=torch_profiler_busy,
         ),
         analyser=analyser,
-        window_steps=config.profile_steps,
+        window_steps=schedule.params.window_steps,
         analysis_timeout_s=config.analysis_timeout_s,
         health=health,
         log=log,
         clock=clock,
+        record=config.profile,
     )
     flops = FlopsTracker(
         given=given,

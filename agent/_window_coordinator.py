@@ -5,6 +5,10 @@ hands back a `WindowResult` when it is in; turning that result into step reports
 `_report_assembly`. A failed window (profiler or analysis error, or analysis slower than
 `analysis_timeout_s`) is counted, logged once per interval, and comes back with no
 decompositions, so its steps keep the previous breakdown.
+
+Windows open on the steps the `AlignedSchedule` agreed with every rank; this rank follows that
+chain at every step whether it records the window or not (a failed, skipped or busy window on
+one rank moves no other rank's windows).
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from mfuscope.agent.sampler import (
     WindowAnalyser,
     WindowOutcome,
     WindowRecorder,
-    WindowSchedule,
 )
+from mfuscope.agent.window_schedule import AgreementError, AlignedSchedule, RankView
 from mfuscope.core.step_report import (
     DecompositionLike,
 )
@@ -49,7 +53,7 @@ class WindowCoordinator:
     def __init__(
         self,
         *,
-        schedule: WindowSchedule,
+        schedule: AlignedSchedule,
         recorder: WindowRecorder,
         analyser: WindowAnalyser,
         window_steps: int,
@@ -57,6 +61,7 @@ class WindowCoordinator:
         health: HealthCounters,
         log: RateLimitedLog,
         clock: Callable[[], float],
+        record: bool = True,
     ) -> None:
         self._schedule = schedule
         self._recorder = recorder
@@ -66,6 +71,7 @@ class WindowCoordinator:
         self._health = health
         self._log = log
         self._clock = clock
+        self._record = record  # False: follow the agreed schedule without profiling
         self._open: list[int] = []  # steps of the window being recorded
         self._awaiting: tuple[int, ...] | None = None  # steps handed to the analyser
         self._awaiting_since = 0.0
@@ -73,27 +79,58 @@ class WindowCoordinator:
         self._window_walls: dict[int, float] = {}
         self._pending_cost: tuple[tuple[int, ...], float] | None = None  # steps, analysis cpu s
         self._members: set[int] = set()  # recorded window steps whose period is not in yet
+        self._last_cost_s: float | None = None  # this rank's cost of its latest measured window
+        self._schedule_failure_logged = False
 
     # --- training thread, per step -----------------------------------------------------------
 
+    def opens_at(self, step: int) -> bool:
+        """Whether the agreed schedule opens a window at `step` (this rank's numbering)."""
+        return self._schedule.opens_at(step)
+
     def begin_step(self, step: int, *, allowed: bool) -> None:
-        """Open a window if one is due (and `allowed`), or continue the open one."""
+        """Open the window the schedule opens at `step` (when `allowed`), or continue the open
+        one. A window this rank cannot take is skipped here alone; the schedule goes on."""
         if self._open:
             self._open.append(step)
             self._members.add(step)
             self._guarded(lambda: self._recorder.begin_step(step, first=False), step)
             return
+        if not self._record or not self._schedule.opens_at(step):
+            return
         if not allowed or self._awaiting is not None or self._analyser.busy:
+            self._log.info(
+                "window-skipped",
+                "mfuscope: profiled window at step %d skipped on this rank (%s)",
+                step,
+                "FLOPs being counted" if not allowed else "the previous analysis still runs",
+            )
             return
-        now = self._clock()
-        if not self._schedule.due(step, now):
-            return
-        self._schedule.started(step, now)
         self._open = [step]
         self._members.add(step)
         self._guarded(lambda: self._recorder.begin_step(step, first=True), step)
 
     def end_step(self, step: int) -> None:
+        self._end_window_step(step)
+        if not self._open and self._awaiting is None:
+            try:  # the latest window is behind this rank (its cost, once its walls are in,
+                # is usually published already: analysis outlasts a few steps)
+                self._schedule.window_done()
+            except AgreementError as exc:
+                self._log.warning(
+                    "window-done", "mfuscope: could not tell other ranks a window is done (%s)", exc
+                )
+        self._schedule.step_ended(step, self._view)
+        if self._schedule.failure is not None and not self._schedule_failure_logged:
+            self._schedule_failure_logged = True
+            self._log.warning(
+                "window-agreement",
+                "mfuscope: ranks could not agree on profiled windows (%s); no more windows on "
+                "this rank",
+                self._schedule.failure,
+            )
+
+    def _end_window_step(self, step: int) -> None:
         if not self._open or self._open[-1] != step:
             return
         last = len(self._open) >= self._window_steps
@@ -163,6 +200,13 @@ class WindowCoordinator:
             self._hand_off(steps, profiler)
 
     # --- internals -----------------------------------------------------------------------------
+
+    def _view(self) -> RankView:
+        """This rank's inputs to a window-start offer (see `AlignedSchedule`)."""
+        return RankView(
+            step_s=statistics.median(self._baseline) if self._baseline else None,
+            cost_s=self._last_cost_s,
+        )
 
     def _hand_off(self, steps: tuple[int, ...], profiler: ProfilerLike | None) -> None:
         """Give a recorded window to the analyser (None: the recorder had nothing to give)."""
@@ -236,5 +280,11 @@ class WindowCoordinator:
         walls = [self._window_walls.pop(s) for s in steps]
         baseline = statistics.median(self._baseline) if self._baseline else 0.0
         extra = sum(max(w - baseline, 0.0) for w in walls)
-        self._schedule.record_cost(extra + cpu_s)
         self._pending_cost = None
+        self._last_cost_s = extra + cpu_s
+        try:
+            self._schedule.record_cost(steps[0], self._last_cost_s)
+        except AgreementError as exc:
+            self._log.warning(
+                "window-cost", "mfuscope: window cost not shared with other ranks (%s)", exc
+            )

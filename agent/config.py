@@ -26,8 +26,10 @@ class AgentConfig:
 
     Sampling: a profiled window of `profile_steps` steps first at step `profile_first_step`, then
     whenever `profile_every_steps` steps or `profile_every_s` seconds have passed since the last
-    one, whichever comes first, but never sooner than the measured cost of the last window divided
-    by `profile_max_overhead_ratio` (so the amortised profiling cost stays under that ratio).
+    one, whichever comes first, but never sooner than the largest measured cost of a recent window
+    on any rank divided by `profile_max_overhead_ratio` (so the amortised profiling cost stays
+    under that ratio). Rank 0's sampling options apply on every rank, and the window starts are
+    agreed, so every rank profiles the same steps (`window_schedule`, docs/agent.md).
 
     Kept traces: with `keep_traces` = N > 0, the Kineto traces of this rank's last N profiled
     windows are kept gzipped in `keep_traces_dir` (None: ``mfuscope-traces`` in the system temp

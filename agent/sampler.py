@@ -1,4 +1,5 @@
-"""Sampled torch.profiler windows: when to open one, recording it, analysing it off-thread.
+"""Sampled torch.profiler windows: recording one, analysing it off-thread (when to open one:
+`window_schedule`).
 
 The training thread only starts and stops the profiler (and marks each profiled step with a
 `ProfilerStep#N` range, N = the agent's step number, which is how the engine finds steps). The
@@ -29,7 +30,6 @@ __all__ = [
     "WindowAnalyser",
     "WindowOutcome",
     "WindowRecorder",
-    "WindowSchedule",
     "torch_profiler_busy",
     "torch_profiler_factory",
 ]
@@ -58,49 +58,6 @@ def torch_profiler_factory(use_cuda: bool) -> Callable[[], ProfilerLike]:
         return profiler
 
     return make
-
-
-class WindowSchedule:
-    """Decides at which step a window opens (pure; the clock value is passed in, seconds).
-
-    First window at `first_step`; then when `every_steps` steps or `every_s` seconds have passed
-    since the last window started, but not before `last_cost_s / max_overhead_ratio` seconds
-    (the budget that keeps the amortised profiling cost under `max_overhead_ratio`).
-    """
-
-    def __init__(
-        self, first_step: int, every_steps: int, every_s: float, max_overhead_ratio: float
-    ) -> None:
-        if every_steps < 1 or every_s < 0 or not 0 < max_overhead_ratio <= 1:
-            raise ValueError("every_steps >= 1, every_s >= 0 and 0 < max_overhead_ratio <= 1")
-        self._first_step = first_step
-        self._every_steps = every_steps
-        self._every_s = every_s
-        self._ratio = max_overhead_ratio
-        self._last_step: int | None = None
-        self._last_time = 0.0
-        self._last_cost_s = 0.0
-
-    def due(self, step: int, now: float) -> bool:
-        if self._last_step is None:
-            return step >= self._first_step
-        since_s = now - self._last_time
-        if since_s < self._last_cost_s / self._ratio:
-            return False
-        return step - self._last_step >= self._every_steps or since_s >= self._every_s
-
-    def started(self, step: int, now: float) -> None:
-        self._last_step = step
-        self._last_time = now
-
-    def record_cost(self, cost_s: float) -> None:
-        """The measured cost of the last window (extra step time + analysis CPU time), s."""
-        self._last_cost_s = max(cost_s, 0.0)
-
-    @property
-    def next_earliest_s(self) -> float:
-        """Seconds after the last window start before the budget allows another one."""
-        return self._last_cost_s / self._ratio
 
 
 class ProfilerBusy(MfuscopeError, RuntimeError):

@@ -20,6 +20,7 @@ fresh random *incarnation* (this launch's id: a relaunch after a crash gets a ne
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -86,6 +87,8 @@ class RankTopology:
     node: str = ""
     node_source: str = "host"  # node_name, boot_id or host (docs/definitions.md#node-identity)
     placement_problems: tuple[str, ...] = ()
+    # Rank 0's `agree` values from `discover_topology` (None: the ranks could not agree).
+    agreed: tuple[Any, ...] | None = None
 
     @property
     def axis_of_group_name(self) -> dict[str, str]:
@@ -261,11 +264,13 @@ def _mesh_axes(mesh: Any) -> dict[str, str]:
 
 def discover_topology(
     mesh: Any = None,
+    agree: tuple[Any, ...] | None = None,
     node_name: str | None = None,
     axis_overrides: Mapping[str, str] | None = None,
 ) -> RankTopology:
     """Rank, local rank, host and node of every rank, groups and the launch's incarnation;
-    collective on the default group.
+    collective on the default group. Rank 0's `agree` values ride along and come back as
+    `agreed` on every rank (the profiled-window schedule's parameters).
 
     Every rank must call it (the Agent does, at construction). `node_name` is the agent's
     ``node_name`` option (docs/definitions.md#node-identity). Without torch.distributed
@@ -281,7 +286,7 @@ def discover_topology(
         world = max(_env_int("WORLD_SIZE", 1), rank + 1)
         claims: list[NodeClaim | None] = [None] * world
         claims[rank] = claim
-        return build_topology(
+        alone = build_topology(
             rank=rank,
             local_rank=_env_int("LOCAL_RANK", 0),
             hosts=[c.host if c is not None else None for c in claims],
@@ -289,11 +294,13 @@ def discover_topology(
             incarnation=new_incarnation(),
             placement=place_ranks(claims),
         )
+        return dataclasses.replace(alone, agreed=agree if world == 1 else None)
     rank = dist.get_rank()
     world = dist.get_world_size()
     gathered: list[Any] = [None] * world
-    # One collective for both: every rank's node claim, and rank 0's id for this launch.
-    dist.all_gather_object(gathered, (claim, secrets.token_hex(8)))
+    # One collective for all: every rank's node claim, rank 0's id for this launch and its
+    # `agree` values.
+    dist.all_gather_object(gathered, (claim, secrets.token_hex(8), agree))
     claims = [_claim_of(entry) for entry in gathered]
     hosts = [c.host if c is not None else None for c in claims]
     placement = place_ranks(claims)
@@ -301,7 +308,7 @@ def discover_topology(
     mine = placement.nodes[rank]
     same_node_before = sum(1 for r in range(rank) if placement.nodes[r] == mine)
     local_rank = _env_int("LOCAL_RANK", same_node_before)
-    return build_topology(
+    topology = build_topology(
         rank=rank,
         local_rank=local_rank,
         hosts=hosts,
@@ -311,6 +318,7 @@ def discover_topology(
         placement=placement,
         axis_overrides=axis_overrides,
     )
+    return dataclasses.replace(topology, agreed=_agreed_of(gathered[0]))
 
 
 def _claim_of(entry: Any) -> NodeClaim | None:
@@ -318,6 +326,11 @@ def _claim_of(entry: Any) -> NodeClaim | None:
     if isinstance(claim, NodeClaim):
         return claim
     return NodeClaim(host=claim) if isinstance(claim, str) and claim else None
+
+
+def _agreed_of(entry: Any) -> tuple[Any, ...] | None:
+    value = entry[2] if isinstance(entry, tuple) and len(entry) > 2 else None
+    return value if isinstance(value, tuple) else None
 
 
 def _incarnation_of(entry: Any) -> str:

@@ -16,6 +16,9 @@ agent (its sender keeps shipping), so that the test can kill the job mid-run; ea
 its process id to `--pid-file PATH` (`{rank}` replaced) for that (torchrun starts its workers in
 their own sessions, so killing torchrun's process group leaves them running).
 
+`--burn-analysis-s S` makes rank 1's window analyses spend S more seconds of CPU (its measured
+window cost grows), for the test of windows aligned across ranks with different costs.
+
 `--duration-s` runs for that long instead of `--steps`, and `--slow-after-s` with
 `--slow-factor F` makes every step after that point F times as long by sleeping inside the step
 (the device idles: the decomposition's bubble_idle grows). Both are decided before each step on
@@ -94,6 +97,7 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, help="run about this long, not --steps")
     parser.add_argument("--slow-after-s", type=float, help="slow every step down from here on")
     parser.add_argument("--slow-factor", type=float, default=1.0)
+    parser.add_argument("--burn-analysis-s", type=float, default=0.0, help="rank 1 analyses")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -101,7 +105,10 @@ def main() -> None:
         Path(args.pid_file.replace("{rank}", str(dist.get_rank()))).write_text(str(os.getpid()))
     model, optimizer = build()
     options: dict[str, object] = dict(item.split("=", 1) for item in args.option)
-    seams = Seams(profiler_factory=_FailingProfiler) if args.fail_profiler else Seams()
+    seams = Seams(
+        profiler_factory=_FailingProfiler if args.fail_profiler else None,
+        analyse=_burning_analyse(args.burn_analysis_s) if dist.get_rank() == 1 else None,
+    )
     agent = agent_with_seams(
         seams,
         job=args.job,
@@ -162,6 +169,24 @@ class _Pace:
         if self.normal_step_s is None:  # this rank's own pace before the slowdown
             self.normal_step_s = statistics.median(times[1:])
         return (args.slow_factor - 1) * self.normal_step_s
+
+
+def _burning_analyse(burn_s: float) -> Any:
+    """The engine's analysis (CPU device, no link facts) after `burn_s` s of busy CPU time;
+    None (the agent's own analysis) when there is nothing to burn."""
+    if burn_s <= 0:
+        return None
+
+    def analyse(path: str) -> Any:
+        from mfuscope.core.trace import analyze_trace, read_trace
+        from mfuscope.core.trace.options import analysis_options
+
+        until = time.thread_time() + burn_s
+        while time.thread_time() < until:
+            pass
+        return analyze_trace(read_trace(path), analysis_options(device=None)).steps
+
+    return analyse
 
 
 def _health(agent: Agent) -> dict[str, int]:

@@ -10,33 +10,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
-from mfuscope.agent.sampler import WindowAnalyser, WindowRecorder, WindowSchedule
+from mfuscope.agent.sampler import WindowAnalyser, WindowRecorder
+from mfuscope.agent.window_schedule import AlignedSchedule, LocalAgreement, ScheduleParams
 
 from tests.support.agent_fakes import EMPTY_TRACE, Decomposition, FakeProfiler
-
-
-@pytest.mark.parametrize(
-    ("steps", "times", "cost_s", "expected"),
-    [
-        # (step, now) pairs asked after a first window at step 2, t=0 (every 5 steps / 100 s)
-        ([3, 6, 7], [1.0, 2.0, 3.0], 0.0, [False, False, True]),
-        ([3, 4], [100.0, 101.0], 0.0, [True, True]),
-        ([100], [10.0], 0.5, [False]),  # the 0.5 s window at 1% budget needs 50 s
-        ([100], [50.0], 0.5, [True]),
-    ],
-)
-def test_schedule(
-    steps: list[int], times: list[float], cost_s: float, expected: list[bool]
-) -> None:
-    schedule = WindowSchedule(first_step=2, every_steps=5, every_s=100.0, max_overhead_ratio=0.01)
-    assert not schedule.due(1, 0.0)
-    assert schedule.due(2, 0.0)
-    schedule.started(2, 0.0)
-    schedule.record_cost(cost_s)
-    assert [schedule.due(s, t) for s, t in zip(steps, times, strict=True)] == expected
 
 
 def _annotate(log: list[str]) -> Any:
@@ -111,16 +90,26 @@ def test_analyser_reports_errors_and_still_deletes(tmp_path: Path) -> None:
     analyser.close(1.0)
 
 
-class RecordingSchedule(WindowSchedule):
-    """A schedule that remembers every window cost it was given (s)."""
+def _params(first: int, every_steps: int, window_steps: int) -> ScheduleParams:
+    return ScheduleParams(
+        first_window_step=first,
+        every_steps=every_steps,
+        every_s=1e9,
+        window_steps=window_steps,
+        max_overhead_ratio=1.0,
+    )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.costs: list[float] = []
 
-    def record_cost(self, cost_s: float) -> None:
-        self.costs.append(cost_s)
-        super().record_cost(cost_s)
+class RecordingSchedule(AlignedSchedule):
+    """A schedule that remembers every window cost it was given (window start, s)."""
+
+    def __init__(self, params: ScheduleParams) -> None:
+        super().__init__(params, LocalAgreement())
+        self.costs: list[tuple[int, float]] = []
+
+    def record_cost(self, window_start: int, cost_s: float) -> None:
+        self.costs.append((window_start, cost_s))
+        super().record_cost(window_start, cost_s)
 
 
 class Clock:
@@ -141,9 +130,7 @@ def _coordinator(
     log: list[str] = []
     health = HealthCounters()
     coordinator = WindowCoordinator(
-        schedule=RecordingSchedule(
-            first_step=2, every_steps=4, every_s=1e9, max_overhead_ratio=1.0
-        ),
+        schedule=RecordingSchedule(_params(first=2, every_steps=4, window_steps=2)),
         recorder=WindowRecorder(lambda: FakeProfiler(log, fail), annotate=_annotate(log)),
         analyser=WindowAnalyser(analyse, temp_dir=str(tmp_path)),
         window_steps=2,
@@ -192,7 +179,7 @@ def test_coordinator_holds_window_steps_until_their_analysis(tmp_path: Path) -> 
     # steps of 1 s against a 1 s baseline: the cost is the analysis CPU time alone
     schedule = coordinator._schedule
     assert isinstance(schedule, RecordingSchedule) and len(schedule.costs) == 1
-    assert 0 <= schedule.costs[0] < 5.0
+    assert schedule.costs[0][0] == 2 and 0 <= schedule.costs[0][1] < 5.0
     # the next window opens 4 steps after the last one started
     _run_steps(coordinator, range(4, 6), clock)
     assert not coordinator.holds(5)
@@ -236,7 +223,7 @@ def test_a_user_profiler_makes_the_window_skip_without_failure(tmp_path: Path) -
     log: list[str] = []
     health = HealthCounters()
     coordinator = WindowCoordinator(
-        schedule=WindowSchedule(first_step=0, every_steps=1, every_s=1e9, max_overhead_ratio=1.0),
+        schedule=AlignedSchedule(_params(first=0, every_steps=2, window_steps=2), LocalAgreement()),
         recorder=WindowRecorder(lambda: FakeProfiler(log), busy=lambda: True),
         analyser=WindowAnalyser(lambda path: [], temp_dir=str(tmp_path)),
         window_steps=2,
@@ -316,3 +303,49 @@ def test_a_trace_that_cannot_be_kept_is_still_analysed(tmp_path: Path) -> None:
         and [d.step for d in outcome.decompositions] == [4]
     )
     assert outcome.kept_trace is None and "read-only" in (outcome.keep_error or "")
+
+
+class AttemptLog(WindowRecorder):
+    """A recorder that notes each step at which a window was attempted."""
+
+    def __init__(self, fail: str) -> None:
+        super().__init__(lambda: FakeProfiler([], fail), annotate=_annotate([]))
+        self.attempts: list[int] = []
+
+    def begin_step(self, step: int, *, first: bool) -> None:
+        if first:
+            self.attempts.append(step)
+        super().begin_step(step, first=first)
+
+
+def test_a_window_failing_on_one_rank_moves_no_rank_s_windows(tmp_path: Path) -> None:
+    agreement = LocalAgreement()  # the two coordinators play two ranks of one job
+    params = _params(first=2, every_steps=4, window_steps=2)
+    ranks = []
+    for fail in ("", "start"):
+        health = HealthCounters()
+        recorder = AttemptLog(fail)
+        coordinator = WindowCoordinator(
+            schedule=AlignedSchedule(params, agreement, members=2),
+            recorder=recorder,
+            analyser=WindowAnalyser(
+                lambda path: [_step(s) for s in range(20)], temp_dir=str(tmp_path)
+            ),
+            window_steps=2,
+            analysis_timeout_s=60.0,
+            health=health,
+            log=RateLimitedLog(60.0),
+            clock=Clock(),
+        )
+        ranks.append((coordinator, recorder, health))
+    for step in range(20):
+        for coordinator, _, _ in ranks:
+            coordinator.begin_step(step, allowed=True)
+            coordinator.end_step(step)
+            coordinator.observe_wall(step, 1.0)
+            if coordinator.holds(step) and not coordinator.recording:
+                assert _wait_resolved(coordinator) is not None
+    (_, healthy, healthy_health), (_, failing, failing_health) = ranks
+    assert healthy.attempts == failing.attempts == [2, 6, 10, 14, 18]
+    assert healthy_health.snapshot().windows_analysed_total == 5
+    assert failing_health.snapshot().profiler_failures_total == 5

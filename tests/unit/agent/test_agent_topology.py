@@ -102,3 +102,21 @@ def test_incarnation_is_fresh_or_the_torchrun_launch() -> None:
     assert new_incarnation({**launch, "TORCHELASTIC_RESTART_COUNT": "1"}) == "abc/1"
     topology = build_topology(rank=0, local_rank=0, hosts=["a"], groups=(), incarnation="x")
     assert topology.incarnation == "x"
+
+
+def test_rank_0_values_ride_the_start_up_gather_and_the_store_agreement_works() -> None:
+    import torch.distributed as dist
+    from mfuscope.agent._store_agreement import default_store_agreement
+    from mfuscope.agent.topology import discover_topology
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        topology = discover_topology(agree=(True, 100, 10))
+        assert topology.agreed == (True, 100, 10)
+        agreement = default_store_agreement(topology.incarnation)
+        assert agreement is not None
+        assert agreement.decide("start/1/12", 20) == 20
+        assert agreement.decide("start/1/12", 30) == 20
+    finally:
+        dist.destroy_process_group()
+    assert default_store_agreement("any") is None  # no process group: no store

@@ -1,0 +1,314 @@
+"""The aligned window schedule: ranks with different views still open windows on the same steps,
+and the overhead budget of the most expensive rank holds."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from mfuscope.agent._store_agreement import StoreAgreement
+from mfuscope.agent.window_schedule import (
+    Agreement,
+    AgreementError,
+    AlignedSchedule,
+    LocalAgreement,
+    RankView,
+    ScheduleParams,
+)
+
+
+def _hash_store_agreement() -> Agreement:
+    import torch.distributed as dist
+
+    return StoreAgreement(dist.HashStore(), "mfuscope/windows/test")
+
+
+AGREEMENTS: list[Callable[[], Agreement]] = [LocalAgreement, _hash_store_agreement]
+
+
+@dataclass
+class SimRank:
+    """One simulated rank: its schedule, what it measures, and the windows it opened."""
+
+    schedule: AlignedSchedule
+    cost_s: float  # what this rank measures for each of its windows
+    step_s: float = 0.05
+    analysis_steps: int = 3  # its analysis finishes this many steps after the window ends
+    fail_windows: set[int] = field(default_factory=set)  # window starts it measures no cost of
+    offset: int = 0  # its step number for the training step rank 0 numbers 0
+    opened: list[int] = field(default_factory=list)
+    pending: dict[int, int] = field(default_factory=dict)  # window start -> step its cost is in
+    last_cost_s: float | None = None
+
+    def view(self) -> RankView:
+        return RankView(step_s=self.step_s, cost_s=self.last_cost_s)
+
+    def run_step(self, step: int, window_steps: int) -> None:
+        if self.schedule.opens_at(step):
+            self.opened.append(step)
+            self.pending[step] = step + window_steps - 1 + self.analysis_steps
+        for start, done in list(self.pending.items()):
+            if done == step:
+                del self.pending[start]
+                if start not in self.fail_windows:
+                    self.last_cost_s = self.cost_s
+                    self.schedule.record_cost(start, self.cost_s)
+                self.schedule.window_done()
+        self.schedule.step_ended(step, self.view)
+
+
+def _simulate(ranks: list[SimRank], steps: int, window_steps: int, seed: int = 0) -> None:
+    """Every rank runs every step; which rank gets to each step first changes at random."""
+    order = random.Random(seed)
+    for step in range(steps):
+        for rank in order.sample(ranks, len(ranks)):
+            rank.run_step(step + rank.offset, window_steps)
+
+
+def _ranks(
+    agreement: Agreement,
+    params: ScheduleParams,
+    costs: list[float],
+    step_s: float = 0.05,
+    analysis_steps: int = 3,
+) -> list[SimRank]:
+    return [
+        SimRank(
+            AlignedSchedule(params, agreement, members=len(costs)),
+            cost_s=cost,
+            step_s=step_s,
+            analysis_steps=analysis_steps,
+        )
+        for cost in costs
+    ]
+
+
+@pytest.mark.parametrize("make_agreement", AGREEMENTS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ranks_with_different_costs_open_the_same_windows_within_the_largest_budget(
+    make_agreement: Callable[[], Agreement], seed: int
+) -> None:
+    # A window every 20 steps of 50 ms (1 s) or every 100 s; 5% budget. Rank 0 measures 0.1 s
+    # per window (needs 2 s = 40 steps between starts), rank 1 0.4 s (8 s = 160 steps).
+    params = ScheduleParams(
+        first_window_step=10, every_steps=20, every_s=100.0, window_steps=3, max_overhead_ratio=0.05
+    )
+    ranks = _ranks(make_agreement(), params, [0.1, 0.4])
+    _simulate(ranks, 2000, params.window_steps, seed)
+    starts = ranks[0].opened
+    assert starts == ranks[1].opened
+    assert len(starts) >= 10 and starts[0] == 10
+    # Every gap, the first included, is the largest budget: the first check (a window's last
+    # step) offers the 20-step cadence, but each window's cost is in 3 steps later, so the
+    # confirming check before the offered start postpones it to the budget.
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(gap >= 160 for gap in gaps), gaps
+    # ... and not much more than the budget asks (the postponement lands on the budget itself)
+    assert all(gap == 160 for gap in gaps), gaps
+    # amortised: the most expensive rank's windows cost at most the budget of the time they span
+    span_s = (starts[-1] - starts[0]) * 0.05
+    assert 0.4 * (len(starts) - 1) <= params.max_overhead_ratio * span_s + 1e-9
+
+
+@pytest.mark.parametrize("make_agreement", AGREEMENTS)
+def test_cadence_in_seconds_and_steps_whichever_comes_first(
+    make_agreement: Callable[[], Agreement],
+) -> None:
+    # 1 s steps: every 5 s comes before every 100 steps; a negligible cost does not bind
+    # (analyses done the step after each window: long before the next one)
+    params = ScheduleParams(
+        first_window_step=0, every_steps=100, every_s=5.0, window_steps=2, max_overhead_ratio=0.5
+    )
+    ranks = _ranks(make_agreement(), params, [0.01, 0.02], step_s=1.0, analysis_steps=1)
+    _simulate(ranks, 40, params.window_steps)
+    assert ranks[0].opened == ranks[1].opened == list(range(0, 40, 5))
+
+
+def test_a_failed_window_and_a_slow_analysis_on_one_rank_move_nobody_apart() -> None:
+    params = ScheduleParams(
+        first_window_step=4, every_steps=10, every_s=1e9, window_steps=2, max_overhead_ratio=1.0
+    )
+    agreement = LocalAgreement()
+    fast = SimRank(AlignedSchedule(params, agreement, members=2), cost_s=0.0, analysis_steps=1)
+    # this rank's analyses take 15 steps (longer than the 10-step cadence) and its second
+    # window fails (no cost)
+    slow = SimRank(
+        AlignedSchedule(params, agreement, members=2),
+        cost_s=0.0,
+        analysis_steps=15,
+        fail_windows={4},
+    )
+    _simulate([fast, slow], 200, params.window_steps, seed=3)
+    assert fast.opened == slow.opened
+    # windows were postponed while the slow rank's analysis was out (whoever offered first),
+    # so no window opened while one of its analyses was still running
+    for start in slow.opened[1:]:
+        earlier = [s for s in slow.opened if s < start]
+        assert start > earlier[-1] + params.window_steps - 1 + 15
+
+
+def test_ranks_numbering_steps_from_different_origins_profile_the_same_training_steps() -> None:
+    # rank 1 resumed its counter at 1000 for the same training step rank 0 calls 0
+    params = ScheduleParams(
+        first_window_step=3, every_steps=7, every_s=1e9, window_steps=2, max_overhead_ratio=1.0
+    )
+    agreement = LocalAgreement()
+    rank0 = SimRank(AlignedSchedule(params, agreement, members=2), cost_s=0.0)
+    rank1 = SimRank(
+        AlignedSchedule(params, agreement, step_offset=1000, members=2), cost_s=0.0, offset=1000
+    )
+    _simulate([rank0, rank1], 60, params.window_steps)
+    assert rank0.opened == [3, 10, 17, 24, 31, 38, 45, 52, 59]
+    assert rank1.opened == [1000 + s for s in rank0.opened]
+
+
+def test_the_cheap_rank_asking_first_still_offers_the_costly_rank_s_budget() -> None:
+    params = ScheduleParams(
+        first_window_step=0, every_steps=10, every_s=1e9, window_steps=1, max_overhead_ratio=1.0
+    )
+    agreement = LocalAgreement()
+    cheap = AlignedSchedule(params, agreement, members=2)
+    costly = AlignedSchedule(params, agreement, members=2)
+    cheap_view = RankView(step_s=1.0, cost_s=0.5)  # 1 s steps; its window cost 0.5 s
+    for schedule in (cheap, costly):
+        schedule.step_ended(0, lambda: cheap_view)  # window 0; the first check: cadence, 10
+    costly.record_cost(0, 30.0)  # its window 0 cost 30 s: 30 steps at a 100% budget
+    cheap.window_done()
+    costly.window_done()
+    opened = []
+    for step in range(1, 40):
+        # the cheap rank always asks first; the costly one would offer the same
+        for schedule in (cheap, costly):
+            if schedule.opens_at(step):
+                opened.append(step)
+            schedule.step_ended(step, lambda: cheap_view)
+    assert opened == [30, 30]
+
+
+def test_decisions_follow_a_slower_step_time_for_a_cadence_in_seconds() -> None:
+    # every 100 steps or 20 s; steps of 0.1 s at the first check (100 steps = 10 s), then 1 s
+    params = ScheduleParams(
+        first_window_step=0, every_steps=100, every_s=20.0, window_steps=1, max_overhead_ratio=1.0
+    )
+    schedule = AlignedSchedule(params, LocalAgreement())
+    schedule.step_ended(0, lambda: RankView(step_s=0.1))
+    schedule.window_done()
+    opened = [step for step in range(1, 100) if _ended(schedule, step, RankView(step_s=1.0))]
+    # planned for step 100; the check halfway (step 50) sees 1 s steps, 20 s overdue: opens at
+    # once, and from there every 20 steps (a stale plan is corrected within half its gap)
+    assert opened == [51, 71, 91]
+
+
+def _ended(schedule: AlignedSchedule, step: int, view: RankView) -> bool:
+    """Run one step; whether a window opened at it (marked done at once)."""
+    opens = schedule.opens_at(step)
+    schedule.step_ended(step, lambda: view)
+    if opens:
+        schedule.window_done()
+    return opens
+
+
+class BrokenAgreement(LocalAgreement):
+    def decide(self, key: str, offer: int) -> int:
+        raise AgreementError("store: connection refused")
+
+
+def test_a_rank_that_cannot_agree_stops_profiling_instead_of_guessing() -> None:
+    params = ScheduleParams(
+        first_window_step=1, every_steps=2, every_s=1e9, window_steps=1, max_overhead_ratio=1.0
+    )
+    schedule = AlignedSchedule(params, BrokenAgreement())
+    opened = []
+    for step in range(10):
+        if schedule.opens_at(step):
+            opened.append(step)
+        schedule.step_ended(step, lambda: RankView())
+    assert opened == [1]  # the first window needs no decision
+    assert schedule.failure == "store: connection refused"
+
+
+def test_profiling_off_opens_nothing() -> None:
+    params = ScheduleParams(
+        first_window_step=0, every_steps=1, every_s=0.0, window_steps=1, max_overhead_ratio=1.0
+    )
+    schedule = AlignedSchedule(params, LocalAgreement(), enabled=False)
+    for step in range(5):
+        assert not schedule.opens_at(step)
+        schedule.step_ended(step, lambda: RankView())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"every_steps": 0},
+        {"window_steps": 0},
+        {"every_s": float("nan")},
+        {"max_overhead_ratio": 0.0},
+        {"max_overhead_ratio": 1.5},
+    ],
+)
+def test_bad_parameters_are_refused(bad: dict[str, float]) -> None:
+    values: dict[str, float] = {
+        "first_window_step": 0,
+        "every_steps": 1,
+        "every_s": 1.0,
+        "window_steps": 1,
+        "max_overhead_ratio": 0.5,
+        **bad,
+    }
+    with pytest.raises(ValueError):
+        ScheduleParams(**values)  # type: ignore[arg-type]
+
+
+def test_store_agreement_keeps_the_first_offer_and_the_largest_cost() -> None:
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    one, two = StoreAgreement(store, "p"), StoreAgreement(store, "p")
+    assert one.decide("start/1/5", 20) == 20
+    assert two.decide("start/1/5", 40) == 20
+    assert one.read("cost/0") is None
+    one.raise_to("cost/0", 0.25)
+    two.raise_to("cost/0", 0.5)
+    one.raise_to("cost/0", 0.125)
+    assert two.read("cost/0") == 0.5
+    # another launch's prefix sees none of it
+    assert StoreAgreement(store, "q").read("cost/0") is None
+    store.set("p/cost/1", "garbage")
+    with pytest.raises(AgreementError, match="not a number"):
+        one.read("cost/1")
+    store.set("p/start/2/9", "garbage")
+    with pytest.raises(AgreementError, match="not a step"):
+        one.decide("start/2/9", 12)
+
+
+class CountingAgreement(LocalAgreement):
+    def __init__(self) -> None:
+        super().__init__()
+        self.decisions = 0
+
+    def decide(self, key: str, offer: int) -> int:
+        self.decisions += 1
+        return super().decide(key, offer)
+
+
+def test_step_time_noise_keeps_the_cadence_in_about_log2_gap_decisions_per_window() -> None:
+    # every 1000 steps or 100 s; step times jitter 95-105 ms (100 s = 952-1053 steps)
+    params = ScheduleParams(
+        first_window_step=0, every_steps=10_000, every_s=100.0, window_steps=1, max_overhead_ratio=1
+    )
+    agreement = CountingAgreement()
+    schedule = AlignedSchedule(params, agreement)
+    noise = random.Random(0)
+    opened = []
+    for step in range(3001):
+        view = RankView(step_s=noise.uniform(0.095, 0.105))
+        if _ended(schedule, step, view):
+            opened.append(step)
+    gaps = [b - a for a, b in itertools.pairwise(opened)]
+    assert len(gaps) == 3 and all(940 <= gap <= 1060 for gap in gaps), opened
+    # about log2(1000) = 10 decisions per window, not one per step of drift
+    assert agreement.decisions <= 3 * 12, agreement.decisions
