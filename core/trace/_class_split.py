@@ -18,6 +18,7 @@ from mfuscope.core.trace._intervals import (
     IntervalSet,
     Spans,
     covers,
+    sorted_unique,
     subtract_spans,
     union_spans,
 )
@@ -59,7 +60,7 @@ def class_time_per_window(
         ((code, union),) = unions.items()
         totals[code] = IntervalSet(union).measure_each(window_starts, window_ends)
     elif unions:
-        points = np.unique(
+        points = sorted_unique(
             np.concatenate(
                 [window_starts, window_ends, *(u.starts for u in unions.values())]
                 + [u.ends for u in unions.values()]
