@@ -9,6 +9,7 @@ import math
 from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
 from mfuscope.core.bandwidth import bus_factor
 from mfuscope.core.schema import CollectiveSample, StepReport
+from mfuscope.core.vocabulary import component_axis
 
 __all__ = ["CollectiveAcc", "CollectiveTerms", "HistogramAcc", "SeriesAcc"]
 
@@ -124,7 +125,7 @@ class SeriesAcc:
         self.histogram.observe(r.wall_s)
         components = self.components
         for c in r.components:
-            key = (c.component, c.axis, c.tier)
+            key = (c.component, component_axis(c.component, c.axis), c.tier)
             components[key] = components.get(key, 0.0) + c.seconds
         classes = self.compute_classes
         for share in r.compute_classes:

@@ -174,7 +174,7 @@ def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         "counter",
         "s",
         "step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, "
-        "bubble_idle); axis and tier set on exposed_comm only, seconds",
+        "bubble_idle); axis and tier set on exposed_comm, axis pp on bubble_pipeline, seconds",
         (*b.who_labels, "component", "axis", "tier"),
         [
             Sample((*b.who(j.job, t), c.component, c.axis, c.tier), c.seconds, t.start_unix_ns)

@@ -31,6 +31,7 @@ __all__ = [
     "WORLD_AXIS",
     "axis_from_description",
     "canonical_axis",
+    "component_axis",
 ]
 
 # The buckets that partition a step's wall time; `bubble` is split into its two parts so the
@@ -150,3 +151,13 @@ def axis_from_description(desc: str) -> str | None:
     if desc and desc != "undefined":
         return canonical_axis(desc)
     return None
+
+
+def component_axis(component: str, axis: str) -> str:
+    """The axis a step bucket is reported on: ``exposed_comm`` its collectives' (carried on the
+    wire); ``bubble_pipeline`` always `PIPELINE_AXIS`, because only the waits of send/recv on the
+    ``pp`` axis become pipeline bubble (docs/definitions.md#pipeline-bubble) and so the wire does
+    not carry it; any other bucket none (``""``)."""
+    if component == "bubble_pipeline":
+        return PIPELINE_AXIS
+    return axis

@@ -158,7 +158,7 @@ def test_pipeline_waits_are_pipeline_bubble_with_p2p_on_pp(
 
 
 def _bucket(job: str) -> dict[str, str]:
-    return {"axis": "", "component": "bubble_pipeline", "job": job, "tier": ""}
+    return {"axis": "pp", "component": "bubble_pipeline", "job": job, "tier": ""}
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -59,6 +59,24 @@ def test_counters_sum_exactly_over_ranks() -> None:
     assert s[("mfuscope_world_size", job)] == 2
 
 
+def test_pipeline_bubble_is_exported_on_the_pp_axis() -> None:
+    # Only waits of send/recv on the pp axis become pipeline bubble, so the wire carries no axis
+    # for it and the collector names pp; idle bubble stays without an axis.
+    collector, _ = _new()
+    report = report_dict(1, compute_fraction=0.5, exposed=None)
+    report["components"] = [
+        {"component": "compute", "seconds": 0.5},
+        {"component": "bubble_pipeline", "seconds": 0.3},
+        {"component": "bubble_idle", "seconds": 0.2},
+    ]
+    _ingest(collector, batch_dict(reports=[report]))
+    s = _series(collector)
+    name = "mfuscope_step_component_seconds_total"
+    assert s[(name, ("job-a", "bubble_pipeline", "pp", ""))] == 0.3
+    assert s[(name, ("job-a", "bubble_idle", "", ""))] == pytest.approx(0.2)
+    assert (name, ("job-a", "bubble_pipeline", "", "")) not in s
+
+
 def test_resent_steps_are_acknowledged_not_counted() -> None:
     collector, _ = _new()
     assert _ingest(collector, batch_dict(steps=[1, 2])) == (2, 0)
