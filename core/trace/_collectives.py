@@ -30,6 +30,7 @@ from mfuscope.core.vocabulary import (
 
 __all__ = [
     "BOOKKEEPING",
+    "AttributedGroup",
     "GroupInfo",
     "ProcessGroups",
     "TopologyView",
@@ -175,6 +176,25 @@ class GroupInfo:
     desc: str
     ranks: tuple[int, ...] | None
     size: int | None
+
+
+@dataclass(frozen=True)
+class AttributedGroup:
+    """The group a collective is attributed to, as reported: its axis, tier and size (None:
+    unknown, and `unknown_reason` says why)."""
+
+    axis: str
+    tier: str
+    size: int | None
+    unknown_reason: str | None = None
+
+    @classmethod
+    def of(cls, group: GroupInfo, view: TopologyView, what: str) -> AttributedGroup:
+        """`group`'s axis and tier under `view`; its size from the table, else its ranks.
+        `what` names the group in the reason given when the size is unknown."""
+        size = group.size or (len(group.ranks) if group.ranks else None)
+        reason = None if size is not None else f"{what} does not give its size"
+        return cls(view.axis(group), view.tier(group.ranks, size), size, reason)
 
 
 class ProcessGroups:

@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from mfuscope.core.trace._collectives import (
     BOOKKEEPING,
+    AttributedGroup,
     GroupInfo,
     ProcessGroups,
     TopologyView,
@@ -37,7 +37,7 @@ from mfuscope.core.trace._collectives import (
     normalise_op,
 )
 from mfuscope.core.trace._events import EventArgs, KinetoTrace
-from mfuscope.core.trace._gloo_p2p import P2PGroup, pipeline_p2p_group
+from mfuscope.core.trace._gloo_p2p import pipeline_p2p_group
 from mfuscope.core.trace._intervals import Interval, Spans, subtract, union
 from mfuscope.core.trace._recompute import recompute_ranges
 from mfuscope.core.trace._scan import Event, ScannedEvents
@@ -125,32 +125,20 @@ class _GlooGroup:
             )
 
 
-@dataclass(frozen=True)
-class _WorkerGroup:
-    """The group of the annotations on one mapped worker thread."""
-
-    axis: str
-    size: int | None
-    tier: str
-    unknown_reason: str | None
-
-
 def _groups_by_thread(
     worker_groups: Mapping[int, str] | None, groups: ProcessGroups, view: TopologyView
-) -> dict[Any, _WorkerGroup]:
+) -> dict[Any, AttributedGroup]:
     """Worker thread id -> its group, for the threads whose group the trace's table lists."""
-    by_thread: dict[Any, _WorkerGroup] = {}
+    by_thread: dict[Any, AttributedGroup] = {}
     for tid, name in (worker_groups or {}).items():
         group = groups.by_name.get(name)
         if group is None:
             continue
-        size = group.size or (len(group.ranks) if group.ranks else None)
-        reason = None if size is not None else f"process group {name!r} does not give its size"
-        by_thread[tid] = _WorkerGroup(view.axis(group), size, view.tier(group.ranks, size), reason)
+        by_thread[tid] = AttributedGroup.of(group, view, f"process group {name!r}")
     return by_thread
 
 
-def _comm_activity(event: Event, group: _GlooGroup | _WorkerGroup | P2PGroup) -> CommActivity:
+def _comm_activity(event: Event, group: _GlooGroup | AttributedGroup) -> CommActivity:
     start = float(event.ts)
     duration = float(event.dur or 0.0)
     op = normalise_op(event.name)

@@ -20,26 +20,13 @@ of two ranks or more has a rank 1), so the group is chosen from the rank's group
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
+from mfuscope.core.trace._collectives import AttributedGroup, ProcessGroups, TopologyView
 from mfuscope.core.vocabulary import PIPELINE_AXIS
 
-__all__ = ["P2PGroup", "pipeline_p2p_group"]
+__all__ = ["pipeline_p2p_group"]
 
 
-@dataclass(frozen=True)
-class P2PGroup:
-    """The group a gloo send/recv is attributed to: its axis, tier and size (the size is never
-    unknown here: the group is one of ``pg_config``'s, which give it)."""
-
-    axis: str
-    tier: str
-    size: int | None
-    unknown_reason: str | None = None
-
-
-def pipeline_p2p_group(groups: ProcessGroups, view: TopologyView) -> P2PGroup | None:
+def pipeline_p2p_group(groups: ProcessGroups, view: TopologyView) -> AttributedGroup | None:
     """The pipeline group of a rank with several multi-rank groups of which exactly one is on
     the ``pp`` axis; None when that rule does not decide (see the module docstring)."""
     candidates = groups.multi_rank_groups()
@@ -49,8 +36,4 @@ def pipeline_p2p_group(groups: ProcessGroups, view: TopologyView) -> P2PGroup | 
     if len(pipeline) != 1:
         return None
     (group,) = pipeline
-    size = group.size or (len(group.ranks) if group.ranks else None)
-    reason = None if size is not None else "the pipeline group's size is not in the trace"
-    return P2PGroup(
-        axis=PIPELINE_AXIS, tier=view.tier(group.ranks, size), size=size, unknown_reason=reason
-    )
+    return AttributedGroup.of(group, view, "the pipeline group")
