@@ -18,9 +18,8 @@ import os
 import stat
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import msgspec
 from mfuscope.core.errors import TraceError
@@ -181,8 +180,7 @@ def read_trace(
     return decode_scanned(scan_trace(path, max_bytes=max_bytes))
 
 
-@dataclass(frozen=True, slots=True)
-class ScannedTrace:
+class ScannedTrace(NamedTuple):
     """A trace file read, gunzipped and scanned (`_select`), not decoded yet."""
 
     path: Path
