@@ -14,7 +14,6 @@ import importlib.util
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 __all__ = ["build_parser", "console_main", "main"]
 
@@ -93,8 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def console_main() -> NoReturn:
-    """The `mfuscope` console script and ``python -m mfuscope.cli``: `main`, then exit."""
+def console_main() -> None:
+    """The `mfuscope` console script and ``python -m mfuscope.cli``: `main`, then exit (never
+    returns; not annotated NoReturn, which would import `typing` at `mfuscope --help`)."""
     words = sys.argv[1:]
     code = main(words)
     if words and words[0] in _WITHOUT_TEARDOWN:
