@@ -19,6 +19,7 @@ import sys
 import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from mfuscope.core.bandwidth import bus_factor
@@ -166,6 +167,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print mfuscope.analysis/1 JSON")
 
 
+def _announce(progress: TextIO | None, index: int, files: Sequence[Path]) -> None:
+    """Say which file is being read, on a terminal, when it takes more than a moment."""
+    file = files[index - 1]
+    if progress is not None and file.is_file() and file.stat().st_size >= _PROGRESS_MIN_BYTES:
+        print(f"\r[{index}/{len(files)}] reading {file.name} ...", end="", file=progress)
+        progress.flush()
+
+
 def _import_engine() -> None:
     """Import the engine's modules (on the loader thread). A failure is left to the main
     thread, whose own import of the module then raises it where it can be reported."""
@@ -193,6 +202,7 @@ def _analyse_all(
     """The analyses sorted by rank, and the warnings (per file, then across files)."""
     files = [file for path in args.paths for file in find_trace_files(path)]
     axis_overrides = _axis_overrides(args.axis)
+    _announce(progress, 1, files)
     pending: ScannedTrace | None = _scan_first(files[0], args.max_trace_bytes)
     from mfuscope.core.trace.decompose import analyze_trace  # loaded: _ENGINE_MODULES
     from mfuscope.core.trace.inputs import input_warnings
@@ -213,10 +223,8 @@ def _analyse_all(
     )
     results: list[tuple[str, RankAnalysis]] = []
     for index, file in enumerate(files, 1):
-        if progress is not None and file.is_file() and file.stat().st_size >= _PROGRESS_MIN_BYTES:
-            print(f"\r[{index}/{len(files)}] reading {file.name} ...", end="", file=progress)
-            progress.flush()
         if pending is None:
+            _announce(progress, index, files)
             pending = scan_trace(file, max_bytes=args.max_trace_bytes)
         trace = decode_scanned(pending)
         pending = None  # its bytes are freed now
