@@ -40,9 +40,9 @@ if TYPE_CHECKING:
 __all__ = ["add_arguments", "run"]
 
 # The engine: these import numpy (with the engine's own modules, about half of the start-up of
-# `mfuscope analyze` on a ~25 MB trace, docs/analyze.md). The modules above do not, so the first
-# trace is read, gunzipped and scanned (both without the GIL) while a thread imports these; the
-# functions below import from them only after that thread is joined.
+# `mfuscope analyze` on the A100 trace of docs/analyze.md). The modules above do not, so the
+# first trace is read, gunzipped and scanned (the last two without the GIL) while a thread
+# imports these; the functions below import from them only after that thread is joined.
 _ENGINE_MODULES = (
     "mfuscope.core.trace.decompose",
     "mfuscope.core.trace.inputs",
@@ -186,8 +186,9 @@ def _import_engine() -> None:
 
 
 def _scan_first(path: os.PathLike[str], max_bytes: int) -> ScannedTrace:
-    """Read, gunzip and scan the first trace while the engine imports on a thread. The import
-    lock keeps this safe: nothing on this path imports numpy or the engine before the join."""
+    """Read, gunzip and scan the first trace while the engine imports on a thread. The two
+    never wait on each other's module locks: everything this thread runs before the join is
+    already imported (no numpy, no engine module: tests/unit/cli/test_cli_dispatch.py)."""
     loader = threading.Thread(target=_import_engine, name="mfuscope-import-engine", daemon=True)
     loader.start()
     try:
