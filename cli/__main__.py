@@ -1,5 +1,3 @@
-import sys
+from mfuscope.cli import console_main
 
-from mfuscope.cli import main
-
-sys.exit(main())
+console_main()

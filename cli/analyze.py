@@ -11,29 +11,44 @@ gzip-decoded (docs/analyze.md).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
 import sys
+import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from mfuscope.core.bandwidth import bus_factor
+from mfuscope.core.errors import TraceError
 from mfuscope.core.settings import env_name, parse_mapping
-from mfuscope.core.trace import (
-    RankAnalysis,
-    TraceError,
-    analysis_to_json,
-    analyze_trace,
-    read_trace,
+from mfuscope.core.trace.trace_io import (
+    DEFAULT_MAX_TRACE_BYTES,
+    ScannedTrace,
+    decode_scanned,
+    find_trace_files,
+    gc_paused,
+    scan_trace,
 )
-from mfuscope.core.trace.inputs import input_warnings
-from mfuscope.core.trace.options import analysis_options, options_for_trace
-from mfuscope.core.trace.result import WINDOW_PROFILER_STEP, WINDOW_RANGE, WINDOW_WHOLE_TRACE
-from mfuscope.core.trace.trace_io import DEFAULT_MAX_TRACE_BYTES, find_trace_files, gc_paused
+
+if TYPE_CHECKING:
+    from mfuscope.core.trace.result import RankAnalysis
 
 __all__ = ["add_arguments", "run"]
+
+# The engine: these import numpy (with the engine's own modules, about half of the start-up of
+# `mfuscope analyze` on the A100 trace of docs/analyze.md). The modules above do not, so the
+# first trace is read, gunzipped and scanned (the last two without the GIL) while a thread
+# imports these; the functions below import from them only after that thread is joined.
+_ENGINE_MODULES = (
+    "mfuscope.core.trace.decompose",
+    "mfuscope.core.trace.inputs",
+    "mfuscope.core.trace.options",
+    "mfuscope.core.trace.to_json",
+)
 
 EXIT_BAD_INPUT = 2
 _PROGRESS_MIN_BYTES = 8 << 20  # show progress for files that take more than a moment
@@ -152,15 +167,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print mfuscope.analysis/1 JSON")
 
 
+def _announce(progress: TextIO | None, index: int, files: Sequence[Path]) -> None:
+    """Say which file is being read, on a terminal, when it takes more than a moment."""
+    file = files[index - 1]
+    if progress is not None and file.is_file() and file.stat().st_size >= _PROGRESS_MIN_BYTES:
+        print(f"\r[{index}/{len(files)}] reading {file.name} ...", end="", file=progress)
+        progress.flush()
+
+
+def _import_engine() -> None:
+    """Import the engine's modules (on the loader thread). A failure is left to the main
+    thread, whose own import of the module then raises it where it can be reported."""
+    for name in _ENGINE_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            return
+
+
+def _scan_first(path: os.PathLike[str], max_bytes: int) -> ScannedTrace:
+    """Read, gunzip and scan the first trace while the engine imports on a thread. The two
+    never wait on each other's module locks: everything this thread runs before the join is
+    already imported (no numpy, no engine module: tests/unit/cli/test_cli_dispatch.py)."""
+    loader = threading.Thread(target=_import_engine, name="mfuscope-import-engine", daemon=True)
+    loader.start()
+    try:
+        return scan_trace(path, max_bytes=max_bytes)
+    finally:
+        loader.join()
+
+
 def _analyse_all(
     args: argparse.Namespace, progress: TextIO | None
 ) -> tuple[list[RankAnalysis], list[str]]:
     """The analyses sorted by rank, and the warnings (per file, then across files)."""
     files = [file for path in args.paths for file in find_trace_files(path)]
+    axis_overrides = _axis_overrides(args.axis)
+    _announce(progress, 1, files)
+    pending: ScannedTrace | None = _scan_first(files[0], args.max_trace_bytes)
+    from mfuscope.core.trace.decompose import analyze_trace  # loaded: _ENGINE_MODULES
+    from mfuscope.core.trace.inputs import input_warnings
+    from mfuscope.core.trace.options import (
+        analysis_options,
+        options_for_trace,
+    )
+
     base = analysis_options(
         device=None,  # per trace, below
         gpus_per_node=args.gpus_per_node,
-        axis_overrides=_axis_overrides(args.axis),
+        axis_overrides=axis_overrides,
         model_flops_per_step=args.model_flops_per_step,
         recompute_flops_per_step=args.recompute_flops_per_step,
         peak_flops=args.peak_flops or None,
@@ -169,10 +224,11 @@ def _analyse_all(
     )
     results: list[tuple[str, RankAnalysis]] = []
     for index, file in enumerate(files, 1):
-        if progress is not None and file.is_file() and file.stat().st_size >= _PROGRESS_MIN_BYTES:
-            print(f"\r[{index}/{len(files)}] reading {file.name} ...", end="", file=progress)
-            progress.flush()
-        trace = read_trace(file, max_bytes=args.max_trace_bytes)
+        if pending is None:
+            _announce(progress, index, files)
+            pending = scan_trace(file, max_bytes=args.max_trace_bytes)
+        trace = decode_scanned(pending)
+        pending = None  # its bytes are freed now
         try:
             results.append((str(file), analyze_trace(trace, options_for_trace(trace, base))))
         except TraceError as exc:
@@ -201,17 +257,21 @@ def _size(n: int | None) -> str:
     return f"{n} B"
 
 
-_WINDOW_WORDS = {
-    WINDOW_WHOLE_TRACE: "the whole trace as one window (no ProfilerStep#N in the trace)",
-    WINDOW_RANGE: "the chosen time range",
-}
-
-
 def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
+    from mfuscope.core.trace.result import (  # loaded: _ENGINE_MODULES
+        WINDOW_PROFILER_STEP,
+        WINDOW_RANGE,
+        WINDOW_WHOLE_TRACE,
+    )
+
+    window_words = {
+        WINDOW_WHOLE_TRACE: "the whole trace as one window (no ProfilerStep#N in the trace)",
+        WINDOW_RANGE: "the chosen time range",
+    }
     out.append(f"rank {rank.rank}/{rank.world_size}  device: {rank.device}")
     sources = sorted({s.window_source for s in rank.steps})
     if sources != [WINDOW_PROFILER_STEP]:
-        out.append(f"  windows: {', '.join(_WINDOW_WORDS.get(s, s) for s in sources)}")
+        out.append(f"  windows: {', '.join(window_words.get(s, s) for s in sources)}")
     out.append(
         "  step    wall ms  compute  recomp  exp.comm   other  bubble  (pipe / idle)"
         "  overlap ms     MFU     HFU"
@@ -310,6 +370,8 @@ def run(args: argparse.Namespace) -> int:
 def _render(ranks: Sequence[RankAnalysis], warnings: Sequence[str], *, as_json: bool) -> str:
     """The whole output, built before anything is written. Raises ValueError for a result that
     is not a finite number (only absurd FLOP inputs get there)."""
+    from mfuscope.core.trace.to_json import analysis_to_json  # loaded: _ENGINE_MODULES
+
     if not as_json:
         return format_table(ranks)
     try:

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 from mfuscope.core.errors import TraceError
+from mfuscope.core.trace import _read_names
 from mfuscope.core.trace._coalesced import CoalescedBatches
 from mfuscope.core.trace._collectives import (
     GroupInfo,
@@ -59,10 +60,11 @@ from numpy.typing import NDArray
 __all__ = ["COMM_KERNEL_SUBSTRINGS", "OPERATOR_PREFIXES", "gpu_timeline", "is_comm_kernel"]
 
 DEFAULT_GPUS_PER_NODE = 8  # a GPU trace's ranks per host unless told (`build_timeline`)
-# A kernel whose lower-cased name holds one of these is communication (NCCL, RCCL).
-COMM_KERNEL_SUBSTRINGS = ("nccl", "rccl")
-_RECORD_PARAM_COMMS = "record_param_comms"
-OPERATOR_PREFIXES = (_RECORD_PARAM_COMMS,)  # the operators a GPU timeline reads
+# A kernel whose lower-cased name holds one of COMM_KERNEL_SUBSTRINGS is communication; the
+# names live in `_read_names`, numpy-free, for the selection.
+COMM_KERNEL_SUBSTRINGS = _read_names.COMM_KERNEL_SUBSTRINGS
+_RECORD_PARAM_COMMS = _read_names.RECORD_PARAM_COMMS
+OPERATOR_PREFIXES = _read_names.TIMELINE_OPERATOR_PREFIXES  # the operators a GPU timeline reads
 _PID = operator.attrgetter("pid")
 _TID = operator.attrgetter("tid")
 _TS = operator.attrgetter("ts")

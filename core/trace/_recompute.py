@@ -19,6 +19,7 @@ from operator import attrgetter
 from typing import Any
 
 import numpy as np
+from mfuscope.core.trace import _read_names
 from mfuscope.core.trace._intervals import (
     FloatArray,
     Interval,
@@ -39,14 +40,14 @@ __all__ = [
 ]
 
 RECOMPUTE_ANNOTATION = "mfuscope::recompute"
-_REENTRANT_OP = "CheckpointFunctionBackward"
-_ENGINE_PREFIX = "autograd::engine::evaluate_function:"
+_REENTRANT_OP = _read_names.REENTRANT_OP
+_ENGINE_PREFIX = _read_names.ENGINE_PREFIX
 _PYTHON_FILE = "torch/utils/checkpoint.py("
-_PYTHON_FUNCTION = "): recompute_fn"
+_PYTHON_FUNCTION = _read_names.PYTHON_FUNCTION
 _NAME = attrgetter("name")
 # The operators and Python calls read here (every annotation is).
-OPERATOR_PREFIXES = (_REENTRANT_OP, _ENGINE_PREFIX)
-PYTHON_SUBSTRINGS = (_PYTHON_FUNCTION,)
+OPERATOR_PREFIXES = _read_names.RECOMPUTE_OPERATOR_PREFIXES
+PYTHON_SUBSTRINGS = _read_names.RECOMPUTE_PYTHON_SUBSTRINGS
 
 
 class RecomputeRanges:

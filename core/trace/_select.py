@@ -31,8 +31,10 @@ memory op, and the launches only those name: they are in the columns alone, and 
 of such a document needs its columns (`read_trace` attaches them).
 
 The scan runs without the GIL, and arrays of 4 MB or more are scanned in two halves on two
-threads. Without the compiled scanner (no C compiler at install time) nothing is selected and
-the whole document is decoded: the same results, only slower.
+threads. `scan_events` imports no numpy (the columns are turned into arrays by
+`selection_of`), so `mfuscope analyze` scans its first trace while numpy loads. Without the
+compiled scanner (no C compiler at install time) nothing is selected and the whole document is
+decoded: the same results, only slower.
 """
 
 from __future__ import annotations
@@ -40,12 +42,21 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
-from mfuscope.core.trace import _kineto, _recompute, _scan, _steps
-from mfuscope.core.trace._columns import DeviceColumns
+from mfuscope.core.trace import _read_names, _scan, _steps
 
-__all__ = ["SELECTION_AVAILABLE", "Selection", "select_events"]
+if TYPE_CHECKING:
+    from mfuscope.core.trace._columns import DeviceColumns
+
+__all__ = [
+    "SELECTION_AVAILABLE",
+    "ScannedDocument",
+    "Selection",
+    "scan_events",
+    "select_events",
+    "selection_of",
+]
 
 
 _Columns = tuple[bytes, list[str | None]]  # the records and the distinct kernel names
@@ -88,13 +99,17 @@ _RULES = (
     # host operators: kept by name prefix on device traces
     _encoded(_scan.OPERATOR_CATEGORIES),
     _encoded(
-        (*_steps.OPERATOR_PREFIXES, *_kineto.OPERATOR_PREFIXES, *_recompute.OPERATOR_PREFIXES)
+        (
+            *_steps.OPERATOR_PREFIXES,
+            *_read_names.TIMELINE_OPERATOR_PREFIXES,
+            *_read_names.RECOMPUTE_OPERATOR_PREFIXES,
+        )
     ),
     # Python calls: kept by name substring
     _encoded(_scan.PYTHON_CATEGORIES),
-    _encoded(_recompute.PYTHON_SUBSTRINGS),
+    _encoded(_read_names.RECOMPUTE_PYTHON_SUBSTRINGS),
     # kernels read decoded (communication: `_kineto.is_comm_kernel`); with columns, others not
-    _encoded(_kineto.COMM_KERNEL_SUBSTRINGS),
+    _encoded(_read_names.COMM_KERNEL_SUBSTRINGS),
 )
 
 
@@ -107,10 +122,32 @@ class Selection:
     columns: DeviceColumns | None
 
 
+class ScannedDocument(NamedTuple):
+    """What the scanner gives, before any numpy: `document` as in `Selection`, `records` the
+    columns' packed records and distinct kernel names (None: no columns). A NamedTuple: a
+    frozen dataclass costs ~0.7 ms to create at import (its generated methods are compiled)."""
+
+    document: bytes | None
+    records: _Columns | None
+
+
+def scan_events(raw: bytes) -> ScannedDocument:
+    """What of `raw` to decode, and the columns' records read on the way (module docstring)."""
+    if _select_c is None:
+        return ScannedDocument(None, None)
+    document, read = _select_c(raw, *_RULES)
+    return ScannedDocument(document, read)
+
+
+def selection_of(scanned: ScannedDocument) -> Selection:
+    """The selection with its columns as arrays (this imports numpy)."""
+    from mfuscope.core.trace._columns import DeviceColumns  # numpy: not in scan_events
+
+    records = scanned.records
+    columns = None if records is None else DeviceColumns.from_records(*records)
+    return Selection(scanned.document, columns)
+
+
 def select_events(raw: bytes) -> Selection:
     """What of `raw` to decode, and the columns read on the way (see the module docstring)."""
-    if _select_c is None:
-        return Selection(None, None)
-    document, read = _select_c(raw, *_RULES)
-    columns = None if read is None else DeviceColumns.from_records(*read)
-    return Selection(document, columns)
+    return selection_of(scan_events(raw))

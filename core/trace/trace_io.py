@@ -2,7 +2,8 @@
 
 This is the one module of `mfuscope.core.trace` that touches the file system. Two readers:
 - `read_trace`: the fast path (the CLI's): decodes straight into the engine's event model
-  (`KinetoTrace`, msgspec Structs holding only the fields the analysis reads);
+  (`KinetoTrace`, msgspec Structs holding only the fields the analysis reads); in two halves,
+  `scan_trace` (read, gunzip, select: no numpy) then `decode_scanned`;
 - `load_trace`: the whole document as plain JSON (dicts and lists), for tools and tests that
   look at other fields; `analyze_trace` accepts it too (converting it first).
 """
@@ -18,21 +19,23 @@ import stat
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import msgspec
 from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._events import KinetoTrace, decode_kineto, describe_validation_error
-from mfuscope.core.trace._select import select_events
-from mfuscope.core.trace._timings import check_timings
+from mfuscope.core.trace._select import ScannedDocument, scan_events, selection_of
 
 __all__ = [
     "DEFAULT_MAX_TRACE_BYTES",
     "KinetoTrace",
+    "ScannedTrace",
+    "decode_scanned",
     "find_trace_files",
     "gc_paused",
     "load_trace",
     "read_trace",
+    "scan_trace",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -174,11 +177,37 @@ def read_trace(
     is not a Kineto trace, an event field of the wrong type, or an impossible timing (a negative
     or absurd ``ts``/``dur``, `_timings`). `max_bytes` bounds the file and its gzip-decoded size.
     """
+    return decode_scanned(scan_trace(path, max_bytes=max_bytes))
+
+
+class ScannedTrace(NamedTuple):
+    """A trace file read, gunzipped and scanned (`_select`), not decoded yet."""
+
+    path: Path
+    raw: bytes
+    scanned: ScannedDocument
+
+
+def scan_trace(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_TRACE_BYTES
+) -> ScannedTrace:
+    """`read_trace`'s first half: read, gunzip and scan; `TraceError` for a file that cannot
+    be read or a gzip stream that cannot be inflated. Imports no numpy, and the gunzip and the
+    scan run without the GIL: `mfuscope analyze` runs this while numpy loads on a thread."""
     file = Path(path)
     raw = _read_bytes(file, max_bytes)
+    return ScannedTrace(file, raw, scan_events(raw))
+
+
+def decode_scanned(scanned: ScannedTrace) -> KinetoTrace:
+    """`read_trace`'s second half: decode what the scan kept, attach its columns, check the
+    timings (the errors of `read_trace`). Imports numpy (the columns, `_timings`)."""
+    from mfuscope.core.trace._timings import check_timings  # numpy: not in scan_trace
+
+    file = scanned.path
     try:
         with gc_paused():
-            trace = _decode_selected(raw)
+            trace = _decode_selected(scanned.raw, scanned.scanned)
     except msgspec.ValidationError as exc:
         raise TraceError(file, describe_validation_error(exc)) from None
     except msgspec.DecodeError as exc:
@@ -193,9 +222,9 @@ def read_trace(
     return trace
 
 
-def _decode_selected(raw: bytes) -> KinetoTrace:
+def _decode_selected(raw: bytes, scanned: ScannedDocument) -> KinetoTrace:
     """Decode what the selection keeps of `raw`, with the columns it read."""
-    selection = select_events(raw)
+    selection = selection_of(scanned)
     if selection.document is None:
         trace = decode_kineto(raw)
     else:

@@ -5,13 +5,19 @@ whole-process timing against HolisticTraceAnalysis is `benchmarks/hta_compare.py
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
-from mfuscope.cli import SUBCOMMANDS
+import pytest
+from mfuscope.cli import SUBCOMMANDS, main
+from mfuscope.cli import analyze as analyze_cli
+from mfuscope.core.trace.trace_io import ScannedTrace
 
 from tests.support.trace_builder import Group, TraceBuilder
 
@@ -94,3 +100,98 @@ def test_analyze_starts_without_blas_threads_masked_arrays_or_gc_left_off(tmp_pa
         _analyze_in_fresh_process(trace, {**env, "OPENBLAS_NUM_THREADS": "3"})["blas_threads"]
         == "3"
     )
+
+
+def _small_trace(tmp_path: Path) -> Path:
+    b = TraceBuilder(rank=0, world_size=2, groups=(Group("0", "default_pg", (0, 1)),))
+    b.profiler_step(1, 0.0, 10.0)
+    b.kernel(20.0, 50.0, launch_at=1.0)
+    b.comm_kernel(60.0, 40.0, launch_at=2.0, nelems=1000)
+    trace = tmp_path / "rank0.json"
+    trace.write_text(json.dumps(b.build()))
+    return trace
+
+
+def test_the_first_trace_is_scanned_while_the_engine_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each side waits for the other: the import has begun before the scan ends, and the scan
+    ends before the import does. Either done after the other times out and fails."""
+    trace = _small_trace(tmp_path)
+    importing, scanned = threading.Event(), threading.Event()
+    waits: dict[str, bool] = {}
+    real_import, real_scan = analyze_cli._import_engine, analyze_cli.scan_trace
+
+    def import_engine() -> None:
+        importing.set()
+        waits["import saw the scan end"] = scanned.wait(timeout=10)
+        real_import()
+
+    def scan_trace(path: Path, *, max_bytes: int) -> ScannedTrace:
+        waits["scan saw the import begin"] = importing.wait(timeout=10)
+        result = real_scan(path, max_bytes=max_bytes)
+        scanned.set()
+        return result
+
+    monkeypatch.setattr(analyze_cli, "_import_engine", import_engine)
+    monkeypatch.setattr(analyze_cli, "scan_trace", scan_trace)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["analyze", str(trace), "--json"]) == 0
+    assert waits == {"import saw the scan end": True, "scan saw the import begin": True}
+
+
+SCAN_SCRIPT = """
+import sys
+from mfuscope.cli import analyze
+from mfuscope.core.trace.trace_io import scan_trace
+scan_trace(sys.argv[1])
+engine = [m for m in analyze._ENGINE_MODULES if m in sys.modules]
+print(" ".join(m for m in ("numpy", *engine) if m in sys.modules) or "-")
+"""
+
+
+def test_analyze_reads_and_scans_a_trace_without_importing_numpy(tmp_path: Path) -> None:
+    """What the main thread runs while the engine imports: were it to import numpy, it would
+    wait on the import lock for the engine's thread and the overlap would be gone."""
+    done = subprocess.run(
+        [sys.executable, "-c", SCAN_SCRIPT, str(_small_trace(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "-"
+
+
+EXIT_SCRIPT = """
+import atexit, sys
+from mfuscope.cli import console_main
+if sys.argv[1] == "hook":
+    atexit.register(print, "exit hook ran", file=sys.stderr)
+sys.argv = ["mfuscope", "analyze", sys.argv[2], "--json"]
+console_main()
+"""
+
+
+def test_analyze_exits_with_its_output_flushed_and_exit_hooks_run(tmp_path: Path) -> None:
+    trace = _small_trace(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["analyze", str(trace), "--json"]) == 0
+    for hook in ("none", "hook"):
+        done = subprocess.run(
+            [sys.executable, "-c", EXIT_SCRIPT, hook, str(trace)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (0, out.getvalue())
+        assert ("exit hook ran" in done.stderr) == (hook == "hook")
+    missing = subprocess.run(
+        [sys.executable, "-m", "mfuscope.cli", "analyze", str(tmp_path / "missing.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert "missing.json: no such file" in missing.stderr

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mfuscope.cli import analyze as analyze_cli
 from mfuscope.cli import main
-from mfuscope.core.trace import load_trace
+from mfuscope.core.trace import load_trace, to_json
 
 from tests.support.trace_builder import Group, TraceBuilder
 
@@ -241,12 +240,13 @@ def test_a_non_finite_result_is_an_error_not_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     good = _write_trace(tmp_path / "good.json")
-    real = analyze_cli.analysis_to_json
+    real = to_json.analysis_to_json
 
     def overflowing(ranks: Any, warnings: Any = ()) -> Any:
         doc = real(ranks, warnings)
         doc["ranks"][0]["steps"][0]["mfu"] = math.inf  # what absurd inputs could once produce
         return doc
 
-    monkeypatch.setattr(analyze_cli, "analysis_to_json", overflowing)
+    # analyze imports the engine after its first trace is scanned: patch it where it lives
+    monkeypatch.setattr(to_json, "analysis_to_json", overflowing)
     _analyze_fails(capsys, [str(good), "--json"], "not a finite number")
