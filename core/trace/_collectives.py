@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from mfuscope.core.trace._events import EventArgs
 from mfuscope.core.vocabulary import (
     AXIS_UNKNOWN,
@@ -168,8 +168,7 @@ def parse_ranks(value: Any) -> tuple[int, ...] | None:
         return None
 
 
-@dataclass(frozen=True)
-class GroupInfo:
+class GroupInfo(msgspec.Struct, frozen=True):
     """What a trace says about one process group (any field may be unknown)."""
 
     name: str
@@ -178,8 +177,7 @@ class GroupInfo:
     size: int | None
 
 
-@dataclass(frozen=True)
-class AttributedGroup:
+class AttributedGroup(msgspec.Struct, frozen=True):
     """The group a collective is attributed to, as reported: its axis, tier and size (None:
     unknown, and `unknown_reason` says why)."""
 

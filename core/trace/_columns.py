@@ -15,8 +15,8 @@ memops and runtime lists, which `usable_columns` checks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._events import KinetoTrace
@@ -50,8 +50,7 @@ _NO_NAME = 0xFFFFFFFF
 IntArray = NDArray[np.int64]
 
 
-@dataclass(frozen=True, slots=True)
-class EventColumns:
+class EventColumns(msgspec.Struct, frozen=True):
     """One bucket's columns, in file order (``dur`` and ``pid`` unread for launches, ``tid``
     for device events). `decoded`: the event is in the decoded document too (the rows where
     it is line up, in order, with `_scan`'s list of the bucket)."""
@@ -69,8 +68,7 @@ class EventColumns:
         return len(self.ts)
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceColumns:
+class DeviceColumns(msgspec.Struct, frozen=True):
     """The columns of the kernels, memory ops and launches `read_trace` kept, and the
     distinct kernel names (None: not UTF-8) that `kernels.name` points into."""
 

@@ -13,8 +13,8 @@ build a handful of intervals per thread; they run the same array code.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
@@ -35,8 +35,7 @@ Interval = tuple[float, float]
 FloatArray = NDArray[np.float64]
 
 
-@dataclass(frozen=True, slots=True)
-class Spans:
+class Spans(msgspec.Struct, frozen=True):
     """Intervals ``[starts[i], ends[i])``; sorted and disjoint only where a function says so."""
 
     starts: FloatArray

@@ -18,7 +18,6 @@ import math
 import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Any
 
@@ -192,7 +191,7 @@ class _CommResolver:
         for member in members:
             by_op.setdefault(normalise_op(str(member.collective_name)), []).append(member)
         return tuple(
-            replace(
+            msgspec.structs.replace(
                 self.activity(kernel, same_op[0], start, end),
                 bytes=_summed(map(_message_bytes, same_op)),
             )
@@ -276,8 +275,7 @@ def _floats(events: Sequence[Event], field: operator.attrgetter[Any]) -> FloatAr
     return values
 
 
-@dataclass(frozen=True, slots=True)
-class _DeviceEvents:
+class _DeviceEvents(msgspec.Struct, frozen=True):
     """The rank's kernels or memory ops: times, and the launch row of each (-1: none)."""
 
     starts: FloatArray
@@ -285,8 +283,7 @@ class _DeviceEvents:
     launch: NDArray[np.intp]
 
 
-@dataclass(frozen=True, slots=True)
-class _Device:
+class _Device(msgspec.Struct, frozen=True):
     """What the timeline needs of the rank's device: its events and their launches."""
 
     pid: Any

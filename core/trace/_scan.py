@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
+import msgspec
 from mfuscope.core.trace._events import TraceEvent
 
 __all__ = [
@@ -59,17 +59,16 @@ UNREAD_DEVICE_CATEGORIES = ("hpu_op", "mtia_insight")
 PYTHON_CATEGORIES = ("python_function",)
 
 
-@dataclass
-class ScannedEvents:
-    kernels: list[Event] = field(default_factory=list)
-    memops: list[Event] = field(default_factory=list)
-    runtime: list[Event] = field(default_factory=list)
-    cpu_ops: list[Event] = field(default_factory=list)
-    annotations: list[Event] = field(default_factory=list)
-    device_annotations: list[Event] = field(default_factory=list)
-    unread_device: list[Event] = field(default_factory=list)
-    python: list[Event] = field(default_factory=list)
-    meta: list[Event] = field(default_factory=list)
+class ScannedEvents(msgspec.Struct):
+    kernels: list[Event] = msgspec.field(default_factory=list)
+    memops: list[Event] = msgspec.field(default_factory=list)
+    runtime: list[Event] = msgspec.field(default_factory=list)
+    cpu_ops: list[Event] = msgspec.field(default_factory=list)
+    annotations: list[Event] = msgspec.field(default_factory=list)
+    device_annotations: list[Event] = msgspec.field(default_factory=list)
+    unread_device: list[Event] = msgspec.field(default_factory=list)
+    python: list[Event] = msgspec.field(default_factory=list)
+    meta: list[Event] = msgspec.field(default_factory=list)
 
 
 def scan_events(events: Sequence[Event]) -> ScannedEvents:

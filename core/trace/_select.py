@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, cast
 
+import msgspec
 from mfuscope.core.trace import _read_names, _scan, _steps
 
 if TYPE_CHECKING:
@@ -113,8 +113,7 @@ _RULES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Selection:
+class Selection(msgspec.Struct, frozen=True):
     """`document`: `raw` without the events left out (None: decode `raw` itself); `columns`:
     the device events' and launches' numbers (None: read them from the decoded events)."""
 

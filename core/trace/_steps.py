@@ -8,8 +8,8 @@ where the step's device work lies. The CPU ranges plus the launch of each kernel
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+import msgspec
 from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._scan import Event, ScannedEvents
 
@@ -19,8 +19,7 @@ _PREFIX = "ProfilerStep#"
 OPERATOR_PREFIXES = (_PREFIX,)  # the operators read here (older traces)
 
 
-@dataclass(frozen=True, slots=True)
-class CpuStep:
+class CpuStep(msgspec.Struct, frozen=True):
     """The host range ``[start, end)`` (trace microseconds) of ``ProfilerStep#step``."""
 
     step: int

@@ -7,9 +7,9 @@ converts its results to seconds: no per-event unit conversion on the hot path.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 from mfuscope.core.trace._intervals import Spans
 from numpy.typing import NDArray
@@ -20,9 +20,12 @@ if TYPE_CHECKING:  # annotations only: both modules import this one
 
 __all__ = ["CommActivity", "RankContext", "StepWindow", "Timeline", "WindowRequest"]
 
+# The engine's private records are msgspec Structs, not dataclasses: a Struct class is made in
+# ~0.02 ms, a frozen dataclass in 0.5-1 ms (each generated method compiled by its own exec),
+# and `mfuscope analyze` makes all of them at start-up (docs/analyze.md).
 
-@dataclass(frozen=True, slots=True)
-class CommActivity:
+
+class CommActivity(msgspec.Struct, frozen=True):
     """One communication interval on the timeline: an NCCL/RCCL kernel or a gloo work item.
 
     `op` is an nccl-tests op name, `_collectives.BOOKKEEPING` (barrier: it occupies the timeline
@@ -53,8 +56,7 @@ class CommActivity:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class WindowRequest:
+class WindowRequest(msgspec.Struct, frozen=True):
     """The user's choice of windows (both None: profiler steps, else the whole trace; see
     `_windows`). `range_us` is ``(start, end)`` in the trace's own ``ts`` clock (microseconds)."""
 
@@ -70,8 +72,7 @@ class WindowRequest:
                 raise ValueError(f"window range must end after it starts, got {start}:{end}")
 
 
-@dataclass(frozen=True)
-class RankContext:
+class RankContext(msgspec.Struct, frozen=True):
     """What both timelines (`_kineto`, `_gloo`) take besides the events: who the trace is from,
     how its groups map to axes and tiers, and the columns `read_trace` read (None: none)."""
 
@@ -81,14 +82,13 @@ class RankContext:
     view: TopologyView
     groups: ProcessGroups
     columns: DeviceColumns | None
-    windows: WindowRequest = field(default_factory=lambda: WindowRequest())
+    windows: WindowRequest = msgspec.field(default_factory=WindowRequest)
     # gloo worker thread id -> process-group name (`AnalysisOptions.gloo_worker_groups`, else
     # the trace's own ``mfuscope`` key); None when neither says.
     gloo_worker_groups: Mapping[int, str] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StepWindow:
+class StepWindow(msgspec.Struct, frozen=True):
     """The timeline window ``[start, end)`` of profiler step `step` (or of the `step`-th
     occurrence of a chosen annotation); `source` says how it was chosen (`_windows`)."""
 
@@ -98,8 +98,7 @@ class StepWindow:
     source: str = "profiler_step"  # result.WINDOW_PROFILER_STEP (result imports this module)
 
 
-@dataclass(frozen=True)
-class Timeline:
+class Timeline(msgspec.Struct, frozen=True):
     """Everything the decomposition needs from one rank's trace.
 
     `compute`, `recompute` and `other` are raw intervals (they may overlap and be unsorted);

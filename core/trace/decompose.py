@@ -10,10 +10,10 @@ GPU traces (any kernel on a device) take the device timeline (`_kineto`); CPU-on
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
 from mfuscope.core.trace._columns import usable_columns
@@ -77,7 +77,7 @@ def build_timeline(trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOpti
         timeline = cpu_timeline(kineto, scanned, context)
         if warning is None:
             return timeline
-        return dataclasses.replace(timeline, warnings=(*timeline.warnings, warning))
+        return msgspec.structs.replace(timeline, warnings=(*timeline.warnings, warning))
     except TraceError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as exc:

@@ -8,7 +8,6 @@ import json
 import math
 import random
 import struct
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from mfuscope.core.trace._events import KinetoTrace, decode_kineto
 from mfuscope.core.trace._kineto import is_comm_kernel
 from mfuscope.core.trace._scan import Event, scan_events
 from mfuscope.core.trace._select import select_events
+from msgspec.structs import replace
 
 from tests.support.trace_builder import TraceBuilder, realistic_trace
 from tests.support.trace_strategies import synthetic

@@ -7,7 +7,7 @@ import gzip
 import importlib
 import json
 import random
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from mfuscope.core.trace._scan import (
 )
 from mfuscope.core.trace._select import SELECTION_AVAILABLE, Selection, select_events
 from mfuscope.core.trace._steps import OPERATOR_PREFIXES as STEP_PREFIXES
+from msgspec.structs import astuple
 
 from tests.support.trace_builder import GLOO_TIDS, TraceBuilder, realistic_trace
 from tests.support.trace_strategies import synthetic
@@ -118,8 +119,14 @@ def same_selection(a: Selection, b: Selection) -> bool:
         return False
     if a.columns is None or b.columns is None:
         return True
-    pairs = zip(astuple(a.columns), astuple(b.columns), strict=True)
-    return all(np.array_equal(x, y) for x, y in pairs)
+    if a.columns.kernel_names != b.columns.kernel_names:
+        return False
+    buckets = ("kernels", "memops", "launches")
+    pairs = (
+        zip(astuple(getattr(a.columns, n)), astuple(getattr(b.columns, n)), strict=True)
+        for n in buckets
+    )
+    return all(np.array_equal(x, y) for bucket in pairs for x, y in bucket)
 
 
 def document_of(raw: bytes) -> bytes | None:
