@@ -163,6 +163,34 @@ def test_analyze_reads_and_scans_a_trace_without_importing_numpy(tmp_path: Path)
     assert done.stdout.strip() == "-"
 
 
+PARSER_SCRIPT = """
+import sys
+from mfuscope.cli import build_parser
+parser = build_parser("analyze")
+print("shutil" in sys.modules)
+parser.print_help()
+"""
+
+
+def test_analyze_builds_its_parser_without_shutil_and_help_still_fits_the_terminal() -> None:
+    """argparse's default formatter imports shutil (and bz2, lzma) at every `add_argument`
+    for a width only help needs; the help printed afterwards still wraps at the terminal's."""
+    widest: dict[int, int] = {}
+    for columns in (50, 140):
+        done = subprocess.run(
+            [sys.executable, "-c", PARSER_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, "COLUMNS": str(columns)},
+        )
+        first, *help_lines = done.stdout.splitlines()
+        assert first == "False"
+        widest[columns] = max(map(len, help_lines))
+    assert widest[50] <= 48 < widest[140] <= 138
+
+
 EXIT_SCRIPT = """
 import atexit, sys
 from mfuscope.cli import console_main
