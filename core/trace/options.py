@@ -13,13 +13,13 @@ describes a gloo transfer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 from mfuscope.core.bandwidth import LinkModel
 from mfuscope.core.hardware import LINK_TIER_KEYS, link_for_tier
 from mfuscope.core.links import DetectedLinks
 from mfuscope.core.trace._events import KinetoTrace
 from mfuscope.core.trace.result import AnalysisOptions
+from msgspec.structs import replace
 
 __all__ = ["analysis_options", "link_models", "options_for_trace", "trace_device"]
 
