@@ -20,7 +20,7 @@ no token of `exclude` is present. Rows are tried in order, so more specific rows
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 __all__ = ["DEVICES", "DeviceSpec"]
 
@@ -28,8 +28,7 @@ T = 1e12  # TFLOP/s -> FLOP/s
 TB = 1e12  # TB/s -> bytes/s
 
 
-@dataclass(frozen=True)
-class DeviceSpec:
+class DeviceSpec(msgspec.Struct, frozen=True):
     key: str
     display_name: str
     fp32: float | None

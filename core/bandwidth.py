@@ -13,8 +13,7 @@ docs/definitions.md#bus-bandwidth and docs/definitions.md#alpha-beta-model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 from mfuscope.core.vocabulary import COLLECTIVE_OPS
 
 __all__ = [
@@ -52,8 +51,7 @@ def busbw_bytes_per_s(op: str, group_size: int, size_bytes: float, seconds: floa
     return algbw_bytes_per_s(size_bytes, seconds) * bus_factor(op, group_size)
 
 
-@dataclass(frozen=True)
-class LinkModel:
+class LinkModel(msgspec.Struct, frozen=True):
     """Alpha-beta (Hockney) model of one link tier: ``t(bytes) = alpha_s + bytes / beta``.
 
     `beta_bytes_per_s` is the unidirectional rate, the figure nccl-tests busbw compares against.

@@ -15,8 +15,8 @@ The table with its vendor sources lives in `_device_table.py`; link tiers in `li
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 from mfuscope.core._device_table import DEVICES, DeviceSpec
 from mfuscope.core.bandwidth import LinkModel
 from mfuscope.core.links import (
@@ -75,8 +75,7 @@ _CPU_NAMES = frozenset({"cpu", "host"})
 _VENDOR_TOKENS = frozenset({"nvidia", "amd", "instinct", "tesla"})
 
 
-@dataclass(frozen=True)
-class PeakLookup:
+class PeakLookup(msgspec.Struct, frozen=True):
     """A peak FLOP/s figure and where it came from.
 
     `peak_flops` is dense FLOP/s per device, or None when `source` is ``"unknown"``; `source` is

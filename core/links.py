@@ -33,8 +33,7 @@ ml-engineering book describes (assumption). Plain TCP Ethernet 10 us: the low en
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 from mfuscope.core.bandwidth import LinkModel
 
 __all__ = [
@@ -83,8 +82,7 @@ _ALPHA_BY_KIND: dict[str, float] = {
 }
 
 
-@dataclass(frozen=True)
-class LinkTier:
+class LinkTier(msgspec.Struct, frozen=True):
     """One interconnect: its unidirectional peak (bytes/s) and default latency (s)."""
 
     name: str
@@ -175,8 +173,7 @@ def link_tier(name: str) -> LinkTier:
         raise ValueError(f"unknown link tier {name!r}; known tiers: {known}") from None
 
 
-@dataclass(frozen=True)
-class DetectedLinks:
+class DetectedLinks(msgspec.Struct, frozen=True):
     """What detection (`mfuscope.agent.detect`) found for one local GPU; plain data.
 
     `nvlink_generation` is the NVLink generation (1..5), already mapped from NVML's version enum.

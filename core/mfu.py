@@ -36,7 +36,8 @@ For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+import msgspec
 
 __all__ = [
     "MfuWaterfall",
@@ -120,8 +121,7 @@ def hfu(model_flops: float, recompute_flops: float, peak_flops: float, wall_s: f
     return _defined(utilization(model_flops + recompute_flops, peak_flops * wall_s))
 
 
-@dataclass(frozen=True)
-class StepBuckets:
+class StepBuckets(msgspec.Struct, frozen=True):
     """One window split into the step buckets, in seconds; they sum to the window."""
 
     compute_s: float
@@ -134,7 +134,8 @@ class StepBuckets:
     elementwise_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name, value in self.__dict__.items():
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number >= 0 s, got {value}")
         if not self.window_s > 0:
@@ -158,8 +159,7 @@ class StepBuckets:
         )
 
 
-@dataclass(frozen=True)
-class MfuWaterfall:
+class MfuWaterfall(msgspec.Struct, frozen=True):
     """Where the gap between peak and achieved model FLOP/s went, as fractions of the window.
 
     ``mfu + exposed_comm + bubble_pipeline + bubble_idle + recompute + other + elementwise +

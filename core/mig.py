@@ -18,7 +18,8 @@ never the whole GPU's.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 __all__ = ["MIG_COMPUTE_SLICES", "MigSlice", "is_mig_name", "mig_slice"]
 
@@ -29,8 +30,7 @@ _MIG_WORD = re.compile(r"\bmig\b", re.IGNORECASE)
 _PARENT_MEMORY = re.compile(r"(\d+)\s*gb\b", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class MigSlice:
+class MigSlice(msgspec.Struct, frozen=True):
     """A MIG profile: `compute_slices` of 7, `memory_gb` of the parent's `parent_memory_gb`."""
 
     compute_slices: int

@@ -13,7 +13,8 @@ process groups, ``MFUSCOPE_AXIS_OVERRIDES=TENSOR_MODEL_PARALLEL_GROUP=tp,3=dp``)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 __all__ = [
     "ENV_PREFIX",
@@ -30,8 +31,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(msgspec.Struct, frozen=True):
     """A value as given and where it came from: ``argument`` or the environment variable's name
     (then `value` is the variable's text)."""
 
