@@ -163,6 +163,19 @@ def test_analyze_reads_and_scans_a_trace_without_importing_numpy(tmp_path: Path)
     assert done.stdout.strip() == "-"
 
 
+def _fresh_python(script: str, env: dict[str, str] | None = None) -> str:
+    """What `script` prints in a fresh interpreter (a module imported by a test stays loaded)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
+    )
+    return done.stdout
+
+
 PARSER_SCRIPT = """
 import sys
 from mfuscope.cli import build_parser
@@ -177,15 +190,8 @@ def test_analyze_builds_its_parser_without_shutil_and_help_still_fits_the_termin
     for a width only help needs; the help printed afterwards still wraps at the terminal's."""
     widest: dict[int, int] = {}
     for columns in (50, 140):
-        done = subprocess.run(
-            [sys.executable, "-c", PARSER_SCRIPT],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-            env={**os.environ, "COLUMNS": str(columns)},
-        )
-        first, *help_lines = done.stdout.splitlines()
+        output = _fresh_python(PARSER_SCRIPT, env={**os.environ, "COLUMNS": str(columns)})
+        first, *help_lines = output.splitlines()
         assert first == "False"
         widest[columns] = max(map(len, help_lines))
     assert widest[50] <= 48 < widest[140] <= 138
@@ -202,14 +208,7 @@ print("dataclasses" in sys.modules, "mfuscope.core.trace.decompose" in sys.modul
 def test_analyze_loads_its_engine_without_making_a_dataclass() -> None:
     """Every record on analyze's path is a msgspec Struct: a frozen dataclass costs 0.5-1.4 ms
     to create at import (its generated methods are compiled one by one), a Struct ~0.02 ms."""
-    done = subprocess.run(
-        [sys.executable, "-c", ENGINE_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert done.stdout.split() == ["False", "True"]
+    assert _fresh_python(ENGINE_SCRIPT).split() == ["False", "True"]
 
 
 EXIT_SCRIPT = """
