@@ -248,7 +248,9 @@ class Agent:
             for timed in runtime.timer.poll():
                 self._finished(timed)
             if self._reports is not None:
-                self._ship(self._reports.window_finished(runtime.windows.poll()))
+                result = runtime.windows.poll()
+                if result is not None:  # most steps: no window finished, nothing to ship
+                    self._ship(self._reports.window_finished(result))
         except Exception as exc:
             self._internal_error("report", exc)
 

@@ -10,6 +10,7 @@ datasheet > unknown (`mfuscope.core.link_specs`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -37,6 +38,7 @@ from mfuscope.agent.step_flops import CountSession, FlopsTracker
 from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, StepTimer
 from mfuscope.agent.topology import (
     RankTopology,
+    _env_int,
     build_topology,
     discover_gloo_workers,
     discover_topology,
@@ -169,17 +171,16 @@ def _topology(
         return topology
     except Exception as exc:
         log.warning("topology", "mfuscope: topology discovery failed (%r); tiers unknown", exc)
-        import os
         import socket
 
         import torch.distributed as dist
 
         initialised = dist.is_available() and dist.is_initialized()
-        rank = dist.get_rank() if initialised else int(os.environ.get("RANK", 0))
-        world = dist.get_world_size() if initialised else int(os.environ.get("WORLD_SIZE", 1))
+        rank = dist.get_rank() if initialised else _env_int("RANK", 0)
+        world = dist.get_world_size() if initialised else _env_int("WORLD_SIZE", 1)
         hosts: list[str | None] = [None] * max(world, rank + 1)
         hosts[rank] = socket.gethostname()
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        local_rank = _env_int("LOCAL_RANK", 0)
         return build_topology(
             rank=rank,
             local_rank=local_rank,
@@ -311,7 +312,7 @@ def _group_link_specs(
 
 
 def _engine_analyse(
-    topology: RankTopology, device: _Device
+    topology: RankTopology, device: _Device, workers: Callable[[str], Mapping[int, str] | None]
 ) -> Callable[[str], Sequence[DecompositionLike]]:
     def analyse(path: str) -> Sequence[DecompositionLike]:
         from mfuscope.core.trace import analyze_trace, read_trace
@@ -323,7 +324,7 @@ def _engine_analyse(
             # Tiers compare node identities, not host names (docs/definitions.md#node-identity).
             host_of_rank=dict(topology.node_of_rank),
             axis_overrides=topology.axis_of_group_name,
-            gloo_worker_groups=discover_gloo_workers(),
+            gloo_worker_groups=workers(path),
         )
         steps: Sequence[DecompositionLike] = analyze_trace(read_trace(path), options).steps
         return steps
@@ -345,11 +346,14 @@ def _schedule_values(config: AgentConfig) -> tuple[bool, int, int, int, float, i
 
 
 def _window_schedule(
-    config: AgentConfig, topology: RankTopology, log: RateLimitedLog
+    config: AgentConfig,
+    topology: RankTopology,
+    own: tuple[bool, int, int, int, float, int, float],
+    log: RateLimitedLog,
 ) -> AlignedSchedule:
     """The schedule every rank follows: rank 0's options (handed out by the start-up gather),
-    decisions agreed on the job's store (docs/agent.md, "Profiled windows")."""
-    own = _schedule_values(config)
+    decisions agreed on the job's store (docs/agent.md, "Profiled windows"). `own`: this rank's
+    `_schedule_values`."""
     agreed = topology.agreed if topology.agreed and len(topology.agreed) == len(own) else own
     profile, first_step, first_offset, every_steps, every_s, window_steps, ratio = agreed
     if agreed != own:
@@ -403,7 +407,9 @@ def _dispatch_mode_stack() -> object:
     return dispatch_mode_stack()
 
 
-def _keeper(config: AgentConfig, topology: RankTopology) -> Keep | None:
+def _keeper(
+    config: AgentConfig, topology: RankTopology, workers: Callable[[str], Mapping[int, str] | None]
+) -> Keep | None:
     """Where window traces are kept (`keep_traces`), None when they are not."""
     if config.keep_traces < 1:
         return None
@@ -417,10 +423,8 @@ def _keeper(config: AgentConfig, topology: RankTopology) -> Keep | None:
         from mfuscope.core.trace.worker_groups import TRACE_KEY, trace_fields
 
         # The same gloo worker-thread map the analysis uses, so the kept trace reads the same.
-        workers = discover_gloo_workers()
-        return keeper.keep_trace(
-            path, steps, {TRACE_KEY: trace_fields(workers)} if workers else None
-        )
+        mapped = workers(path)
+        return keeper.keep_trace(path, steps, {TRACE_KEY: trace_fields(mapped)} if mapped else None)
 
     return keep
 
@@ -435,9 +439,8 @@ def build_runtime(
     log: RateLimitedLog,
 ) -> Runtime:
     clock = seams.clock or time.monotonic
-    topology = _topology(
-        mesh, log, _schedule_values(config), config.node_name, config.axis_overrides
-    )
+    schedule_values = _schedule_values(config)
+    topology = _topology(mesh, log, schedule_values, config.node_name, config.axis_overrides)
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
     group_specs = _group_link_specs(config, device, topology)
@@ -454,10 +457,14 @@ def build_runtime(
     given = None
     if config.flops_per_step is not None:
         given = (config.flops_per_step, config.recompute_flops_per_step or 0.0)
+    # One /proc scan per profiled trace, shared by the kept copy and the analysis (the analyser
+    # thread keeps a trace, then analyses it).
+    workers = functools.lru_cache(maxsize=1)(lambda path: discover_gloo_workers())
     analyser = WindowAnalyser(
-        seams.analyse or _engine_analyse(topology, device), keep=_keeper(config, topology)
+        seams.analyse or _engine_analyse(topology, device, workers),
+        keep=_keeper(config, topology, workers),
     )
-    schedule = _window_schedule(config, topology, log)
+    schedule = _window_schedule(config, topology, schedule_values, log)
     windows = WindowCoordinator(
         schedule=schedule,
         recorder=WindowRecorder(

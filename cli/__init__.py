@@ -91,8 +91,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if command_module is not None:
             command_module.add_arguments(sub_parser)
     for built_parser in built:
-        if built_parser.formatter_class is _WidthlessFormatter:
-            built_parser.formatter_class = argparse.HelpFormatter
+        built_parser.formatter_class = argparse.HelpFormatter
     return parser
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from mfuscope.core.bandwidth import bus_factor
+from mfuscope.core.bandwidth import busbw_bytes_per_s
 from mfuscope.core.errors import TraceError
 from mfuscope.core.settings import env_name, parse_mapping
 from mfuscope.core.trace.trace_io import (
@@ -316,7 +316,7 @@ def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
         busbw = (
             "         -"
             if size is None or n is None or total <= 0
-            else f"{len(times) * size * bus_factor(op, n) / total / 1e9:10.3f}"
+            else f"{busbw_bytes_per_s(op, n, len(times) * size, total) / 1e9:10.3f}"
         )
         out.append(
             f"                {op:<15} {axis:<11} {tier:<11} {_group_size(n):>7} {_size(size):>11}"

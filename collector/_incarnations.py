@@ -43,13 +43,16 @@ REMEMBER = 64
 class JobIncarnations:
     """The incarnations one job has run under, numbered by first arrival (mutable)."""
 
-    __slots__ = ("_next", "_number_of", "restarts")
+    __slots__ = ("_next", "_number_of")
 
     def __init__(self) -> None:
         self._number_of: OrderedDict[str, int] = OrderedDict()
         self._next = 0
-        # New incarnations after the first: the job's restarts, as this collector saw them.
-        self.restarts = 0
+
+    @property
+    def restarts(self) -> int:
+        """New incarnations after the first: the job's restarts, as this collector saw them."""
+        return max(self._next - 1, 0)
 
     def number(self, incarnation: str) -> int:
         """The number of `incarnation`, registering it (and counting a restart) when new."""
@@ -57,8 +60,6 @@ class JobIncarnations:
         if number is None:
             number = self._number_of[incarnation] = self._next
             self._next += 1
-            if number > 0:
-                self.restarts += 1
             if len(self._number_of) > REMEMBER:
                 self._number_of.popitem(last=False)
         return number

@@ -420,7 +420,7 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
             for s, host, node in zip(
                 j.stragglers,
                 j.straggler_hosts,
-                j.straggler_nodes or j.straggler_hosts,
+                j.straggler_nodes,
                 strict=True,
             )
         ],

@@ -69,7 +69,7 @@ def _job(j: JobSnapshot, top_collectives: int) -> dict[str, Any]:
         "stragglers": [
             {"rank": s.rank, "host": host, "node": node, "ratio": s.ratio, "step_s": s.step_s}
             for s, host, node in zip(
-                j.stragglers, j.straggler_hosts, j.straggler_nodes or j.straggler_hosts, strict=True
+                j.stragglers, j.straggler_hosts, j.straggler_nodes, strict=True
             )
         ],
         "straggler_basis": j.straggler_basis,

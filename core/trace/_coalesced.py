@@ -50,10 +50,12 @@ class CoalescedBatches:
         self,
         annotations: Iterable[Event],
         operators_by_thread: Mapping[Any, Sequence[Event]],
+        operator_starts: Mapping[Any, Sequence[float]],
         comm_launches: Iterable[Event | None],
     ) -> None:
-        """`operators_by_thread`: each thread's ``record_param_comms`` sorted by start;
-        `comm_launches`: the host launches of the rank's communication kernels."""
+        """`operators_by_thread`: each thread's ``record_param_comms`` sorted by start, and
+        `operator_starts` their start times; `comm_launches`: the host launches of the rank's
+        communication kernels."""
         by_thread: dict[Any, list[Event]] = defaultdict(list)
         for event in annotations:
             if event.name == COALESCED_ANNOTATION:
@@ -70,7 +72,7 @@ class CoalescedBatches:
                 launches[launch.tid].append(float(launch.ts))
         self._launches = {tid: sorted(times) for tid, times in launches.items()}
         self._operators = operators_by_thread
-        self._operator_starts: dict[Any, list[float]] = {}
+        self._operator_starts = operator_starts
 
     def _annotation(self, launch: Event) -> Event | None:
         starts = self._annotation_starts.get(launch.tid)
@@ -98,9 +100,7 @@ class CoalescedBatches:
         j = bisect.bisect_left(launches, opened) - 1
         after = launches[j] if j >= 0 else float("-inf")
         operators = self._operators.get(tid, ())
-        starts = self._operator_starts.get(tid)
-        if starts is None:
-            starts = self._operator_starts[tid] = [float(e.ts) for e in operators]
+        starts = self._operator_starts.get(tid, ())
         i = bisect.bisect_left(starts, opened) - 1
         members: list[EventArgs] = []
         first: EventArgs | None = None

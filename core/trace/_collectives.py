@@ -176,6 +176,11 @@ class GroupInfo(msgspec.Struct, frozen=True):
     ranks: tuple[int, ...] | None
     size: int | None
 
+    @property
+    def known_size(self) -> int | None:
+        """The size from the table, else the number of its ranks; None when neither says."""
+        return self.size or (len(self.ranks) if self.ranks else None)
+
 
 class AttributedGroup(msgspec.Struct, frozen=True):
     """The group a collective is attributed to, as reported: its axis, tier and size (None:
@@ -190,7 +195,7 @@ class AttributedGroup(msgspec.Struct, frozen=True):
     def of(cls, group: GroupInfo, view: TopologyView, what: str) -> AttributedGroup:
         """`group`'s axis and tier under `view`; its size from the table, else its ranks.
         `what` names the group in the reason given when the size is unknown."""
-        size = group.size or (len(group.ranks) if group.ranks else None)
+        size = group.known_size
         reason = None if size is not None else f"{what} does not give its size"
         return cls(view.axis(group), view.tier(group.ranks, size), size, reason)
 
@@ -215,11 +220,7 @@ class ProcessGroups:
             )
 
     def multi_rank_groups(self) -> list[GroupInfo]:
-        return [
-            g
-            for g in self.by_name.values()
-            if (g.size or (len(g.ranks) if g.ranks is not None else 0)) > 1
-        ]
+        return [g for g in self.by_name.values() if (g.known_size or 0) > 1]
 
 
 def group_from_args(args: EventArgs, groups: ProcessGroups) -> GroupInfo:

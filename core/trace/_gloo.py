@@ -44,7 +44,6 @@ from mfuscope.core.trace._scan import Event, ScannedEvents
 from mfuscope.core.trace._steps import CpuStep
 from mfuscope.core.trace._trace_model import CommActivity, RankContext, StepWindow, Timeline
 from mfuscope.core.trace._windows import choose_windows
-from mfuscope.core.trace.worker_groups import worker_groups_from_trace
 from mfuscope.core.vocabulary import AXIS_UNKNOWN, P2P_OPS, TIER_UNKNOWN
 
 __all__ = ["cpu_timeline"]
@@ -64,7 +63,7 @@ def _gloo_threads(scanned: ScannedEvents, step_threads: set[Any]) -> set[Any]:
         name = event.name
         if name.startswith(_GLOO_PREFIX):
             op = normalise_op(name)
-            if op not in ("send", "recv") and event.tid not in step_threads:
+            if op not in P2P_OPS and event.tid not in step_threads:
                 threads.add(event.tid)
     return threads
 
@@ -91,38 +90,32 @@ def _input_elements(args: EventArgs | None) -> tuple[int, int] | None:
     return None if element_size is None else (elements, element_size)
 
 
-class _GlooGroup:
-    """The group of every gloo annotation: exact with one multi-rank group, else partly known."""
-
-    def __init__(self, groups: ProcessGroups, view: TopologyView) -> None:
-        candidates = groups.multi_rank_groups()
-        self.size: int | None
-        self.unknown_reason: str | None = None
-        if len(candidates) == 1:
-            group = candidates[0]
-            self.axis = view.axis(group)
-            self.size = group.size or (len(group.ranks) if group.ranks else None)
-            self.tier = view.tier(group.ranks, self.size)
-            if self.size is None:
-                self.unknown_reason = "the trace's only process group does not give its size"
-            return
-        if not candidates:  # no pg_config: the axis and tier of the world, but no group size
-            world = GroupInfo(name="", desc="default_pg", ranks=None, size=view.world_size)
-            world_ranks = tuple(range(view.world_size))
-            self.axis, self.size = view.axis(world), None
-            self.tier = view.tier(world_ranks, view.world_size)
-            self.unknown_reason = "the trace has no process-group table (distributedInfo.pg_config)"
-            return
-        sizes = {g.size for g in candidates}
-        tiers = {view.tier(g.ranks, g.size) for g in candidates}
-        self.axis = AXIS_UNKNOWN
-        self.size = sizes.pop() if len(sizes) == 1 else None
-        self.tier = tiers.pop() if len(tiers) == 1 else TIER_UNKNOWN
-        if self.size is None:
-            self.unknown_reason = (
-                "the trace has process groups of several sizes and a gloo annotation does not "
-                "say which one it ran on"
-            )
+def _unmapped_group(groups: ProcessGroups, view: TopologyView) -> AttributedGroup:
+    """The group of a gloo annotation on a thread no map names: exact with one multi-rank
+    group, else partly known."""
+    candidates = groups.multi_rank_groups()
+    if len(candidates) == 1:
+        return AttributedGroup.of(candidates[0], view, "the trace's only process group")
+    if not candidates:  # no pg_config: the axis and tier of the world, but no group size
+        world = GroupInfo(name="", desc="default_pg", ranks=None, size=view.world_size)
+        return AttributedGroup(
+            axis=view.axis(world),
+            tier=view.tier(tuple(range(view.world_size)), view.world_size),
+            size=None,
+            unknown_reason="the trace has no process-group table (distributedInfo.pg_config)",
+        )
+    sizes = {g.size for g in candidates}
+    tiers = {view.tier(g.ranks, g.size) for g in candidates}
+    size = sizes.pop() if len(sizes) == 1 else None
+    return AttributedGroup(
+        axis=AXIS_UNKNOWN,
+        tier=tiers.pop() if len(tiers) == 1 else TIER_UNKNOWN,
+        size=size,
+        unknown_reason=None
+        if size is not None
+        else "the trace has process groups of several sizes and a gloo annotation does not say "
+        "which one it ran on",
+    )
 
 
 def _groups_by_thread(
@@ -138,7 +131,7 @@ def _groups_by_thread(
     return by_thread
 
 
-def _comm_activity(event: Event, group: _GlooGroup | AttributedGroup) -> CommActivity:
+def _comm_activity(event: Event, group: AttributedGroup) -> CommActivity:
     start = float(event.ts)
     duration = float(event.dur or 0.0)
     op = normalise_op(event.name)
@@ -175,12 +168,9 @@ def _host_windows(steps: list[CpuStep]) -> tuple[StepWindow, ...]:
 def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContext) -> Timeline:
     step_threads = {e.tid for e in scanned.annotations if e.name.startswith("ProfilerStep#")}
     workers = _gloo_threads(scanned, step_threads)
-    group = _GlooGroup(context.groups, context.view)
+    group = _unmapped_group(context.groups, context.view)
     p2p_group = pipeline_p2p_group(context.groups, context.view) or group
-    worker_groups = context.gloo_worker_groups
-    if worker_groups is None:
-        worker_groups = worker_groups_from_trace(trace.mfuscope)
-    by_thread = _groups_by_thread(worker_groups, context.groups, context.view)
+    by_thread = _groups_by_thread(context.gloo_worker_groups, context.groups, context.view)
 
     comms: list[CommActivity] = []
     ops: dict[Any, list[Interval]] = defaultdict(list)

@@ -125,7 +125,9 @@ class _CommResolver:
             tid: sorted(events, key=lambda e: float(e.ts)) for tid, events in by_thread.items()
         }
         self.starts = {tid: [float(e.ts) for e in evs] for tid, evs in self.by_thread.items()}
-        self.coalesced = CoalescedBatches(scanned.annotations, self.by_thread, comm_launches)
+        self.coalesced = CoalescedBatches(
+            scanned.annotations, self.by_thread, self.starts, comm_launches
+        )
 
     def _enclosing(self, launch: Event) -> Event | None:
         tid = launch.tid

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import msgspec
-from mfuscope.core.errors import TraceError
 from mfuscope.core.trace._scan import Event, ScannedEvents
 
-__all__ = ["OPERATOR_PREFIXES", "CpuStep", "find_profiler_steps", "profiler_steps"]
+__all__ = ["OPERATOR_PREFIXES", "CpuStep", "find_profiler_steps"]
 
 _PREFIX = "ProfilerStep#"
 OPERATOR_PREFIXES = (_PREFIX,)  # the operators read here (older traces)
@@ -50,13 +49,3 @@ def find_profiler_steps(scanned: ScannedEvents) -> list[CpuStep]:
         for step in _candidates(scanned.cpu_ops):
             by_number.setdefault(step.step, step)
     return sorted(by_number.values(), key=lambda s: (s.start, s.step))
-
-
-def profiler_steps(scanned: ScannedEvents) -> list[CpuStep]:
-    """`find_profiler_steps`, raising `TraceError` when the trace has none."""
-    steps = find_profiler_steps(scanned)
-    if not steps:
-        raise TraceError(
-            None, "no ProfilerStep#N annotation: profile with torch.profiler and call prof.step()"
-        )
-    return steps

@@ -25,6 +25,7 @@ from mfuscope.core.trace._scan import scan_events
 from mfuscope.core.trace._sweep import decompose_timeline
 from mfuscope.core.trace._trace_model import RankContext, Timeline
 from mfuscope.core.trace.result import AnalysisOptions, RankAnalysis
+from mfuscope.core.trace.worker_groups import worker_groups_from_trace
 
 __all__ = ["analyze_trace"]
 
@@ -60,7 +61,10 @@ def build_timeline(trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOpti
             host_of_rank=options.host_of_rank,
             axis_overrides=options.axis_overrides,
         )
-        groups = ProcessGroups((kineto.distributed_info or {}).get("pg_config"))
+        groups = ProcessGroups(info.get("pg_config"))
+        worker_groups = options.gloo_worker_groups
+        if worker_groups is None:
+            worker_groups = worker_groups_from_trace(kineto.mfuscope)
         context = RankContext(
             rank,
             world_size,
@@ -69,7 +73,7 @@ def build_timeline(trace: Mapping[str, Any] | KinetoTrace, options: AnalysisOpti
             groups,
             columns,
             options.window_request,
-            gloo_worker_groups=options.gloo_worker_groups,
+            gloo_worker_groups=worker_groups,
         )
         if on_device:
             return gpu_timeline(kineto, scanned, context)
