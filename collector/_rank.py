@@ -22,6 +22,7 @@ from mfuscope.collector._incarnations import RankIncarnations
 from mfuscope.collector._sums import Contribution, Key, Kind
 from mfuscope.core.schema import ReportBatch, StepReport
 from mfuscope.core.stragglers import own_time_s
+from mfuscope.core.vocabulary import component_axis
 
 __all__ = ["RankState"]
 
@@ -116,7 +117,15 @@ class RankState:
         if r.components and r.step >= self.breakdown_step:
             self.breakdown_step = r.step
             self.breakdown_items = tuple(
-                ((Kind.COMPONENT, _name(c.component), _name(c.axis), _name(c.tier)), (c.seconds,))
+                (
+                    (
+                        Kind.COMPONENT,
+                        _name(c.component),
+                        _name(component_axis(c.component, c.axis)),
+                        _name(c.tier),
+                    ),
+                    (c.seconds,),
+                )
                 for c in r.components
             )
         if r.collectives and r.step >= self.collectives_step:

@@ -75,6 +75,10 @@ def test_pipeline_bubble_is_exported_on_the_pp_axis() -> None:
     assert s[(name, ("job-a", "bubble_pipeline", "pp", ""))] == 0.3
     assert s[(name, ("job-a", "bubble_idle", "", ""))] == pytest.approx(0.2)
     assert (name, ("job-a", "bubble_pipeline", "", "")) not in s
+    # the latest breakdown's ratio names the same axis as the counter
+    ratio = "mfuscope_step_component_ratio"
+    assert s[(ratio, ("job-a", "bubble_pipeline", "pp", ""))] == pytest.approx(0.3)
+    assert (ratio, ("job-a", "bubble_pipeline", "", "")) not in s
 
 
 def test_resent_steps_are_acknowledged_not_counted() -> None:
