@@ -33,6 +33,9 @@ __all__ = [
     "NicReader",
     "NvmlReader",
     "NvmlReading",
+    "is_physical_netdev",
+    "list_dir",
+    "read_text_or_none",
 ]
 
 # NVML field ids and scopes (nvml.h; the values pynvml 13 exports under the same names).
@@ -225,14 +228,14 @@ class NicReader:
         root = Path(sysfs_root)
         self.ports: list[tuple[str, str, Path]] = []  # (link, name, counters directory)
         rdma_netdevs: set[str] = set()
-        for device in _listdir(root / "sys" / "class" / "infiniband"):
-            rdma_netdevs.update(p.name for p in _listdir(device / "device" / "net"))
-            for port in _listdir(device / "ports"):
-                layer = (_read_text(port / "link_layer") or "InfiniBand").strip().lower()
+        for device in list_dir(root / "sys" / "class" / "infiniband"):
+            rdma_netdevs.update(p.name for p in list_dir(device / "device" / "net"))
+            for port in list_dir(device / "ports"):
+                layer = (read_text_or_none(port / "link_layer") or "InfiniBand").strip().lower()
                 link = "roce" if layer == "ethernet" else "ib"
                 self.ports.append((link, f"{device.name}/{port.name}", port / "counters"))
-        for netdev in _listdir(root / "sys" / "class" / "net"):
-            if netdev.name in rdma_netdevs or not (netdev / "device").exists():
+        for netdev in list_dir(root / "sys" / "class" / "net"):
+            if netdev.name in rdma_netdevs or not is_physical_netdev(netdev):
                 continue
             self.ports.append(("ethernet", netdev.name, netdev / "statistics"))
 
@@ -257,14 +260,22 @@ class NicReader:
         return out
 
 
-def _listdir(path: Path) -> list[Path]:
+def is_physical_netdev(netdev: Path) -> bool:
+    """A network interface backed by hardware: it has a ``device`` link (loopback, bridges and
+    veth pairs do not)."""
+    return (netdev / "device").exists()
+
+
+def list_dir(path: Path) -> list[Path]:
+    """The entries of `path`, sorted; none when it cannot be listed."""
     try:
         return sorted(path.iterdir())
     except OSError:
         return []
 
 
-def _read_text(path: Path) -> str | None:
+def read_text_or_none(path: Path) -> str | None:
+    """The text of `path`; None when it cannot be read."""
     try:
         return path.read_text()
     except OSError:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mfuscope.agent._hw_readers import is_physical_netdev, list_dir, read_text_or_none
 from mfuscope.agent.gpu_identity import normalise_bus_id
 from mfuscope.core.hwcounters import LinkPeak
 from mfuscope.core.links import (
@@ -250,13 +251,6 @@ def _detect_gpus(nvml: Any, reasons: list[str]) -> tuple[list[GpuInfo], list[lis
         api.quiet("nvmlShutdown")
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
 def _detect_nics(sysfs_root: Path, reasons: list[str]) -> list[NicPort]:
     base = sysfs_root / "sys" / "class" / "infiniband"
     try:
@@ -272,12 +266,12 @@ def _detect_nics(sysfs_root: Path, reasons: list[str]) -> list[NicPort]:
             reasons.append(f"{device.name}: cannot list ports: {_describe(exc)}")
             continue
         for port in port_dirs:
-            rate_text = _read(port / "rate")
+            rate_text = read_text_or_none(port / "rate")
             rate = parse_ib_rate_bits_per_s(rate_text) if rate_text is not None else None
             if rate is None:
                 reasons.append(f"{device.name} port {port.name}: unreadable rate {rate_text!r}")
-            state = _read(port / "state")
-            layer = _read(port / "link_layer")
+            state = read_text_or_none(port / "state")
+            layer = read_text_or_none(port / "link_layer")
             ports.append(
                 NicPort(
                     device=device.name,
@@ -294,17 +288,12 @@ def _detect_nics(sysfs_root: Path, reasons: list[str]) -> list[NicPort]:
 def _detect_ethernet(sysfs_root: Path) -> list[NicPort]:
     """Physical network interfaces that are up, from ``/sys/class/net/<if>/speed`` (Mb/s per
     direction); virtual ones (loopback, bridges, veth: no ``device`` link) are skipped."""
-    base = sysfs_root / "sys" / "class" / "net"
-    try:
-        interfaces = sorted(base.iterdir())
-    except OSError:
-        return []
     ports = []
-    for interface in interfaces:
-        if not (interface / "device").exists():
+    for interface in list_dir(sysfs_root / "sys" / "class" / "net"):
+        if not is_physical_netdev(interface):
             continue
-        speed = _read(interface / "speed")
-        state = (_read(interface / "operstate") or "").strip().lower()
+        speed = read_text_or_none(interface / "speed")
+        state = (read_text_or_none(interface / "operstate") or "").strip().lower()
         try:
             mbits = float(speed) if speed is not None else 0.0
         except ValueError:
