@@ -472,7 +472,6 @@ def build_runtime(
             busy=torch_profiler_busy,
         ),
         analyser=analyser,
-        window_steps=schedule.params.window_steps,
         analysis_timeout_s=config.analysis_timeout_s,
         health=health,
         log=log,

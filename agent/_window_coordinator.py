@@ -56,7 +56,6 @@ class WindowCoordinator:
         schedule: AlignedSchedule,
         recorder: WindowRecorder,
         analyser: WindowAnalyser,
-        window_steps: int,
         analysis_timeout_s: float,
         health: HealthCounters,
         log: RateLimitedLog,
@@ -66,7 +65,6 @@ class WindowCoordinator:
         self._schedule = schedule
         self._recorder = recorder
         self._analyser = analyser
-        self._window_steps = window_steps
         self._analysis_timeout_s = analysis_timeout_s
         self._health = health
         self._log = log
@@ -133,7 +131,7 @@ class WindowCoordinator:
     def _end_window_step(self, step: int) -> None:
         if not self._open or self._open[-1] != step:
             return
-        last = len(self._open) >= self._window_steps
+        last = len(self._open) >= self._schedule.params.window_steps
         steps = tuple(self._open)
         profiler = None
 

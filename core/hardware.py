@@ -47,8 +47,6 @@ __all__ = [
     "user_peak",
 ]
 
-# Same vocabulary as core/schema.py PEAK_SOURCES (kept literal: the analysis core does not
-# import the collector).
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 LINK_TIER_KEYS: tuple[str, ...] = ("intra_node", "inter_node")
 
@@ -144,12 +142,11 @@ _NO_DATASHEET: dict[str, str] = {
 
 def _unknown_message(name: str, dtype: str) -> str:
     token_set = set(_tokens(name))
-    hint_first = "pass the dense per-device peak with --peak-flops (agent option: peak_flops=...)"
+    hint = "pass the dense per-device peak with --peak-flops (agent option: peak_flops=...)"
     for token, why in _NO_DATASHEET.items():
         if token in token_set:
-            return f"device {name!r}: {why}; MFU is not computed; {hint_first}"
+            return f"device {name!r}: {why}; MFU is not computed; {hint}"
     candidates = [d for d in DEVICES if any(t in token_set for t in d.family)]
-    hint = "pass the dense per-device peak with --peak-flops (agent option: peak_flops=...)"
     if candidates:
         options = ", ".join(
             f"{d.key} ({(d.peak(dtype) or 0) / 1e12:g} TFLOP/s)" for d in candidates

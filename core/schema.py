@@ -141,6 +141,11 @@ SUM_REL_TOL = 1e-6
 SUM_ABS_TOL = 1e-9
 
 
+def _exceeds(value: float, limit: float) -> bool:
+    """`value` is above `limit` by more than the summing tolerance."""
+    return value > limit * (1 + SUM_REL_TOL) + SUM_ABS_TOL
+
+
 @dataclass(frozen=True)
 class ComponentShare:
     component: str
@@ -265,7 +270,7 @@ def _parse_collective(raw: Any, path: str) -> CollectiveSample:
     overlapped = _float(
         _get(obj, "overlapped_s", f"{path}."), f"{path}.overlapped_s", hi=MAX_STEP_SECONDS
     )
-    if overlapped > seconds * (1 + SUM_REL_TOL) + SUM_ABS_TOL:
+    if _exceeds(overlapped, seconds):
         raise SchemaError(f"{path}.overlapped_s", f"{overlapped} exceeds seconds {seconds}")
     return CollectiveSample(
         op=_enum(_get(obj, "op", f"{path}."), f"{path}.op", COLLECTIVE_OPS),
@@ -301,7 +306,7 @@ def _parse_classes(raw: Any, path: str, wall_s: float) -> tuple[ClassShare, ...]
     if len({s.kernel_class for s in shares}) != len(shares):
         raise SchemaError(path, "a kernel class appears twice")
     total = math.fsum(s.seconds for s in shares)
-    if total > wall_s * (1 + SUM_REL_TOL) + SUM_ABS_TOL:
+    if _exceeds(total, wall_s):
         raise SchemaError(path, f"seconds sum to {total!r}, more than wall_s {wall_s!r}")
     return tuple(shares)
 
@@ -314,7 +319,7 @@ def _parse_report(raw: Any, path: str) -> StepReport:
     overlapped_comm_s = _float(
         obj.get("overlapped_comm_s", 0.0), f"{path}.overlapped_comm_s", hi=MAX_STEP_SECONDS
     )
-    if overlapped_comm_s > wall_s * (1 + SUM_REL_TOL) + SUM_ABS_TOL:
+    if _exceeds(overlapped_comm_s, wall_s):
         raise SchemaError(
             f"{path}.overlapped_comm_s", f"{overlapped_comm_s!r} exceeds wall_s {wall_s!r}"
         )

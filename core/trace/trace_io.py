@@ -122,12 +122,13 @@ def _read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes:
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
     with open(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
+        status = os.fstat(fd)
+        mode = status.st_mode
         if stat.S_ISDIR(mode):
             raise TraceError(path, "is a directory, not a trace file")
         if not stat.S_ISREG(mode):
             raise TraceError(path, "not a regular file (a FIFO, socket or device)")
-        if os.fstat(fd).st_size > max_bytes:
+        if status.st_size > max_bytes:
             raise TraceError(
                 path,
                 f"larger than {max_bytes} bytes (raise the limit with --max-trace-bytes "

@@ -133,7 +133,6 @@ def _coordinator(
         schedule=RecordingSchedule(_params(first=2, every_steps=4, window_steps=2)),
         recorder=WindowRecorder(lambda: FakeProfiler(log, fail), annotate=_annotate(log)),
         analyser=WindowAnalyser(analyse, temp_dir=str(tmp_path)),
-        window_steps=2,
         analysis_timeout_s=timeout_s,
         health=health,
         log=RateLimitedLog(60.0),
@@ -226,7 +225,6 @@ def test_a_user_profiler_makes_the_window_skip_without_failure(tmp_path: Path) -
         schedule=AlignedSchedule(_params(first=0, every_steps=2, window_steps=2), LocalAgreement()),
         recorder=WindowRecorder(lambda: FakeProfiler(log), busy=lambda: True),
         analyser=WindowAnalyser(lambda path: [], temp_dir=str(tmp_path)),
-        window_steps=2,
         analysis_timeout_s=60.0,
         health=health,
         log=RateLimitedLog(60.0),
@@ -331,7 +329,6 @@ def test_a_window_failing_on_one_rank_moves_no_rank_s_windows(tmp_path: Path) ->
             analyser=WindowAnalyser(
                 lambda path: [_step(s) for s in range(20)], temp_dir=str(tmp_path)
             ),
-            window_steps=2,
             analysis_timeout_s=60.0,
             health=health,
             log=RateLimitedLog(60.0),
