@@ -18,7 +18,24 @@ if TYPE_CHECKING:  # annotations only: both modules import this one
     from mfuscope.core.trace._collectives import ProcessGroups, TopologyView
     from mfuscope.core.trace._columns import DeviceColumns
 
-__all__ = ["CommActivity", "RankContext", "StepWindow", "Timeline", "WindowRequest"]
+__all__ = [
+    "WINDOW_ANNOTATION_PREFIX",
+    "WINDOW_PROFILER_STEP",
+    "WINDOW_RANGE",
+    "WINDOW_WHOLE_TRACE",
+    "CommActivity",
+    "RankContext",
+    "StepWindow",
+    "Timeline",
+    "WindowRequest",
+]
+
+# How a window was chosen (`StepDecomposition.window_source`; docs/analyze.md, "Windows");
+# `result` re-exports them.
+WINDOW_PROFILER_STEP = "profiler_step"
+WINDOW_WHOLE_TRACE = "whole_trace"
+WINDOW_RANGE = "range"
+WINDOW_ANNOTATION_PREFIX = "annotation:"  # then the annotation's name
 
 # The engine's private records are msgspec Structs, not dataclasses: a Struct class is made in
 # ~0.02 ms, a frozen dataclass in 0.5-1 ms (each generated method compiled by its own exec),
@@ -95,7 +112,7 @@ class StepWindow(msgspec.Struct, frozen=True):
     step: int
     start: float
     end: float
-    source: str = "profiler_step"  # result.WINDOW_PROFILER_STEP (result imports this module)
+    source: str = WINDOW_PROFILER_STEP
 
 
 class Timeline(msgspec.Struct, frozen=True):

@@ -12,7 +12,13 @@ from collections.abc import Mapping
 
 import msgspec
 from mfuscope.core.bandwidth import LinkModel
-from mfuscope.core.trace._trace_model import WindowRequest
+from mfuscope.core.trace._trace_model import (
+    WINDOW_ANNOTATION_PREFIX,
+    WINDOW_PROFILER_STEP,
+    WINDOW_RANGE,
+    WINDOW_WHOLE_TRACE,
+    WindowRequest,
+)
 
 __all__ = [
     "WINDOW_ANNOTATION_PREFIX",
@@ -26,12 +32,6 @@ __all__ = [
     "RankAnalysis",
     "StepDecomposition",
 ]
-
-# How a window was chosen (`StepDecomposition.window_source`; docs/analyze.md, "Windows").
-WINDOW_PROFILER_STEP = "profiler_step"
-WINDOW_WHOLE_TRACE = "whole_trace"
-WINDOW_RANGE = "range"
-WINDOW_ANNOTATION_PREFIX = "annotation:"  # then the annotation's name
 
 
 def _check_optional_float(name: str, value: float | None, *, positive: bool) -> None:
