@@ -106,7 +106,7 @@ class WindowCoordinator:
             return
         self._open = [step]
         self._members.add(step)
-        self._guarded(lambda: self._recorder.begin_step(step, first=True), step)
+        self._guarded(lambda: self._recorder.begin_step(step, first=True), step, starting=True)
 
     def end_step(self, step: int) -> None:
         self._end_window_step(step)
@@ -213,7 +213,10 @@ class WindowCoordinator:
             self._awaiting_since = self._clock()
             self._analyser.submit(profiler, steps)
 
-    def _guarded(self, action: Callable[[], None], step: int) -> None:
+    def _guarded(self, action: Callable[[], None], step: int, *, starting: bool = False) -> None:
+        """Run a profiler action; a failure ends the open window. `starting`: the action starts
+        the window, whose failure leaves nothing profiled and so no cost to measure (the step's
+        wall would only add scheduling noise to the budget every rank follows)."""
         try:
             action()
         except ProfilerBusy:
@@ -226,7 +229,9 @@ class WindowCoordinator:
             )
         except Exception as exc:
             self._recorder.abort()
-            if self._open:
+            if starting:
+                self._members.discard(step)
+            elif self._open:
                 self._pending_cost = (tuple(self._open), 0.0)
             self._open = []
             self._profiler_failure(f"step {step}: {type(exc).__name__}: {exc}")
