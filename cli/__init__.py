@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["build_parser", "console_main", "main"]
+__all__ = ["SubcommandUnavailable", "build_parser", "console_main", "main"]
 
 DESCRIPTION = "Live MFU and communication exposure of distributed PyTorch training."
 
@@ -56,24 +56,48 @@ class _WidthlessFormatter(argparse.HelpFormatter):
         super().__init__(prog, width=80)
 
 
-def _subcommand_module(module: str) -> ModuleType | None:
-    """``mfuscope.cli.<module>``; None if this install lacks it (a module it imports that is
-    missing still raises). Importing it is also what finds it: `importlib.util.find_spec`
+# Third-party modules a subcommand may import, and the extra that installs each.
+_EXTRA_OF_MODULE = {
+    "torch": "agent",
+    "pynvml": "agent",
+    "matplotlib": "report",
+    "rich": "report",
+    "yaml": "report",
+}
+
+
+class SubcommandUnavailable(Exception):
+    """A subcommand's module, or a module it needs, cannot be imported; the message is one line
+    that names the module and what to install."""
+
+
+def _subcommand_module(command: str, module: str) -> ModuleType:
+    """``mfuscope.cli.<module>``. Importing it is also what finds it: `importlib.util.find_spec`
     would import importlib.util (~1.5 ms) for a module imported right after anyway."""
     name = f"mfuscope.cli.{module}"
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return None
+        missing = exc.name or "?"
+        if missing == name or missing.startswith("mfuscope."):
+            raise SubcommandUnavailable(
+                f"mfuscope {command}: this installation lacks the module {missing} "
+                f"(a broken install: reinstall mfuscope)"
+            ) from exc
+        top = missing.split(".")[0]
+        extra = _EXTRA_OF_MODULE.get(top)
+        hint = f": pip install 'mfuscope[{extra}]'" if extra else ""
+        raise SubcommandUnavailable(
+            f"mfuscope {command}: needs the Python module {top!r}, which is not installed{hint}"
+        ) from exc
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with `command`, only that subcommand gets its arguments (building all
     of them imports every subcommand module: numpy and the trace engine for `analyze`, ~0.2 s).
     `command=""` gives none of them their arguments: the top-level `--help` needs only the names
-    and one-line helps, so `mfuscope --help` costs little more than starting Python."""
+    and one-line helps, so `mfuscope --help` costs little more than starting Python. Raises
+    `SubcommandUnavailable` when a chosen subcommand cannot be imported."""
     parser = argparse.ArgumentParser(
         prog="mfuscope", description=DESCRIPTION, formatter_class=_WidthlessFormatter
     )
@@ -81,9 +105,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     built = [parser]
     for name, (module, help_text) in SUBCOMMANDS.items():
         chosen = command is None or name == command
-        command_module = _subcommand_module(module) if chosen else None
-        if chosen and command_module is None:
-            continue
+        command_module = _subcommand_module(name, module) if chosen else None
         sub_parser = sub.add_parser(
             name, help=help_text, description=help_text, formatter_class=_WidthlessFormatter
         )
@@ -107,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(command)
         args = parser.parse_args(words)
+    except SubcommandUnavailable as exc:
+        print(exc, file=sys.stderr)
+        return 2
     finally:
         if collecting:
             gc.enable()

@@ -104,8 +104,21 @@ def start_collector(
 
 
 def project_prometheus_dir() -> Path:
-    """`deploy/prometheus` of the source checkout this package runs from."""
-    return Path(__file__).resolve().parents[2] / "deploy" / "prometheus"  # cli/demo/ -> root
+    """The project's `deploy/prometheus` (scrape config and rules) as installed: the wheel ships
+    it in the data-only namespace package `mfuscope.deploy`, which an editable install maps onto
+    the checkout's `deploy/`. Its `__path__` is searched, not `importlib.resources`: an editable
+    install puts a non-folder hook entry in a namespace package's path, which resources refuse."""
+    import importlib
+
+    try:
+        entries = list(getattr(importlib.import_module("mfuscope.deploy"), "__path__", []))
+    except ModuleNotFoundError:
+        entries = []
+    for entry in entries:
+        candidate = Path(entry) / "prometheus"
+        if candidate.is_dir():
+            return candidate
+    raise ServiceError(f"no prometheus/ folder in mfuscope.deploy ({entries}): a broken install")
 
 
 def prometheus_config(project: Mapping[str, Any], config_dir: Path, target: str) -> dict[str, Any]:
@@ -143,7 +156,7 @@ def start_prometheus(
     config_dir = project_prometheus_dir()
     source = config_dir / "prometheus.yml"
     if not source.exists():
-        raise ServiceError(f"{source} not found: --prometheus needs a source checkout")
+        raise ServiceError(f"{source} not found: this mfuscope installation lacks its data files")
     try:
         import yaml
     except ImportError:

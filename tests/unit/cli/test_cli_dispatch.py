@@ -243,3 +243,45 @@ def test_analyze_exits_with_its_output_flushed_and_exit_hooks_run(tmp_path: Path
     )
     assert (missing.returncode, missing.stdout) == (2, "")
     assert "missing.json: no such file" in missing.stderr
+
+
+def _hide_module(monkeypatch: pytest.MonkeyPatch, hidden: str) -> None:
+    """Make importing `hidden` (and the subcommand that needs it) fail as an absent module."""
+    import importlib
+
+    real = importlib.import_module
+
+    def fake(name: str, package: str | None = None) -> object:
+        if name == hidden or name.startswith(hidden + "."):
+            raise ModuleNotFoundError(f"No module named {hidden!r}", name=hidden)
+        if name == "mfuscope.cli.report" and hidden != name:
+            raise ModuleNotFoundError(f"No module named {hidden!r}", name=hidden)
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", fake)
+
+
+def test_a_subcommand_missing_from_the_install_is_an_error_naming_its_module(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A wheel once left mfuscope.cli.validate_gpu out and the command silently vanished.
+    _hide_module(monkeypatch, "mfuscope.cli.report")
+    assert main(["report", "x.jsonl"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "mfuscope report: this installation lacks the module mfuscope.cli.report "
+        "(a broken install: reinstall mfuscope)"
+    )
+
+
+def test_a_subcommand_whose_dependency_is_missing_names_it_and_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _hide_module(monkeypatch, "matplotlib")
+    assert main(["report", "x.jsonl"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "mfuscope report: needs the Python module 'matplotlib', which is not installed: "
+        "pip install 'mfuscope[report]'"
+    )
+    assert "\n" not in err
