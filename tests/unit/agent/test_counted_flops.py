@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 
 import pytest
@@ -180,11 +179,24 @@ def test_begin_end_form_matches_the_function_form(plain: StepFlops) -> None:
     assert count.result.recompute_flops > 0
 
 
-def test_context_fn_shape() -> None:
-    forward_ctx, recompute_ctx = recompute_context_fn(RecomputeCounter())()
-    assert isinstance(forward_ctx, contextlib.nullcontext)
+def test_context_fn_counts_only_what_runs_in_its_recompute_context() -> None:
+    # checkpoint enters the first context around the original forward and the second around the
+    # recomputation: only the second's FLOPs are recompute FLOPs, and each use gets a fresh pair.
+    counter = RecomputeCounter()
+    context_fn = recompute_context_fn(counter)
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    forward_ctx, recompute_ctx = context_fn()
+    with forward_ctx:
+        torch.mm(a, b)
+    assert counter.total_flops == 0
     with recompute_ctx:
-        pass
+        torch.mm(a, b)
+    assert counter.total_flops == 2 * 8 * 16 * 4
+    _, second_recompute = context_fn()
+    assert second_recompute is not recompute_ctx
+    with second_recompute:
+        torch.mm(a, b)
+    assert counter.total_flops == 2 * (2 * 8 * 16 * 4)
 
 
 def test_fake_tensor_ops_run_but_are_not_counted() -> None:

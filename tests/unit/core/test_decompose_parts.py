@@ -207,6 +207,19 @@ def test_json_document_has_exactly_the_contract_keys() -> None:
 
 
 def test_json_of_several_ranks_keeps_their_order() -> None:
-    ranks = [analyze_trace(_trace())] * 2
+    # Four distinct ranks in a shuffled order: the document lists them as given, never sorted
+    # (the caller chose the order, e.g. the files' order on the command line).
+    ranks = []
+    for rank in range(4):
+        b = TraceBuilder(rank=rank, world_size=4)
+        b.profiler_step(2, 0.0, 10.0)
+        b.kernel(1.0, 1.0 + rank, launch_at=0.5)  # each rank's compute differs
+        ranks.append(analyze_trace(b.build()))
+    compute_of_rank = {r.rank: r.steps[0].compute_s for r in ranks}
+    assert len(set(compute_of_rank.values())) == 4
     random.Random(0).shuffle(ranks)
-    assert len(analysis_to_json(ranks)["ranks"]) == 2
+    order = [r.rank for r in ranks]
+    assert order != sorted(order)
+    doc_ranks = analysis_to_json(ranks)["ranks"]
+    assert [r["rank"] for r in doc_ranks] == order
+    assert [r["steps"][0]["compute_s"] for r in doc_ranks] == [compute_of_rank[k] for k in order]
