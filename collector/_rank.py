@@ -60,6 +60,7 @@ class RankState:
         "rank",
         "recent",
         "topology_items",
+        "window_seen_s",
         "world_size",
     )
 
@@ -78,6 +79,8 @@ class RankState:
         self.breakdown_step = -1
         self.collective_items: _Items = ()
         self.collectives_step = -1
+        # When (monotonic s) the latest report of a profiled step arrived; None before any.
+        self.window_seen_s: float | None = None
         self.topology_items: _Items = ()
         # Derived by `refresh`: median step times over the window (s) and the contribution.
         self.median_wall_s: float | None = None
@@ -111,9 +114,13 @@ class RankState:
             self.topology_items = tuple(items)
         self.last_seen_s = now_s
 
-    def add(self, r: StepReport) -> None:
-        """Take one new (not duplicate) step report into the window."""
+    def add(self, r: StepReport, now_s: float) -> None:
+        """Take one new (not duplicate) step report into the window, received at `now_s`."""
         self_s = own_time_s(r)
+        if r.collectives or (r.components and r.breakdown_step == r.step):
+            # A profiled step: only those carry collectives, and each carries its own breakdown
+            # (later steps carry the window's, with an earlier "breakdown_step": schema).
+            self.window_seen_s = now_s
         if r.components and r.step >= self.breakdown_step:
             self.breakdown_step = r.step
             self.breakdown_items = tuple(

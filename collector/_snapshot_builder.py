@@ -170,6 +170,7 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         elif kind is Kind.WORLD_SIZE:
             world_size = max(world_size, int(labels[0]))
     stragglers, basis = _stragglers(ranks, config.straggler_top)
+    windows_seen = [r.window_seen_s for r in ranks if r.window_seen_s is not None]
     views: tuple[RankView, ...] = ()
     if config.per_rank_labels:
         views = tuple(
@@ -206,4 +207,5 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         start_unix_ns=job.start_unix_ns,
         restarts=job.incarnations.restarts,
         hardware=job.hardware.view(job.ranks, per_rank=config.per_rank_labels),
+        breakdown_age_s=max(now_s - max(windows_seen), 0.0) if windows_seen else None,
     )

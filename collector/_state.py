@@ -175,7 +175,7 @@ class AggregationState:
             if report.step <= redone_up_to:
                 reruns += 1
             series.add(report, rank.peak_flops)
-            rank.add(report)
+            rank.add(report, now_s)
             accepted += 1
         old = rank.contribution
         rank.refresh()

@@ -320,6 +320,16 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         b.who_labels,
         age,
     )
+    b.add(
+        "mfuscope_breakdown_age_seconds",
+        "gauge",
+        "s",
+        "seconds since the collector received the newest profiled window of any live rank: the "
+        "age of the step breakdown and of the collective figures that come only from windows "
+        "(absent before the first window)",
+        job_l,
+        [Sample((j.job,), j.breakdown_age_s) for j in jobs if j.breakdown_age_s is not None],
+    )
     simple: tuple[tuple[str, str, str, Callable[[JobSnapshot], float]], ...] = (
         (
             "mfuscope_ranks",

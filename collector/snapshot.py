@@ -203,6 +203,9 @@ class JobSnapshot:
     # (axis, tier, source) of every link spec the ranks stated, ``unknown`` included
     # (docs/definitions.md#link-specs).
     tier_spec_sources: tuple[tuple[str, str, str], ...] = ()
+    # Seconds since the collector received the newest profiled window of any live rank (a step
+    # report carrying its own breakdown); None before the first window.
+    breakdown_age_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from _common import (
     table_panel,
     timeseries_panel,
 )
+from breakdown_age import breakdown_age_panel
 from fleet_dashboard import EFFICIENCY_BANDS, EXPOSED_BANDS
 
 __all__ = ["UID", "build"]
@@ -20,7 +21,12 @@ __all__ = ["UID", "build"]
 UID = "mfuscope-communication"
 
 _SELECTOR = f"{{{JOB_AXIS_TIER}}}"
-_EFFICIENCY = "job_op_axis_tier:mfuscope_collective_busbw_efficiency:ratio_rate5m"
+# The recording rules' latest figures: the 5 min ratio where collectives are timed on every step,
+# else the latest profiled window's, held for up to 1 h (docs/operations.md).
+_EFFICIENCY = "job_op_axis_tier:mfuscope_collective_busbw_efficiency:last1h_ratio_rate5m"
+_BUSBW = "job_op_axis_tier:mfuscope_collective_busbw_bytes_per_second:last1h_ratio_rate5m"
+_MEAN_BYTES = "job_op_axis_tier:mfuscope_collective_mean_bytes:last1h_ratio_rate5m"
+_OVERLAPPED = "job_axis_tier:mfuscope_collective_overlapped:last1h_ratio_rate5m"
 
 BUSBW_MEANING = (
     "Bus bandwidth as nccl-tests defines it: busbw = (size S / time) × bus factor, factor "
@@ -28,7 +34,9 @@ BUSBW_MEANING = (
     "broadcast, reduce, send/recv; comparable across ops and group sizes and with the link "
     "rate. Time is the collective's duration on the device, including waiting for the slowest "
     "peer, over the calls whose size is known (calls of unknown size add no bytes, so they are "
-    "left out of the time too). From profiled windows only. "
+    "left out of the time too). Over the last 5 min where collectives are timed on every "
+    "step; where they are timed only in profiled windows, the latest window's figure, held until "
+    "the next one for up to 1 h (Breakdown age says how old it is). "
 )
 
 
@@ -37,7 +45,6 @@ def _rate(metric: str, by: str) -> str:
 
 
 def _bandwidth_row() -> Row:
-    by = "job, tier, op"
     return Row(
         "Bus bandwidth",
         [
@@ -47,11 +54,7 @@ def _bandwidth_row() -> Row:
                 "NIC). Far below the spec for large messages: the fabric underperforms.",
                 "Bps",
                 [
-                    Query(
-                        f"{_rate('mfuscope_collective_bus_bytes_total', by)}"
-                        f" / ({_rate('mfuscope_collective_sized_seconds_total', by)} > 0)",
-                        "{{job}} {{op}} {{tier}}",
-                    ),
+                    Query(f"{_BUSBW}{_SELECTOR}", "{{job}} {{op}} {{axis}}/{{tier}}"),
                     Query(
                         "max by (job, tier) "
                         f"(mfuscope_tier_peak_bandwidth_bytes_per_second{_SELECTOR})",
@@ -64,7 +67,8 @@ def _bandwidth_row() -> Row:
             ),
             bargauge_panel(
                 "Bus-bandwidth efficiency now",
-                "busbw / tier spec per op, axis and tier over the last 5 min. Red below 50 %, "
+                "busbw / tier spec per op, axis and tier, the latest figure (see Bus bandwidth by "
+                "tier and op). Red below 50 %, "
                 "amber below 80 %. MFUScopeTierBusbwLow fires below 50 % when the mean message is "
                 "16 MiB or more; small messages are latency-bound and stay low on a healthy "
                 "fabric. No bar where the spec is unknown (see Link spec sources).",
@@ -73,11 +77,18 @@ def _bandwidth_row() -> Row:
                 thresholds=EFFICIENCY_BANDS,
                 min_value=0,
                 max_value=1,
-                width=10,
+                width=7,
+            ),
+            breakdown_age_panel(
+                "busbw, efficiency, message size and overlap (where collectives are timed only "
+                "in windows)",
+                width=3,
+                height=8,
             ),
             timeseries_panel(
                 "Bus-bandwidth efficiency (busbw / tier spec)",
-                "busbw divided by the spec of the group's tier, per op, axis and tier (5 min). "
+                "busbw divided by the spec of the group's tier, per op, axis and tier (the latest "
+                "figure). "
                 "Red below 50 %, amber below 80 %. A drop on one tier only points at that "
                 "fabric; a drop everywhere at the same time often is a straggler that everyone "
                 "waits for.",
@@ -101,24 +112,16 @@ def _bandwidth_row() -> Row:
                 height=6,
             ),
             table_panel(
-                "Collectives by op, axis and tier (5 min)",
+                "Collectives by op, axis and tier",
                 "Per op, axis and tier: busbw, its efficiency against the tier spec, the mean "
                 "message size S (small messages are latency-bound; busbw nears the link rate only "
-                "for messages of tens of MiB and more), algorithm bytes per second (S).",
+                "for messages of tens of MiB and more), all three the latest figures (see Bus "
+                "bandwidth by tier and op); algorithm bytes per second (S) over the last 5 min.",
                 "none",
                 [
-                    Query(
-                        "job_op_axis_tier:mfuscope_collective_busbw_bytes_per_second:ratio_rate5m"
-                        f"{_SELECTOR}",
-                        instant=True,
-                        table=True,
-                    ),
+                    Query(f"{_BUSBW}{_SELECTOR}", instant=True, table=True),
                     Query(f"{_EFFICIENCY}{_SELECTOR}", instant=True, table=True),
-                    Query(
-                        f"job_op_axis_tier:mfuscope_collective_mean_bytes:ratio_rate5m{_SELECTOR}",
-                        instant=True,
-                        table=True,
-                    ),
+                    Query(f"{_MEAN_BYTES}{_SELECTOR}", instant=True, table=True),
                     Query(
                         f"job_op_axis_tier:mfuscope_collective_bytes:rate5m{_SELECTOR}",
                         instant=True,
@@ -151,7 +154,6 @@ def _bandwidth_row() -> Row:
 
 def _exposure_row() -> Row:
     components = "mfuscope_step_component_seconds_total"
-    by_axis_tier = "job, axis, tier"
     return Row(
         "Exposure and traffic",
         [
@@ -177,15 +179,10 @@ def _exposure_row() -> Row:
                 "Overlapped share of collective time",
                 "Share of each axis/tier's collective time hidden under compute kernels (1 = "
                 "fully hidden, free). Data-parallel gradient reduction should overlap with the "
-                "backward pass; tensor-parallel collectives usually cannot.",
+                "backward pass; tensor-parallel collectives usually cannot. From profiled windows: "
+                "the latest window's figure, held until the next (Breakdown age).",
                 "percentunit",
-                [
-                    Query(
-                        f"{_rate('mfuscope_collective_overlapped_seconds_total', by_axis_tier)}"
-                        f" / ({_rate('mfuscope_collective_seconds_total', by_axis_tier)} > 0)",
-                        "{{job}} {{axis}}/{{tier}}",
-                    )
-                ],
+                [Query(f"{_OVERLAPPED}{_SELECTOR}", "{{job}} {{axis}}/{{tier}}")],
                 min_value=0,
                 max_value=1,
             ),
@@ -207,16 +204,9 @@ def _exposure_row() -> Row:
                 "Mean size S per collective call. Small messages are latency-bound (their busbw "
                 "stays far below the link rate on any fabric); large ones should approach it. "
                 "Calls of unknown size count as calls without bytes, so this reads low when "
-                "there are any.",
+                "there are any. The latest figure, like busbw.",
                 "bytes",
-                [
-                    Query(
-                        f"{_rate('mfuscope_collective_bytes_total', 'job, op, axis, tier')}"
-                        f" / ({_rate('mfuscope_collective_calls_total', 'job, op, axis, tier')}"
-                        " > 0)",
-                        "{{job}} {{op}} {{axis}}/{{tier}}",
-                    )
-                ],
+                [Query(f"{_MEAN_BYTES}{_SELECTOR}", "{{job}} {{op}} {{axis}}/{{tier}}")],
                 min_value=0,
             ),
         ],

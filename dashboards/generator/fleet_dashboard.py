@@ -226,14 +226,15 @@ def _alerts_row() -> Row:
             bargauge_panel(
                 "Worst bus-bandwidth efficiency per job and tier",
                 "For each job and tier, the lowest busbw / tier spec over its collective ops and "
-                "axes (nccl-tests busbw; spec = unidirectional link rate), last 5 min of profiled "
-                "windows. Small messages are latency-bound and naturally low: check the mean "
-                "message size on the Communication dashboard before blaming the fabric.",
+                "axes (nccl-tests busbw; spec = unidirectional link rate): over the last 5 min, "
+                "or where collectives are timed only in profiled windows the latest window's, "
+                "held for up to 1 h. Small messages are latency-bound and naturally low: check "
+                "the mean message size on the Communication dashboard before blaming the fabric.",
                 "percentunit",
                 [
                     Query(
                         "sort(min by (job, tier) (job_op_axis_tier:mfuscope_collective_busbw_"
-                        f"efficiency:ratio_rate5m{{{JOB_AXIS_TIER}}}))",
+                        f"efficiency:last1h_ratio_rate5m{{{JOB_AXIS_TIER}}}))",
                         "{{job}} {{tier}}",
                         True,
                     )

@@ -19,6 +19,7 @@ from _common import (
     table_panel,
     timeseries_panel,
 )
+from breakdown_age import breakdown_age_panel
 from fleet_dashboard import EXPOSED_BANDS, MFU_BANDS, MFU_MEANING, REGRESSION_BANDS
 from hardware_rows import hardware_rows
 
@@ -270,6 +271,12 @@ def _decomposition_row() -> Row:
                 ],
                 thresholds=EXPOSED_BANDS,
                 min_value=0,
+            ),
+            breakdown_age_panel(
+                "the split of every step into buckets (decomposition, waterfall slices, kernel "
+                "classes)",
+                width=12,
+                height=8,
             ),
         ],
     )

@@ -266,9 +266,14 @@ def test_a_slowed_job_pages_with_its_cause_and_a_finished_job_stays_silent(
     page = paged()[0]
     assert page["labels"]["alertname"] == "MFUScopeMFURegression"
     assert page["labels"]["severity"] == "critical"
-    # The cause: the idle bubble (the injected sleep) grew most, with its before and after.
+    # The cause: the idle bubble (the injected sleep) grew most, with its before and after, and
+    # how old the profiled window behind the step breakdown is.
     cause = page["annotations"]["cause"]
-    assert re.fullmatch(r"bubble_idle grew most: [\d.]+% -> [\d.]+% of step time", cause), cause
+    shape = (
+        r"bubble_idle grew most: [\d.]+% -> [\d.]+% of step time; "
+        r"the breakdown is from a profiled window [\d.dhms ]+ ago"
+    )
+    assert re.fullmatch(shape, cause), cause
     before, after = (float(v) for v in re.findall(r"([\d.]+)%", cause))
     assert after > before + 30, cause
 

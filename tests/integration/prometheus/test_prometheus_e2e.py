@@ -47,7 +47,10 @@ CORE_PANELS: dict[tuple[str, str], set[str]] = {
     # efficiency query stay empty; the checks after the panels pin that down.
     ("mfuscope-communication", "Bus bandwidth by tier and op"): {"A"},
     ("mfuscope-communication", "Link spec sources"): {"A"},
-    ("mfuscope-communication", "Collectives by op, axis and tier (5 min)"): {"A", "C", "D"},
+    ("mfuscope-communication", "Collectives by op, axis and tier"): {"A", "C", "D"},
+    # How old the newest profiled window is (the job profiled several).
+    ("mfuscope-job", "Breakdown age"): {"A"},
+    ("mfuscope-communication", "Breakdown age"): {"A"},
 }
 CORE_RECORDS = {
     "job:mfuscope_mfu:ratio_rate5m",
@@ -55,6 +58,7 @@ CORE_RECORDS = {
     "job_component:mfuscope_step_fraction:ratio_rate5m",
     "job_op_axis_tier:mfuscope_collective_busbw_bytes_per_second:ratio_rate5m",
     "job_tier_op:mfuscope_collective_busbw_bytes_per_second:ratio_rate5m",
+    "job_op_axis_tier:mfuscope_collective_busbw_bytes_per_second:last1h_ratio_rate5m",
 }
 
 

@@ -44,6 +44,7 @@ def test_rule_unit_tests_pass(promtool: str) -> None:
         "fleet_stragglers_test.yml",
         "recording_test.yml",
         "regression_test.yml",
+        "window_cadence_test.yml",
     ]
     result = _run([promtool, "test", "rules", *map(str, RULE_TESTS)])
     assert result.returncode == 0, result.stdout + result.stderr

@@ -22,6 +22,9 @@ ALERT_TESTS = PROMETHEUS / "tests" / "alerts_test.yml"
 REGRESSION_TESTS = PROMETHEUS / "tests" / "regression_test.yml"
 # The job-wide straggler rules and alert on 256 simulated nodes (generated: tests/support).
 FLEET_TESTS = PROMETHEUS / "tests" / "fleet_stragglers_test.yml"
+# The rules and alerts fed by profiled windows, with window-shaped counters at a window every 5,
+# 10 and 30 min and with collectives timed on every step (generated: tests/support).
+WINDOW_TESTS = PROMETHEUS / "tests" / "window_cadence_test.yml"
 # Alerts whose annotations also name the cause (the MFU waterfall slice that grew most).
 WITH_CAUSE = {"MFUScopeMFURegression"}
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -179,7 +182,8 @@ def test_runbook_links_point_at_sections_of_the_operations_guide() -> None:
 
 
 def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
-    tests = [t for f in (RECORDING_TESTS, REGRESSION_TESTS, FLEET_TESTS) for t in _yaml(f)["tests"]]
+    files = (RECORDING_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS)
+    tests = [t for f in files for t in _yaml(f)["tests"]]
     checked_exprs = [t["expr"] for test in tests for t in test.get("promql_expr_test", [])]
     untested = [
         r["record"]
@@ -195,7 +199,9 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     firing: set[tuple[str, str]] = set()
     silent: set[str] = set()
     for test in [
-        t for f in (ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS) for t in _yaml(f)["tests"]
+        t
+        for f in (ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS)
+        for t in _yaml(f)["tests"]
     ]:
         for case in test.get("alert_rule_test", []):
             if case["exp_alerts"]:
@@ -212,7 +218,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
 
 
 def test_promtool_test_files_load_the_project_rules() -> None:
-    for path in (RECORDING_TESTS, ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS):
+    for path in (RECORDING_TESTS, ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS):
         for rule_file in _yaml(path)["rule_files"]:
             assert (path.parent / rule_file).resolve() in [p.resolve() for p in RULE_FILES]
 
@@ -257,4 +263,12 @@ def test_the_fleet_straggler_test_file_is_what_its_generator_writes() -> None:
 
     assert FLEET_TESTS.read_text(encoding="utf-8") == render(), (
         "regenerate: python -m tests.support.fleet_stragglers"
+    )
+
+
+def test_the_window_cadence_test_file_is_what_its_generator_writes() -> None:
+    from tests.support.window_cadence import render
+
+    assert WINDOW_TESTS.read_text(encoding="utf-8") == render(), (
+        "regenerate: python -m tests.support.window_cadence"
     )

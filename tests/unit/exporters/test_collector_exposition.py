@@ -158,6 +158,9 @@ mfuscope_peak_flops{job="train"} 2e+12
 # HELP mfuscope_last_report_age_seconds seconds since the latest report of the most silent live rank
 # TYPE mfuscope_last_report_age_seconds gauge
 mfuscope_last_report_age_seconds{job="train"} 3.0
+# HELP mfuscope_breakdown_age_seconds seconds since the collector received the newest profiled window of any live rank: the age of the step breakdown and of the collective figures that come only from windows (absent before the first window)
+# TYPE mfuscope_breakdown_age_seconds gauge
+mfuscope_breakdown_age_seconds{job="train"} 3.0
 # HELP mfuscope_ranks live ranks reporting to this collector
 # TYPE mfuscope_ranks gauge
 mfuscope_ranks{job="train"} 2.0
