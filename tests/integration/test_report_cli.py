@@ -19,7 +19,8 @@ from mfuscope.core.schema import (
     batch_to_json,
 )
 
-TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+from tests.support.shared_data import A100_TRACE, require
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The only URLs an offline page may hold: XML namespace names inside the inline SVG (never fetched).
 NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
@@ -128,7 +129,7 @@ def test_report_rejects_bad_input_with_one_clear_line(
 
 
 def test_report_from_a_real_gpu_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz"
+    trace = require(A100_TRACE)
     args = ["report", str(trace), "--out", str(tmp_path / "r"), "--no-png"]
     # Without FLOPs the MFU plots say why they are missing; the rest is drawn from the trace.
     assert main(args) == 0
