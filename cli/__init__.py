@@ -160,7 +160,7 @@ def _exit_without_teardown(code: int) -> None:
     """End the process at once once stdout and stderr are flushed; return if that is not safe.
 
     The interpreter's teardown frees every object of the analysis and every module one by one:
-    ~20 ms of a ~0.2 s `mfuscope analyze` (measured, docs/analyze.md), for nothing. Skipping
+    ~20 ms of a ~0.2 s `mfuscope analyze` (measured, benchmarks/analyze.md), for nothing. Skipping
     it is safe because `analyze` has written all its output (flushed here), closed every file it
     read (`trace_io` reads each whole with a `with`), and leaves no thread running (its import
     thread is joined). Not when anything is registered to run at exit (a coverage tool, a

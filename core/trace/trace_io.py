@@ -54,7 +54,7 @@ class _Inflater(Protocol):
 
 def _gunzip() -> tuple[Callable[..., _Inflater], tuple[type[Exception], ...]]:
     """ISA-L's inflate where its wheel installs (~1.6x faster than zlib's on these traces,
-    docs/analyze.md), else the standard library's; with the errors each raises on bad data."""
+    benchmarks/analyze.md), else the standard library's; with the errors each raises on bad data."""
     errors: tuple[type[Exception], ...] = (EOFError, OSError, zlib.error)
     try:
         isal_zlib = importlib.import_module("isal.isal_zlib")
