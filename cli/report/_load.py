@@ -97,7 +97,8 @@ def load_run(
         batches, warnings = read_batches(jsonl)
         if not batches:
             detail = f" ({warnings[0]})" if warnings else ""
-            raise ReportInputError(f"no valid agent batch in {len(jsonl)} JSONL file(s){detail}")
+            names = ", ".join(str(f) for f in jsonl[:3]) + (", ..." if len(jsonl) > 3 else "")
+            raise ReportInputError(f"no valid agent batch in {names}{detail}")
         run = merge_batches(batches, job, source=f"agent output ({len(jsonl)} JSONL files)")
         return Loaded(run, tuple(jsonl), _capped(warnings))
     if traces:

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mfuscope.cli.report._load import TraceOptions
-from mfuscope.core.aggregate.run import RankRun, RunData
-from mfuscope.core.errors import ReportInputError
+from mfuscope.core.aggregate.run import Launches, RankRun, RunData
+from mfuscope.core.errors import ReportInputError, TraceError
 from mfuscope.core.hardware import default_link_tiers, find_device
 from mfuscope.core.schema import (
     GroupInfo,
@@ -20,6 +20,7 @@ from mfuscope.core.schema import (
     Topology,
 )
 from mfuscope.core.step_report import report_from_decomposition
+from mfuscope.core.stragglers import DEFAULT_WINDOW_STEPS
 from mfuscope.core.trace.result import RankAnalysis, StepDecomposition
 
 __all__ = [
@@ -77,13 +78,26 @@ def topology_from_analysis(analysis: RankAnalysis) -> Topology:
 
 
 def run_from_analyses(
-    analyses: Sequence[RankAnalysis], options: TraceOptions, job: str, source: str
+    analyses: Sequence[RankAnalysis],
+    options: TraceOptions,
+    job: str,
+    source: str,
+    paths: Sequence[Path] = (),
 ) -> RunData:
-    """One `RunData` from the engine's per-rank results (pure). Raises on duplicate ranks."""
+    """One `RunData` from the engine's per-rank results (pure); `paths[i]` is the file
+    `analyses[i]` came from. Raises `ReportInputError` naming the files of a rank given twice."""
+    files: dict[int, list[str]] = {}
+    for index, analysis in enumerate(analyses):
+        name = str(paths[index]) if index < len(paths) else f"trace {index + 1}"
+        files.setdefault(analysis.rank, []).append(name)
+    repeated = {rank: names for rank, names in files.items() if len(names) > 1}
+    if repeated:
+        rank, names = min(repeated.items())
+        raise ReportInputError(
+            f"several traces of rank {rank}: {', '.join(names)}; pass one trace per rank (a "
+            "report shows one run of the job)"
+        )
     ranks = sorted(analyses, key=lambda a: a.rank)
-    seen = [a.rank for a in ranks]
-    if len(set(seen)) != len(seen):
-        raise ReportInputError(f"several traces of the same rank ({seen}): pass one per rank")
     return RunData(
         job=job,
         world_size=max(a.world_size for a in ranks),
@@ -96,11 +110,16 @@ def run_from_analyses(
                 peak_source="user" if options.peak_flops is not None else "unknown",
                 steps=tuple(step_report_from_decomposition(s, options) for s in a.steps),
                 topology=topology_from_analysis(a),
+                recent=tuple(
+                    step_report_from_decomposition(s, options)
+                    for s in a.steps[-DEFAULT_WINDOW_STEPS:]
+                ),
             )
             for a in ranks
         ),
         source=source,
         flops_known=options.model_flops_per_step is not None,
+        launches=Launches(step_reports=sum(len(a.steps) for a in ranks)),
     )
 
 
@@ -118,7 +137,12 @@ def run_from_traces(paths: Sequence[Path], options: TraceOptions) -> RunData:
     )
     analyses = []
     for path in paths:
-        trace = read_trace(path)
-        analyses.append(analyze_trace(trace, options_for_trace(trace, base)))
+        try:
+            trace = read_trace(path)
+            analyses.append(analyze_trace(trace, options_for_trace(trace, base)))
+        except TraceError as exc:
+            raise TraceError(path, exc.message) from None
     job = paths[0].parent.name or paths[0].name
-    return run_from_analyses(analyses, options, job, f"Kineto traces ({len(paths)} files)")
+    return run_from_analyses(
+        analyses, options, job, f"Kineto traces ({len(paths)} files)", paths=paths
+    )
