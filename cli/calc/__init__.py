@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from mfuscope.cli._args import positive_quantity
 from mfuscope.cli.calc._comm import comm_what_if
 from mfuscope.cli.calc._render import render_text
 from mfuscope.core.errors import CalcError
@@ -26,20 +27,8 @@ from mfuscope.core.mfu import hfu, mfu
 
 __all__ = ["CalcError", "add_arguments", "compute", "run"]
 
-_SUFFIXES = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15}
 
-
-def _number(text: str) -> float:
-    """A float, optionally with a k/M/G(B)/T/P suffix: ``70B`` = 7e10, ``989.4T`` = 9.894e14."""
-    raw = text.strip()
-    scale = _SUFFIXES.get(raw[-1:].lower(), 1.0) if raw and raw[-1].isalpha() else 1.0
-    try:
-        value = float(raw[:-1] if scale != 1.0 else raw) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-    return value
+_number = positive_quantity  # a float > 0, with an optional k/M/G(B)/T/P suffix
 
 
 def _count(text: str) -> int:

@@ -12,6 +12,13 @@ __all__ = ["DEFAULT_OUT_NAME", "add_arguments", "default_out_dir", "run"]
 DEFAULT_OUT_NAME = "mfuscope-report"
 
 
+def _quantity(text: str) -> float:
+    """FLOPs or FLOP/s with an optional suffix, as `calc` and `analyze` take them (310T)."""
+    from mfuscope.cli._args import positive_quantity
+
+    return positive_quantity(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths",
@@ -32,20 +39,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     traces = parser.add_argument_group("trace input (what a trace cannot say by itself)")
     traces.add_argument(
         "--model-flops-per-step",
-        type=float,
+        type=_quantity,
         default=None,
         metavar="F",
         help="model FLOPs per step per rank (for the MFU plots)",
     )
     traces.add_argument(
         "--recompute-flops-per-step",
-        type=float,
+        type=_quantity,
         default=None,
         metavar="F",
         help="activation-recomputation FLOPs per step per rank (for HFU)",
     )
     traces.add_argument(
-        "--peak-flops", type=float, default=None, metavar="P", help="dense peak FLOP/s per device"
+        "--peak-flops",
+        type=_quantity,
+        default=None,
+        metavar="P",
+        help="dense peak FLOP/s per device (default: the trace's device in the datasheet "
+        "table, for --dtype)",
+    )
+    traces.add_argument(
+        "--dtype",
+        default="bf16",
+        help="training dtype for the datasheet peak (bf16, fp16, fp8, tf32, fp32; default bf16)",
     )
     traces.add_argument(
         "--gpus-per-node",
@@ -72,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         recompute_flops_per_step=args.recompute_flops_per_step,
         peak_flops=args.peak_flops,
         gpus_per_node=args.gpus_per_node,
+        dtype=args.dtype,
     )
     try:
         loaded = load_run(args.paths, job=args.job, trace_options=options)

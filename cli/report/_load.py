@@ -3,7 +3,8 @@
 Agent JSONL: one batch per line in the collector wire format (`*.jsonl`, or `*.jsonl.gz`). A line
 that does not parse (typically the last line of a killed job) is skipped with a warning rather
 than losing the whole run. Traces: `*.json` / `*.json.gz` Kineto files, one per rank, decomposed
-by the analysis engine; model FLOPs and peak come from the options, as for `mfuscope analyze`.
+by the analysis engine; model FLOPs come from the options and the peak from them or the datasheet
+table, as for `mfuscope analyze`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class TraceOptions:
     model_flops_per_step: float | None = None
     recompute_flops_per_step: float | None = None
     peak_flops: float | None = None
+    dtype: str = "bf16"  # for the datasheet peak when `peak_flops` is not given
     gpus_per_node: int | None = None
 
 

@@ -31,11 +31,19 @@ def headline_mfu(content: ReportContent) -> str:
         why = content.missing("utilization") or "unknown"
         return f"MFU unknown: {why}"
     peaks = sorted({(r.peak_flops, r.peak_source) for r in run.ranks if r.peak_flops})
-    peak = ", ".join(f"{p / 1e9:.1f} GFLOP/s ({source})" for p, source in peaks)
+    peak = ", ".join(f"{_rate(p)} ({source})" for p, source in peaks)
     return (
         f"MFU {_pct(content.overall[0])}  HFU {_pct(content.overall[1])}  over all "
-        f"{run.step_reports} rank-steps, from the agents' reports (peak per rank: {peak})"
+        f"{run.step_reports} rank-steps of the {run.source} (peak per rank: {peak})"
     )
+
+
+def _rate(flops_per_s: float) -> str:
+    scale, prefix = next(
+        ((f, p) for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G")) if flops_per_s >= f),
+        (1e6, "M"),
+    )
+    return f"{flops_per_s / scale:.4g} {prefix}FLOP/s"
 
 
 def straggler_line(content: ReportContent) -> str:
