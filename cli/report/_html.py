@@ -113,7 +113,7 @@ def _cards(content: ReportContent) -> str:
         (
             "breakdowns measured",
             f"{measured.measured} rank-steps",
-            f"{measured.windows} windows; {measured.carried} carried",
+            f"{measured.windows} window{'s' * (measured.windows != 1)}; {measured.carried} carried",
         ),
         ("exposed comm", _pct(fractions["exposed_comm"]), "measured steps, rank mean"),
         ("bubble", _pct(bubble), "pipeline + idle, measured"),
@@ -145,10 +145,17 @@ def _section_table(content: ReportContent, plot: str) -> str:
         w = content.waterfall
         slices = [[s.label, _pct(s.fraction)] for s in w.slices] + [["MFU", _pct(w.mfu)]]
         overall = _pct(content.overall[0]) if content.overall else "–"
+        sampled = content.coverage.carried + content.coverage.without > 0
         return _table(["slice", "share of peak"], slices) + (
             f'<p class="note">Over {w.samples} measured (rank, step) samples of the profiled '
             f"windows: MFU {_pct(w.mfu)}, HFU {_pct(w.hfu)}. The headline MFU ({overall}) covers "
-            f"all {content.run.step_reports} rank-steps.</p>"
+            f"all {content.run.step_reports} rank-steps"
+            + (
+                "; steps under the profiler run slower (markedly on a CPU), so the measured "
+                "steps' MFU is usually the lower.</p>"
+                if sampled
+                else ".</p>"
+            )
         )
     if plot == "bandwidth":
         return "".join(_tier_tables(content))

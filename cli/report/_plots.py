@@ -257,7 +257,7 @@ def plot_bandwidth(tiers: Sequence[TierBandwidth]) -> Figure:
     return fig
 
 
-def plot_stragglers(view: StragglerView) -> Figure:
+def plot_stragglers(view: StragglerView, windows: Sequence[tuple[int, int]] = ()) -> Figure:
     """Left: each rank's straggler ratio against the threshold. Right: per-step heat map."""
     fig = Figure(figsize=(10.0, max(3.2, 0.35 * len(view.ranks) + 2.4)))
     bars, heat = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
@@ -301,8 +301,12 @@ def plot_stragglers(view: StragglerView) -> Figure:
         norm=TwoSlopeNorm(1.0, 1.0 - spread, 1.0 + spread),
         extent=(first - 0.5, last + 0.5, len(ranks) - 0.5, -0.5),
     )
+    for first_step, last_step in windows:
+        heat.axvspan(
+            first_step - 0.5, last_step + 0.5, fill=False, edgecolor="#2B2B2B", linewidth=1.0
+        )
     heat.set_yticks(y, [f"rank {r}" for r in ranks])
-    heat.set_xlabel("step")
+    heat.set_xlabel("step" + (" (outlined: profiled windows)" if windows else ""))
     heat.set_title("Step wall time / that step's median over ranks")
     fig.colorbar(image, ax=heat, fraction=0.05)
     return fig
@@ -321,5 +325,5 @@ def draw(plot: str, content: ReportContent) -> Figure | None:
     if plot == "bandwidth":
         return plot_bandwidth(content.bandwidth)
     if plot == "stragglers":
-        return plot_stragglers(content.stragglers)
+        return plot_stragglers(content.stragglers, content.coverage.window_ranges)
     raise ValueError(f"unknown plot {plot!r}")

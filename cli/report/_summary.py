@@ -34,7 +34,7 @@ def headline_mfu(content: ReportContent) -> str:
     peak = ", ".join(f"{_rate(p)} ({source})" for p, source in peaks)
     return (
         f"MFU {_pct(content.overall[0])}  HFU {_pct(content.overall[1])}  over all "
-        f"{run.step_reports} rank-steps of the {run.source} (peak per rank: {peak})"
+        f"{run.step_reports} rank-steps; peak per rank {peak}; from {run.source}"
     )
 
 
