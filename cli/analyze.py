@@ -446,8 +446,9 @@ def _render(
     if not as_json:
         return format_table(ranked, notes)
     ranks = [replace(r, warnings=(*r.warnings, *notes.get(r.rank, ()))) for r, _ in ranked]
+    every = [*warnings, *(f"rank {r.rank}: {n}" for r, _ in ranked for n in notes.get(r.rank, ()))]
     try:
-        return json.dumps(analysis_to_json(ranks, list(warnings)), allow_nan=False) + "\n"
+        return json.dumps(analysis_to_json(ranks, every), allow_nan=False) + "\n"
     except ValueError:
         raise ValueError(
             "a result is not a finite number: check --model-flops-per-step and --peak-flops"

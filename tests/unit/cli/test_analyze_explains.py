@@ -79,6 +79,8 @@ def test_every_dash_has_its_reason_in_text_and_json(
     (rank,) = _json([str(recomputing), "--model-flops-per-step", "3e9"], capsys)["ranks"]
     assert rank["steps"][0]["hfu"] is None and rank["steps"][0]["mfu"] is not None
     assert any("--recompute-flops-per-step was not given" in w for w in rank["warnings"])
+    doc = _json([str(recomputing), "--model-flops-per-step", "3e9"], capsys)
+    assert any(w.startswith("rank 0: HFU '-': the steps recompute") for w in doc["warnings"])
     assert main(["analyze", str(recomputing), "--model-flops-per-step", "3e9",
                  "--recompute-flops-per-step", "1e9"]) == 0  # fmt: skip
     assert "note:" not in capsys.readouterr().out
