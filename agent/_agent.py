@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from mfuscope.agent._announce import ensure_visible, quiet_kineto, startup_line
 from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._runtime import Runtime, build_runtime
@@ -134,8 +135,30 @@ class Agent:
             hardware=hardware.snapshot if hardware is not None else None,
         )
         self._transports = self._runtime.make_transports(self._reports.encode)
+        self._announce(seams)
         # A job that forgets close() still flushes at interpreter exit (bounded by the timeout).
         atexit.register(self.close)
+
+    def _announce(self, seams: Seams) -> None:
+        """Rank 0's start-up line; quiet Kineto's per-window stderr lines (docs/agent.md, "Log")."""
+        runtime = self._runtime
+        assert runtime is not None
+        if self.config.profile:
+            quiet_kineto()
+        if runtime.topology.rank != 0:
+            return
+        logger = seams.logger or LOGGER
+        if seams.logger is None:
+            ensure_visible(logger)
+        logger.info(
+            startup_line(
+                self.config,
+                world_size=runtime.topology.world_size,
+                device=runtime.device_name,
+                peak_flops=runtime.peak_flops,
+                peak_source=runtime.peak_source,
+            )
+        )
 
     # --- public API ----------------------------------------------------------------------------
 

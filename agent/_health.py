@@ -87,6 +87,11 @@ class RateLimitedLog:
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
 
+    @property
+    def logger(self) -> logging.Logger:
+        """Where the lines go (for lines that are not rate-limited)."""
+        return self._logger
+
     def log(self, level: int, kind: str, message: str, *args: object) -> bool:
         """Log `message % args` under `kind` unless that kind was logged within the interval.
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mfuscope.agent._announce import window_logger
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
@@ -463,6 +464,7 @@ def build_runtime(
     analyser = WindowAnalyser(
         seams.analyse or _engine_analyse(topology, device, workers),
         keep=_keeper(config, topology, workers),
+        on_analysed=window_logger(log.logger, topology.rank),
     )
     schedule = _window_schedule(config, topology, schedule_values, log)
     windows = WindowCoordinator(

@@ -157,6 +157,9 @@ class WindowOutcome:
 Analyse = Callable[[str], Sequence[DecompositionLike]]
 # (exported trace path, window steps) -> where it was kept; raises OSError when it cannot be.
 Keep = Callable[[str, tuple[int, ...]], Any]
+# Told of each analysed window on the analyser thread (window steps, their decompositions); the
+# agent logs a line. Must not raise.
+OnAnalysed = Callable[[Sequence[int], Sequence[DecompositionLike]], None]
 
 
 class WindowAnalyser:
@@ -169,9 +172,11 @@ class WindowAnalyser:
         temp_dir: str | None = None,
         thread_time: Callable[[], float] = time.thread_time,
         keep: Keep | None = None,
+        on_analysed: OnAnalysed | None = None,
     ) -> None:
         self._analyse = analyse
         self._keep = keep
+        self._on_analysed = on_analysed
         self._temp_dir = temp_dir
         self._thread_time = thread_time
         self._jobs: queue.Queue[tuple[ProfilerLike, tuple[int, ...]] | None] = queue.Queue()
@@ -226,6 +231,8 @@ class WindowAnalyser:
                 kept_trace=kept[0],
                 keep_error=kept[1],
             )
+            if self._on_analysed is not None and outcome.decompositions:
+                self._on_analysed(outcome.steps, outcome.decompositions)  # its own guard
             self._busy.clear()
             self._results.put(outcome)
 

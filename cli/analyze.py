@@ -1,6 +1,9 @@
 """`mfuscope analyze PATH...`: decompose profiled steps of Kineto traces.
 
-Each PATH is a trace file (``.json`` / ``.json.gz``, one rank each) or a directory of them.
+Each PATH is a trace file (``.json`` / ``.json.gz``, one rank each) or a directory searched
+recursively for them (as `mfuscope report` does). MFU is against ``--peak-flops``, else the
+device's dense peak for ``--dtype`` from the datasheet table; every `-` in the output comes with
+its reason (in the JSON's ``warnings`` too).
 Every file is read and analysed, and the whole output rendered, before anything is printed, so
 bad input yields one line on stderr naming the file and the problem, exit code 2, and nothing on
 stdout. That covers impossible timings (a negative or absurd ``ts``/``dur``), files that are not
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from mfuscope.core.bandwidth import busbw_bytes_per_s
 from mfuscope.core.errors import TraceError
-from mfuscope.core.settings import env_name, parse_mapping
+from mfuscope.core.settings import env_name, parse_mapping, parse_quantity
 from mfuscope.core.trace.trace_io import (
     DEFAULT_MAX_TRACE_BYTES,
     ScannedTrace,
@@ -35,12 +38,13 @@ from mfuscope.core.trace.trace_io import (
 )
 
 if TYPE_CHECKING:
+    from mfuscope.core.hardware import PeakLookup
     from mfuscope.core.trace.result import RankAnalysis
 
 __all__ = ["add_arguments", "run"]
 
 # The engine: these import numpy (with the engine's own modules, about half of the start-up of
-# `mfuscope analyze` on the A100 trace of docs/analyze.md). The modules above do not, so the
+# `mfuscope analyze` on the A100 trace of benchmarks/analyze.md). The modules above do not, so the
 # first trace is read, gunzipped and scanned (the last two without the GIL) while a thread
 # imports these; the functions below import from them only after that thread is joined.
 _ENGINE_MODULES = (
@@ -58,7 +62,10 @@ _MAX_FLOPS_PER_STEP = 1e30
 
 
 def _flops(text: str) -> float:
-    value = float(text)
+    try:
+        value = parse_quantity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if not (math.isfinite(value) and 0 <= value <= _MAX_FLOPS_PER_STEP):
         raise argparse.ArgumentTypeError(
             f"expected FLOPs in [0, {_MAX_FLOPS_PER_STEP:g}], got {text}"
@@ -67,7 +74,10 @@ def _flops(text: str) -> float:
 
 
 def _peak(text: str) -> float:
-    value = float(text)
+    try:
+        value = parse_quantity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if not (math.isfinite(value) and (value == 0 or 1 <= value <= 1e21)):
         raise argparse.ArgumentTypeError(f"expected a FLOP/s in [1, 1e21] (0: unset), got {text}")
     return value
@@ -124,14 +134,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ranks per host for intra/inter-node tiers (default: 8 on GPU traces; "
         "CPU traces: all ranks on one host)",
     )
-    parser.add_argument("--model-flops-per-step", type=_flops, help="model FLOPs per step per rank")
+    parser.add_argument(
+        "--model-flops-per-step",
+        type=_flops,
+        help="model FLOPs per step per rank, e.g. 3.1e14 or 310T (`mfuscope calc` gives them)",
+    )
     parser.add_argument(
         "--recompute-flops-per-step",
         type=_flops,
         help="activation-recomputation FLOPs per step per rank (for HFU)",
     )
     parser.add_argument(
-        "--peak-flops", type=_peak, help="dense peak FLOP/s of one device (for MFU)"
+        "--peak-flops",
+        type=_peak,
+        help="dense peak FLOP/s of one device (for MFU), e.g. 989T; default: the trace's "
+        "device in the datasheet table, for --dtype",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="bf16",
+        help="training dtype for the datasheet peak when --peak-flops is not given "
+        "(bf16, fp16, fp8, tf32, fp32; default bf16)",
     )
     parser.add_argument(
         "--max-trace-bytes",
@@ -199,18 +222,22 @@ def _scan_first(path: os.PathLike[str], max_bytes: int) -> ScannedTrace:
 
 def _analyse_all(
     args: argparse.Namespace, progress: TextIO | None
-) -> tuple[list[RankAnalysis], list[str]]:
-    """The analyses sorted by rank, and the warnings (per file, then across files)."""
+) -> tuple[list[tuple[RankAnalysis, PeakLookup]], list[str]]:
+    """The analyses sorted by rank with the peak each was measured against, and the warnings
+    (per file, then across files, then why a value is unknown)."""
     files = [file for path in args.paths for file in find_trace_files(path)]
     axis_overrides = _axis_overrides(args.axis)
     _announce(progress, 1, files)
     pending: ScannedTrace | None = _scan_first(files[0], args.max_trace_bytes)
+    from mfuscope.core.hardware import resolve_peak
     from mfuscope.core.trace.decompose import analyze_trace  # loaded: _ENGINE_MODULES
     from mfuscope.core.trace.inputs import input_warnings
     from mfuscope.core.trace.options import (
         analysis_options,
         options_for_trace,
+        trace_device,
     )
+    from msgspec.structs import replace
 
     base = analysis_options(
         device=None,  # per trace, below
@@ -223,6 +250,7 @@ def _analyse_all(
         window_range_us=args.window_range,
     )
     results: list[tuple[str, RankAnalysis]] = []
+    peaks: list[PeakLookup] = []
     for index, file in enumerate(files, 1):
         if pending is None:
             _announce(progress, index, files)
@@ -230,14 +258,20 @@ def _analyse_all(
         trace = decode_scanned(pending)
         pending = None  # its bytes are freed now
         try:
-            results.append((str(file), analyze_trace(trace, options_for_trace(trace, base))))
+            peak = resolve_peak(trace_device(trace), args.dtype, args.peak_flops or None)
+            options = replace(options_for_trace(trace, base), peak_flops=peak.peak_flops)
+            results.append((str(file), analyze_trace(trace, options)))
         except TraceError as exc:
             raise TraceError(file, exc.message) from None
+        peaks.append(peak)
     if progress is not None:
         print("\r\033[K", end="", file=progress)
     warnings = [f"{name}: {line}" for name, r in results for line in r.warnings]
     warnings += input_warnings(results)
-    return sorted((r for _, r in results), key=lambda r: r.rank), warnings
+    ranked = sorted(
+        ((r, peak) for (_, r), peak in zip(results, peaks, strict=True)), key=lambda x: x[0].rank
+    )
+    return ranked, warnings
 
 
 def _pct(part: float, whole: float) -> str:
@@ -257,7 +291,10 @@ def _size(n: int | None) -> str:
     return f"{n} B"
 
 
-def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
+def _format_rank(
+    rank: RankAnalysis, peak: PeakLookup, notes: Sequence[str], out: list[str]
+) -> None:
+    from mfuscope.cli._analyze_text import of_spec, peak_words, waterfall_line
     from mfuscope.core.trace.result import (  # loaded: _ENGINE_MODULES
         WINDOW_PROFILER_STEP,
         WINDOW_RANGE,
@@ -268,7 +305,7 @@ def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
         WINDOW_WHOLE_TRACE: "the whole trace as one window (no ProfilerStep#N in the trace)",
         WINDOW_RANGE: "the chosen time range",
     }
-    out.append(f"rank {rank.rank}/{rank.world_size}  device: {rank.device}")
+    out.append(f"rank {rank.rank}/{rank.world_size}  device: {rank.device}  {peak_words(peak)}")
     sources = sorted({s.window_source for s in rank.steps})
     if sources != [WINDOW_PROFILER_STEP]:
         out.append(f"  windows: {', '.join(window_words.get(s, s) for s in sources)}")
@@ -299,28 +336,34 @@ def _format_rank(rank: RankAnalysis, out: list[str]) -> None:
     if exposed:
         parts = [f"{a}/{t} {sec * 1e3:.3f} ms" for (a, t), sec in sorted(exposed.items())]
         out.append("  exposed comm over all steps: " + ", ".join(parts))
+    waterfall = waterfall_line([s.step for s in rank.steps], rank)
+    if waterfall is not None:
+        out.append(waterfall)
     groups: dict[tuple[str, str, str, int | None, int | None], list[float]] = defaultdict(list)
     for s in rank.steps:
         for c in s.collectives:
             groups[(c.op, c.axis, c.tier, c.group_size, c.bytes)].append(c.seconds)
+    out.extend(f"  note: {note}" for note in notes)
     if not groups:
         return
     out.append(
         "  collectives:  op              axis        tier              n        size  count"
-        "    mean ms  busbw GB/s"
+        "    mean ms  busbw GB/s  of spec"
     )
     for (op, axis, tier, n, size), times in sorted(
         groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][4] or -1)
     ):
         total = math.fsum(times)
-        busbw = (
-            "         -"
+        rate = (
+            None
             if size is None or n is None or total <= 0
-            else f"{busbw_bytes_per_s(op, n, len(times) * size, total) / 1e9:10.3f}"
+            else busbw_bytes_per_s(op, n, len(times) * size, total)
         )
+        busbw = "         -" if rate is None else f"{rate / 1e9:10.3f}"
+        spec = of_spec(rank, tier, rate)
         out.append(
             f"                {op:<15} {axis:<11} {tier:<11} {_group_size(n):>7} {_size(size):>11}"
-            f"  {len(times):>5} {total / len(times) * 1e3:10.3f}  {busbw}"
+            f"  {len(times):>5} {total / len(times) * 1e3:10.3f}  {busbw}  {spec}"
         )
 
 
@@ -329,13 +372,16 @@ def _group_size(n: int | None) -> str:
     return "unknown" if n is None else str(n)
 
 
-def format_table(ranks: Sequence[RankAnalysis]) -> str:
-    """The human-readable report: percentages of each step per bucket, then collectives."""
+def format_table(
+    ranked: Sequence[tuple[RankAnalysis, PeakLookup]], notes: Mapping[int, Sequence[str]]
+) -> str:
+    """The human-readable report: percentages of each step per bucket, the waterfall, why any
+    value is `-`, then collectives with busbw against the tier's spec."""
     out: list[str] = []
-    for rank in ranks:
+    for rank, peak in ranked:
         if out:
             out.append("")
-        _format_rank(rank, out)
+        _format_rank(rank, peak, notes.get(rank.rank, ()), out)
     return "\n".join(out) + "\n"
 
 
@@ -345,8 +391,8 @@ def run(args: argparse.Namespace) -> int:
         if args.gpus_per_node is not None and args.gpus_per_node < 1:
             raise ValueError("--gpus-per-node must be >= 1")
         with gc_paused():  # a trace is millions of fresh objects, none garbage
-            ranks, warnings = _analyse_all(args, progress)
-        output = _render(ranks, warnings, as_json=args.json)
+            ranked, warnings = _analyse_all(args, progress)
+        output = _render(ranked, warnings, _notes(args, ranked), as_json=args.json)
     except TraceError as exc:
         name = exc.path if exc.path is not None else "trace"
         print(f"mfuscope analyze: {name}: {exc.message}", file=sys.stderr)
@@ -367,15 +413,42 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _render(ranks: Sequence[RankAnalysis], warnings: Sequence[str], *, as_json: bool) -> str:
-    """The whole output, built before anything is written. Raises ValueError for a result that
-    is not a finite number (only absurd FLOP inputs get there)."""
+def _notes(
+    args: argparse.Namespace, ranked: Sequence[tuple[RankAnalysis, PeakLookup]]
+) -> dict[int, list[str]]:
+    """Rank -> why each kind of `-` in its output is there."""
+    from mfuscope.cli._analyze_text import missing_value_reasons
+
+    return {
+        rank.rank: missing_value_reasons(
+            rank,
+            peak,
+            model_flops_given=args.model_flops_per_step is not None,
+            recompute_flops_given=args.recompute_flops_per_step is not None,
+        )
+        for rank, peak in ranked
+    }
+
+
+def _render(
+    ranked: Sequence[tuple[RankAnalysis, PeakLookup]],
+    warnings: Sequence[str],
+    notes: Mapping[int, Sequence[str]],
+    *,
+    as_json: bool,
+) -> str:
+    """The whole output, built before anything is written; the JSON carries each rank's notes
+    in its ``warnings``. Raises ValueError for a result that is not a finite number (only absurd
+    FLOP inputs get there)."""
     from mfuscope.core.trace.to_json import analysis_to_json  # loaded: _ENGINE_MODULES
+    from msgspec.structs import replace
 
     if not as_json:
-        return format_table(ranks)
+        return format_table(ranked, notes)
+    ranks = [replace(r, warnings=(*r.warnings, *notes.get(r.rank, ()))) for r, _ in ranked]
+    every = [*warnings, *(f"rank {r.rank}: {n}" for r, _ in ranked for n in notes.get(r.rank, ()))]
     try:
-        return json.dumps(analysis_to_json(ranks, list(warnings)), allow_nan=False) + "\n"
+        return json.dumps(analysis_to_json(ranks, every), allow_nan=False) + "\n"
     except ValueError:
         raise ValueError(
             "a result is not a finite number: check --model-flops-per-step and --peak-flops"

@@ -21,7 +21,7 @@ from mfuscope.collector._accumulators import CollectiveAcc
 from mfuscope.collector._incarnations import RankIncarnations
 from mfuscope.collector._sums import Contribution, Key, Kind
 from mfuscope.core.schema import ReportBatch, StepReport
-from mfuscope.core.stragglers import own_time_s
+from mfuscope.core.stragglers import own_time_s, recent_step_times
 from mfuscope.core.vocabulary import component_axis
 
 __all__ = ["RankState"]
@@ -32,12 +32,6 @@ _Items = tuple[tuple[Key, tuple[float, ...]], ...]
 def _name(text: str) -> str:
     # Label values repeat across thousands of ranks; JSON decoding makes a fresh copy of each.
     return sys.intern(text)
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 class RankState:
@@ -158,9 +152,8 @@ class RankState:
         else:
             items.append(((Kind.PEAK,), (self.peak_flops,)))
         if recent:
-            self.median_wall_s = _median([e[0] for e in recent])
-            selfs = [e[1] for e in recent if e[1] is not None]
-            self.median_self_s = _median(selfs) if len(selfs) == len(recent) else None
+            # The straggler times, by the one definition the report uses too.
+            self.median_wall_s, self.median_self_s = recent_step_times((e[0], e[1]) for e in recent)
             if self.peak_flops is not None:
                 wall = math.fsum(e[0] for e in recent)
                 model_rate = math.fsum(e[2] for e in recent) / wall

@@ -168,6 +168,15 @@ class StepWork:
             raise ValueError("moe_layers cannot exceed layers")
 
 
+# What sizes the activations that TP, PP and EP move (StepWork fields).
+ACTIVATION_INPUTS = ("layers", "hidden", "seq_len", "global_batch")
+# Axes whose traffic frameworks overlap with compute by default: DDP's bucketed gradient
+# all-reduce and FSDP's prefetched gathers (dp), pipeline p2p posted ahead (pp). TP and EP
+# collectives sit on the critical path unless the framework overlaps them (e.g. Megatron-LM's
+# --tp-comm-overlap), so for them "can hide" is a possibility, not the default.
+OVERLAPPED_BY_DEFAULT = frozenset({"dp", "pp"})
+
+
 @dataclass(frozen=True)
 class AxisComm:
     """One kind of collective of one axis, per rank and step."""
@@ -219,9 +228,22 @@ def estimate_step_comm(
         raise ValueError(f"backward_fraction must be within [0, 1], got {backward_fraction}")
     m = work.microbatches
     b = 0.0
-    if layout.tp > 1 or layout.pp > 1 or (layout.ep > 1 and work.moe_layers > 0):
-        if min(work.layers, work.hidden, work.seq_len, work.global_batch) < 1:
-            raise ValueError("TP, PP and EP traffic needs layers, hidden, seq_len and global_batch")
+    sized_axes = [
+        f"{axis}={degree}"
+        for axis, degree, used in (
+            ("tp", layout.tp, True),
+            ("pp", layout.pp, True),
+            ("ep", layout.ep, work.moe_layers > 0),
+        )
+        if degree > 1 and used
+    ]
+    if sized_axes:
+        missing = [name for name in ACTIVATION_INPUTS if getattr(work, name) < 1]
+        if missing:
+            raise ValueError(
+                f"the {', '.join(sized_axes)} traffic is sized by the activations, which need "
+                f"{', '.join(missing)} (not given)"
+            )
         replicas = layout.dp * m
         if work.global_batch % replicas:
             raise ValueError(

@@ -22,6 +22,7 @@ __all__ = [
     "env_name",
     "parse_bool",
     "parse_mapping",
+    "parse_quantity",
     "parse_setting_text",
     "pick_settings",
 ]
@@ -41,6 +42,21 @@ class Setting(msgspec.Struct, frozen=True):
     @property
     def from_env(self) -> bool:
         return self.source != "argument"
+
+
+# SI suffixes of the command lines' quantities (B: billions, as in "70B" parameters).
+_QUANTITY_SUFFIXES = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15}
+
+
+def parse_quantity(text: str) -> float:
+    """A number, optionally with a k/M/G(B)/T/P suffix: ``70B`` = 7e10, ``2.5T`` = 2.5e12,
+    ``3.1e14`` as written. Raises ValueError naming the text when it is not one."""
+    raw = text.strip()
+    scale = _QUANTITY_SUFFIXES.get(raw[-1:].lower(), 1.0) if raw[-1:].isalpha() else 1.0
+    try:
+        return float(raw[:-1] if scale != 1.0 else raw) * scale
+    except ValueError:
+        raise ValueError(f"not a number: {text!r} (e.g. 3.1e14, 2.5T, 70B)") from None
 
 
 def env_name(setting: str) -> str:

@@ -15,6 +15,14 @@ the slow data loader.
 When a rank has no breakdown yet (no profiled window), the job falls back to wall time for all
 its ranks: own times of some ranks against wall times of others would not compare.
 
+One value everywhere: a rank's straggler ratio is the median of its step time over its last
+`DEFAULT_WINDOW_STEPS` step reports (in the order its agent sent them, as the collector receives
+them), over the median of the same across the job's ranks (`recent_step_times`, then
+`straggler_step_times` and `find_stragglers`). The collector's `mfuscope_straggler_ratio`, the
+demo and the report all compute it so. A rank is *named* a straggler only when its ratio is
+above `STRAGGLER_MIN_RATIO`, the threshold of the `MFUScopeStragglerRank` alert; below it, it is
+only the slowest rank.
+
 Pure functions over plain data.
 """
 
@@ -22,7 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,13 +38,23 @@ from mfuscope.core.schema import StepReport
 from mfuscope.core.vocabulary import WAITING_COMPONENTS
 
 __all__ = [
+    "DEFAULT_WINDOW_STEPS",
+    "STRAGGLER_MIN_RATIO",
     "StepTimeBasis",
     "Straggler",
     "find_stragglers",
+    "is_straggler",
     "own_time_s",
     "ratio_to_median",
+    "recent_step_times",
     "straggler_step_times",
 ]
+
+# Step reports per rank behind the straggler ratio (the collector's --window-steps default).
+DEFAULT_WINDOW_STEPS = 20
+# A rank is named a straggler above this ratio: the threshold of the MFUScopeStragglerRank alert
+# (deploy/prometheus/rules/mfuscope-alerts.yml), so the report, the demo and the page agree.
+STRAGGLER_MIN_RATIO = 1.20
 
 # "self": own time (wall - waiting on peers); "wall": wall time, when some rank has no breakdown.
 StepTimeBasis = Literal["self", "wall"]
@@ -59,6 +77,33 @@ def own_time_s(step: StepReport) -> float | None:
         return None
     waiting = math.fsum(c.seconds for c in step.components if c.component in WAITING_COMPONENTS)
     return max(step.wall_s - waiting, 0.0)
+
+
+def recent_step_times(
+    recent: Iterable[tuple[float, float | None]],
+) -> tuple[float | None, float | None]:
+    """(median wall time, median own time) in seconds over a rank's recent steps, given as
+    ``(wall_s, own_s or None)`` pairs; the own median is None unless every step has one, and
+    both are None without steps."""
+    pairs = list(recent)
+    if not pairs:
+        return None, None
+    owns = [own for _, own in pairs if own is not None]
+    median_own = _median(owns) if len(owns) == len(pairs) else None
+    return _median([wall for wall, _ in pairs]), median_own
+
+
+def _median(values: list[float]) -> float:
+    # statistics.median without its type dispatch: the collector calls this once per batch of
+    # every rank (thousands per second at scale).
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def is_straggler(ratio: float) -> bool:
+    """Whether a straggler ratio names its rank a straggler (above `STRAGGLER_MIN_RATIO`)."""
+    return ratio > STRAGGLER_MIN_RATIO
 
 
 def ratio_to_median(value: float, median: float) -> float:

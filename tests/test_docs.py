@@ -4,8 +4,12 @@
   the checkout) or to this project's issue numbers; definitions are cited as
   ``docs/definitions.md#<heading>``.
 - Every such citation, anywhere in the repository, names a heading that exists.
-- Relative links in README.md and docs/ resolve to files in the repository, with their anchors;
-  repository paths the docs name in backticks exist.
+- Relative links in README.md, docs/ and benchmarks/ resolve to files in the repository, with their
+  anchors; repository paths the docs name in backticks exist.
+- Every Markdown file renders as written: no table is cut short by a paragraph (its later rows
+  would show as text), no lead-in ending in ":" is left without the list, table or code it
+  introduces; facts the docs quote (a printed line, the idempotency key, the dashboards' rows)
+  match the code.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,7 +94,11 @@ def _text_files() -> Iterator[Path]:
 
 
 def _markdown_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "benchmarks").glob("*.md")),
+    ]
 
 
 def _rel(path: Path) -> str:
@@ -268,3 +277,89 @@ def test_repository_paths_named_in_the_docs_exist() -> None:
                 if "*" not in name and not (ROOT / name).exists():
                     problems.append(f"{_rel(path)}: names {name}, which does not exist")
     assert not problems, "\n".join(problems)
+
+
+def _rendered(path: Path) -> list[Any]:
+    """The block tokens of a Markdown file as GitHub renders it (CommonMark with tables)."""
+    from markdown_it import MarkdownIt
+
+    return list(MarkdownIt("commonmark").enable("table").parse(path.read_text(encoding="utf-8")))
+
+
+def broken_tables(tokens: Sequence[Any]) -> list[str]:
+    """Table rows rendered as paragraph text: a table interrupted by a paragraph, whose later
+    rows then read as one run of text."""
+    found = []
+    for index, token in enumerate(tokens):
+        if token.type != "paragraph_open":
+            continue
+        rows = [
+            line
+            for line in tokens[index + 1].content.splitlines()
+            if re.match(r"\s*\|.*\|\s*$", line)
+        ]
+        if rows:
+            first_line = (token.map[0] + 1) if token.map else "?"
+            found.append(f"line {first_line}: {len(rows)} table rows read as text: {rows[0][:60]}")
+    return found
+
+
+def dangling_lead_ins(tokens: Sequence[Any]) -> list[str]:
+    """Top-level paragraphs ending in ":" followed by another paragraph, a heading or nothing,
+    instead of the list, table or code block they announce."""
+    found = []
+    for index, token in enumerate(tokens):
+        if token.type != "paragraph_close" or token.level != 0:
+            continue
+        text = tokens[index - 1].content.rstrip()
+        following = tokens[index + 1].type if index + 1 < len(tokens) else None
+        if text.endswith(":") and following in (None, "paragraph_open", "heading_open"):
+            found.append(f"{text[-60:]!r} is followed by {following or 'the end of the file'}")
+    return found
+
+
+def test_a_table_broken_by_a_paragraph_is_found() -> None:
+    from markdown_it import MarkdownIt
+
+    split = "| a | b |\n|---|---|\n| 1 | 2 |\n\nA paragraph.\n| 3 | 4 |\n| 5 | 6 |\n"
+    tokens = list(MarkdownIt("commonmark").enable("table").parse(split))
+    assert len(broken_tables(tokens)) == 1
+    whole = "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |\n\nA paragraph.\n"
+    assert broken_tables(list(MarkdownIt("commonmark").enable("table").parse(whole))) == []
+
+
+@pytest.mark.parametrize("path", _markdown_files(), ids=_rel)
+def test_markdown_renders_as_written(path: Path) -> None:
+    tokens = _rendered(path)
+    problems = broken_tables(tokens) + dangling_lead_ins(tokens)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_idempotency_key_is_given_with_the_incarnation() -> None:
+    # The collector deduplicates on (job, incarnation, rank, step); a key quoted without the
+    # incarnation would say a relaunch's re-run steps are duplicates.
+    stale = re.compile(r"\(job, rank, step\)")
+    problems = [
+        f"{_rel(path)}: {line.strip()}"
+        for path in _markdown_files()
+        for line in _prose_lines(path.read_text(encoding="utf-8"))
+        if stale.search(line)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_readme_quotes_the_validate_gpu_skip_line_as_printed() -> None:
+    from mfuscope.cli.validate_gpu import SKIPPED_MESSAGE
+
+    assert f"`{SKIPPED_MESSAGE}`" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_operations_doc_names_every_row_of_the_job_dashboard() -> None:
+    import json
+
+    dashboard = json.loads((ROOT / "dashboards" / "mfuscope-job.json").read_text())
+    rows = [p["title"] for p in dashboard["panels"] if p.get("type") == "row"]
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    start = text.index("**mfuscope / Job**")
+    bullet = " ".join(text[start : text.index("\n- **", start)].split())
+    assert rows and [r for r in rows if f"**{r}**" not in bullet] == []

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from mfuscope.cli._args import positive_quantity
 from mfuscope.cli.calc._comm import comm_what_if
 from mfuscope.cli.calc._render import render_text
 from mfuscope.core.errors import CalcError
@@ -26,20 +27,8 @@ from mfuscope.core.mfu import hfu, mfu
 
 __all__ = ["CalcError", "add_arguments", "compute", "run"]
 
-_SUFFIXES = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12, "p": 1e15}
 
-
-def _number(text: str) -> float:
-    """A float, optionally with a k/M/G(B)/T/P suffix: ``70B`` = 7e10, ``989.4T`` = 9.894e14."""
-    raw = text.strip()
-    scale = _SUFFIXES.get(raw[-1:].lower(), 1.0) if raw and raw[-1].isalpha() else 1.0
-    try:
-        value = float(raw[:-1] if scale != 1.0 else raw) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
-    return value
+_number = positive_quantity  # a float > 0, with an optional k/M/G(B)/T/P suffix
 
 
 def _count(text: str) -> int:
@@ -68,8 +57,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         model.add_argument(flag, type=_count, help=text)
     model.add_argument("--gated-mlp", action="store_true", help="SwiGLU-style MLP (3 matrices)")
     model.add_argument("--tied-embeddings", action="store_true", help="input = output embedding")
-    model.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none")
-    model.add_argument("--convention", choices=CONVENTIONS, default="palm")
+    model.add_argument(
+        "--recompute",
+        choices=RECOMPUTE_MODES,
+        default="none",
+        help="activation recomputation: selective (attention) or full (the whole forward); "
+        "its FLOPs count for HFU, not MFU (default none)",
+    )
+    model.add_argument(
+        "--convention",
+        choices=CONVENTIONS,
+        default="palm",
+        help="FLOPs per token: palm, 6N + attention (default); megatron, the GEMMs counted "
+        "from the shape (Narayanan et al. 2021)",
+    )
     model.add_argument("--no-attention", action="store_true", help="drop the 12*L*H*Q*T term")
 
     work = parser.add_argument_group("work and time")
@@ -85,11 +86,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--peak-flops", type=_number, help="dense peak FLOP/s per device")
 
     comm = parser.add_argument_group("communication what-if")
-    for flag in ("--tp", "--pp", "--dp", "--ep", "--microbatches"):
-        comm.add_argument(flag, type=_count)
-    comm.add_argument("--gpus-per-node", type=_count, default=8)
+    for flag, text in (
+        ("--tp", "tensor-parallel degree"),
+        ("--pp", "pipeline-parallel degree (stages)"),
+        ("--dp", "data-parallel degree (default: devices / (tp * pp))"),
+        ("--ep", "expert-parallel degree (MoE; must divide --dp)"),
+        ("--microbatches", "micro-batches per step per pipeline (default 1)"),
+    ):
+        comm.add_argument(flag, type=_count, help=text)
+    comm.add_argument(
+        "--gpus-per-node",
+        type=_count,
+        default=8,
+        help="devices per node: groups within one node use the intra-node link (default 8)",
+    )
     comm.add_argument("--fsdp", action="store_true", help="DP axis shards parameters (ZeRO-3)")
-    comm.add_argument("--sequence-parallel", action="store_true")
+    comm.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="TP with sequence parallelism: reduce-scatter + all-gather instead of all-reduce",
+    )
     comm.add_argument("--intra-bw", type=_number, help="intra-node bytes/s (unidirectional)")
     comm.add_argument("--inter-bw", type=_number, help="inter-node bytes/s (unidirectional)")
     comm.add_argument("--intra-alpha", type=float, help="intra-node latency, s")

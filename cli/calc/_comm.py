@@ -7,6 +7,8 @@ from typing import Any
 
 from mfuscope.core.bandwidth import LinkModel
 from mfuscope.core.comm_model import (
+    ACTIVATION_INPUTS,
+    OVERLAPPED_BY_DEFAULT,
     CommWhatIf,
     ParallelLayout,
     StepWork,
@@ -48,6 +50,39 @@ def _links(args: argparse.Namespace, device: str | None) -> dict[str, dict[str, 
     return out
 
 
+# The flag that gives each activation input (StepWork field -> calc flags).
+_FLAGS = {
+    "layers": "--layers",
+    "hidden": "--hidden",
+    "seq_len": "--seq-len",
+    "global_batch": "--global-batch",
+}
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _check_activation_inputs(
+    args: argparse.Namespace, layout: ParallelLayout, work: StepWork
+) -> None:
+    """Name exactly the flags the TP/PP/EP traffic still needs (core says which inputs)."""
+    axes = [f"--{a} {d}" for a, d in (("tp", layout.tp), ("pp", layout.pp)) if d > 1]
+    if layout.ep > 1 and work.moe_layers > 0:
+        axes.append(f"--ep {layout.ep}")
+    missing = [_FLAGS[name] for name in ACTIVATION_INPUTS if getattr(work, name) < 1]
+    if not axes or not missing:
+        return
+    given = [_FLAGS[name] for name in ACTIVATION_INPUTS if getattr(work, name) >= 1]
+    why = ""
+    if args.global_batch is None and args.tokens_per_step is not None:
+        why = " (--tokens-per-step does not say how it splits into sequences)"
+    raise CalcError(
+        f"the traffic of {_listed(axes)} is sized by the activations, which need "
+        f"{_listed(missing)}{why}" + (f"; given: {', '.join(given)}" if given else "")
+    )
+
+
 def comm_what_if(
     args: argparse.Namespace,
     shape: TransformerShape | None,
@@ -84,6 +119,7 @@ def comm_what_if(
         param_bytes=wide,
         recompute=args.recompute,
     )
+    _check_activation_inputs(args, layout, work)
     links = _links(args, args.device)
     models = {t: LinkModel(v["alpha_s"], v["beta_bytes_per_s"]) for t, v in links.items()}
     peak = flops["peak_flops"]
@@ -134,6 +170,7 @@ def _comm_dict(
                 "seconds_per_step": a.seconds_per_step,
                 "overlap_window_s": a.overlap_window_s if known_compute else None,
                 "hideable": a.hideable if known_compute else None,
+                "overlapped_by_default": a.axis in OVERLAPPED_BY_DEFAULT,
             }
             for a in what_if.axes
         ],

@@ -54,6 +54,10 @@ def _comm_lines(comm: dict[str, Any]) -> list[str]:
         lines.append("  no communicating axis (every degree is 1)")
     for a in comm["axes"]:
         hide = {True: "can hide", False: "exposed", None: "unknown (no peak)"}[a["hideable"]]
+        if a["hideable"] and not a["overlapped_by_default"]:
+            # TP / EP collectives block the compute that needs their result unless the
+            # framework overlaps them (e.g. Megatron-LM's --tp-comm-overlap).
+            hide += " only if the framework overlaps it (exposed by default)"
         lines.append(
             f"  {a['axis']:<3} {a['op']:<15} {a['tier']:<10} n={a['group_size']:<5} "
             f"{a['calls_per_step']} x {_si(a['bytes_per_call'], 'B')} = "

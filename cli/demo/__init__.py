@@ -56,7 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run Prometheus with deploy/prometheus (rules included) scraping the collector",
     )
-    add("--prometheus-listen", default="127.0.0.1:9090", metavar="HOST:PORT")
+    add(
+        "--prometheus-listen",
+        default="127.0.0.1:9090",
+        metavar="HOST:PORT",
+        help="where Prometheus listens, with --prometheus (default 127.0.0.1:9090)",
+    )
     add(
         "--hold",
         action="store_true",

@@ -12,13 +12,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mfuscope.cli.demo._agent_tail import BreakdownStatus
+from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO, is_straggler
 from rich.columns import Columns
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["BUCKET_STYLES", "DemoState", "decomposition_bar", "render", "status_line"]
+__all__ = [
+    "BUCKET_STYLES",
+    "DemoState",
+    "breakdown_line",
+    "decomposition_bar",
+    "render",
+    "status_line",
+    "straggler_text",
+]
 
 # (summary component key, label, style); the bucket order of docs/definitions.md#step-buckets.
 BUCKET_STYLES: tuple[tuple[str, str, str], ...] = (
@@ -48,6 +58,7 @@ class DemoState:
     loss: float | None = None
     loss_floor: float | None = None
     summary: Mapping[str, Any] | None = None  # this job's entry of /v1/summary
+    breakdowns: BreakdownStatus | None = None  # what the agents' breakdowns cover so far
     notes: list[str] = field(default_factory=list)  # progress so far, oldest first
 
 
@@ -94,6 +105,39 @@ def _progress(state: DemoState) -> str:
     return f"{state.phase} · step {step}{loss} · {state.elapsed_s:.0f} s"
 
 
+def breakdown_line(status: BreakdownStatus | None) -> str:
+    """Which window the breakdown is from, how old it is, and measured vs carried steps."""
+    if status is None or status.latest_window_step is None:
+        return "no profiled window measured yet"
+    cov = status.coverage
+    age = f"{status.window_age_steps} steps"
+    if status.window_age_s is not None:
+        age += f" / {status.window_age_s:.1f} s"
+    return (
+        f"latest window at step {status.latest_window_step} ({age} ago); {cov.windows} "
+        f"window{'s' * (cov.windows != 1)} measured {cov.measured} rank-steps, "
+        f"{cov.carried} carry a window's breakdown"
+    )
+
+
+def straggler_text(job: Mapping[str, Any]) -> str:
+    """The collector's straggler ratios, naming a rank a straggler only above the threshold."""
+    stragglers = job.get("stragglers") or []
+    basis = job.get("straggler_basis")
+    over = f"{'own' if basis == 'self' else 'wall'} time, last {job.get('window_steps')} steps"
+    named = [s for s in stragglers if is_straggler(float(s.get("ratio", 0.0)))]
+    if named:
+        names = ", ".join(f"rank {s.get('rank')} ×{s.get('ratio', 0.0):.2f}" for s in named)
+        return f"{names} ({over})"
+    if not stragglers:
+        return "–"
+    slow = stragglers[0]
+    return (
+        f"none above ×{STRAGGLER_MIN_RATIO:.2f} (slowest rank {slow.get('rank')} "
+        f"×{slow.get('ratio', 0.0):.2f}, {over})"
+    )
+
+
 def status_line(state: DemoState) -> str:
     """One plain line: progress, MFU/HFU, the buckets and the reports (for --no-live)."""
     parts = [_progress(state)]
@@ -108,6 +152,7 @@ def status_line(state: DemoState) -> str:
                     for key, label, _ in BUCKET_STYLES
                     if components.get(key)
                 )
+                + f" ({breakdown_line(state.breakdowns)})"
             )
         reports = job.get("reports") or {}
         parts.append(
@@ -148,7 +193,11 @@ def _headline(state: DemoState) -> Table:
             legend.append(f"■ {label} {_pct(components[key])}  ", style=style)
     grid.add_row(
         "step",
-        Group(decomposition_bar(components), legend)
+        Group(
+            decomposition_bar(components),
+            legend,
+            Text(breakdown_line(state.breakdowns), style="grey50"),
+        )
         if components
         else Text("waiting for the first profiled window…", style="grey50"),
     )
@@ -159,7 +208,9 @@ def _tables(job: Mapping[str, Any]) -> list[RenderableType]:
     tables: list[RenderableType] = []
     exposed = job.get("exposed_comm") or []
     if exposed:
-        t = Table(title="exposed comm by axis/tier", title_justify="left", expand=False)
+        t = Table(
+            title="exposed comm by axis/tier (latest window)", title_justify="left", expand=False
+        )
         for name in ("axis", "tier", "of step"):
             t.add_column(name, justify="right" if name == "of step" else "left")
         for e in exposed:
@@ -184,7 +235,6 @@ def _tables(job: Mapping[str, Any]) -> list[RenderableType]:
                 _pct(c.get("efficiency")),
             )
         tables.append(t)
-    stragglers = job.get("stragglers") or []
     reports = job.get("reports") or {}
     health = job.get("agent_health") or {}
     t = Table(title="ranks and reports", title_justify="left", show_header=False)
@@ -198,9 +248,7 @@ def _tables(job: Mapping[str, Any]) -> list[RenderableType]:
         f"{reports.get('dropped_by_agents', 0)} dropped by agents, "
         f"{health.get('send_failures_total', 0)} send failures",
     )
-    basis = job.get("straggler_basis")
-    slow = ", ".join(f"rank {s.get('rank')} ×{s.get('ratio', 0.0):.2f}" for s in stragglers)
-    t.add_row("slowest ranks", (slow or "–") + (f" ({basis} time)" if basis and slow else ""))
+    t.add_row("stragglers", straggler_text(job))
     tables.append(t)
     return tables
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mfuscope.cli.demo._agent_tail import AgentTail
 from mfuscope.cli.demo._live_view import DemoState, render, status_line
 from mfuscope.cli.demo._procs import Child, Supervisor
 from mfuscope.cli.demo._progress import apply_event, read_progress
@@ -52,6 +53,7 @@ class DemoRun:
         self.collector: CollectorProcess | None = None
         self.started = time.monotonic()
         self._last_status = 0.0
+        self.agent_tail = AgentTail(self.out / "agent")
         mode = "2-stage pipeline (pp)" if args.pipeline else "data parallel (dp)"
         if args.pipeline and args.ranks > 2:
             mode += f" x dp {args.ranks // 2}"
@@ -99,9 +101,10 @@ class DemoRun:
                 file=sys.stderr,
             )
             return 1
-        from mfuscope.cli.demo._summary import print_summary, write_demo_report
+        from mfuscope.cli.demo._summary import print_summary, save_summary, write_demo_report
 
         report = None if self.args.no_report else write_demo_report(self.out, self.note)
+        save_summary(self.out, final, report)
         print_summary(self.state, final, report, self.out, time.monotonic() - self.started)
         return 0
 
@@ -214,6 +217,7 @@ class DemoRun:
                 next_poll = now + POLL_EVERY_S
                 self.supervisor.observe()
                 self._poll_summary()
+                self.state.breakdowns = self.agent_tail.poll()
             show()
             time.sleep(0.1)
 

@@ -1,16 +1,31 @@
-"""The end of `mfuscope demo`: write the report from the agents' output and print a summary."""
+"""The end of `mfuscope demo`: write the report from the agents' output and print a summary.
+
+The summary tells one story: the run's MFU over every step (the headline, from the agents'
+reports), then what the step breakdowns cover (profiled windows: measured steps, and the steps
+that carry a window's breakdown), the buckets and waterfall of the measured steps, and the
+straggler ratio, the same value the collector exports. The collector's live gauges come after,
+labelled as such. `summary.json` keeps the collector's `/v1/summary` document as it was, plus an
+``agent_output`` section with the same figures as the terminal (`agent_output_section`).
+"""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mfuscope.cli.demo._live_view import BUCKET_STYLES, DemoState
+from mfuscope.cli.demo._live_view import DemoState
 
-__all__ = ["DemoReport", "print_summary", "write_demo_report"]
+__all__ = [
+    "DemoReport",
+    "agent_output_section",
+    "print_summary",
+    "save_summary",
+    "write_demo_report",
+]
 
 
 @dataclass(frozen=True)
@@ -22,7 +37,7 @@ class DemoReport:
 
 def write_demo_report(out: Path, note: Callable[[str], None]) -> DemoReport | None:
     """Render `out/report/` from `out/agent/`; None (with a note saying why) when impossible."""
-    from mfuscope.cli.report.writer import build_content, load_run, write_report
+    from mfuscope.cli.report.writer import load_run, write_report
     from mfuscope.core.errors import ReportInputError
 
     note("writing the report…")
@@ -35,7 +50,7 @@ def write_demo_report(out: Path, note: Callable[[str], None]) -> DemoReport | No
         note(f"report input: {warning}")
     generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     files = write_report(loaded.run, out / "report", generated)
-    return DemoReport(files.html, len(files.pngs), build_content(loaded.run))
+    return DemoReport(files.html, len(files.pngs), files.content)
 
 
 def _pct(value: object) -> str:
@@ -47,6 +62,52 @@ def _job_entry(document: Mapping[str, Any] | None, job: str) -> Mapping[str, Any
         if entry.get("job") == job:
             return dict(entry)
     return {}
+
+
+def agent_output_section(content: Any) -> dict[str, Any]:
+    """The figures the terminal summary prints from the agents' reports, for summary.json (base
+    units, ratios 0..1)."""
+    from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
+
+    run, cov, view = content.run, content.coverage, content.stragglers
+    waterfall = content.waterfall
+    return {
+        "job": run.job,
+        "steps": run.step_count,
+        "step_reports": run.step_reports,
+        "restarts": run.launches.restarts,
+        "rerun_steps": run.launches.rerun_steps,
+        "mfu": content.overall[0] if content.overall else None,
+        "hfu": content.overall[1] if content.overall else None,
+        "mfu_covers": "every step report",
+        "breakdowns": {
+            "windows": cov.windows,
+            "measured_steps": cov.measured,
+            "carried_steps": cov.carried,
+            "steps_without": cov.without,
+            "oldest_carried_steps": cov.oldest_carried_steps,
+            "oldest_carried_s": cov.oldest_carried_s,
+        },
+        "waterfall_mfu": waterfall.mfu if waterfall else None,
+        "waterfall_covers": f"{waterfall.samples if waterfall else 0} measured step reports",
+        "stragglers": {
+            "basis": view.basis,
+            "window_reports": max((p.recent_steps for p in view.ranks), default=0),
+            "threshold": STRAGGLER_MIN_RATIO,
+            "ratios": [{"rank": s.rank, "ratio": s.ratio} for s in view.stragglers],
+            "named": [s.rank for s in view.named],
+        },
+    }
+
+
+def save_summary(out: Path, document: Mapping[str, Any] | None, report: DemoReport | None) -> None:
+    """Write summary.json: the collector's document, plus `agent_output` when there is a report."""
+    if document is None:
+        return
+    saved = dict(document)
+    if report is not None:
+        saved["agent_output"] = agent_output_section(report.content)
+    (out / "summary.json").write_text(json.dumps(saved, indent=2) + "\n")
 
 
 def print_summary(
@@ -63,58 +124,27 @@ def print_summary(
     if state.loss is not None and state.loss_floor is not None:
         loss += f" (floor {state.loss_floor:.3f})"
     lines = [f"mfuscope demo: done in {elapsed_s:.0f} s: {steps} steps, {state.mode}{loss}"]
-    content = report.content if report else None
-    if content is not None and content.overall is not None:
-        ranks = content.run.ranks
-        peaks = sorted({(r.peak_flops, r.peak_source) for r in ranks if r.peak_flops})
-        peak = ", ".join(f"{p / 1e9:.1f} GFLOP/s ({source})" for p, source in peaks)
-        lines.append(
-            f"  MFU {_pct(content.overall[0])}  HFU {_pct(content.overall[1])}  "
-            f"whole run, from the agents' reports (peak per rank: {peak or 'unknown'})"
-        )
-    if job:
-        lines.append(
-            f"  MFU {_pct(job.get('mfu'))}  HFU {_pct(job.get('hfu'))}  at the collector, "
-            f"last {job.get('window_steps')} steps per rank"
-        )
-    if content is not None and content.decomposition:
-        n = len(content.decomposition)
-        shares = {
-            key: sum(r.fraction(key) for r in content.decomposition) / n
-            for key, _, _ in BUCKET_STYLES
-        }
-        profiled = sum(r.steps for r in content.decomposition)
-        lines.append(
-            "  step: "
-            + " · ".join(f"{label} {_pct(shares[key])}" for key, label, _ in BUCKET_STYLES)
-            + f"  (mean over ranks; {profiled} rank-steps decomposed)"
-        )
-    for entry in job.get("exposed_comm") or []:
-        lines.append(
-            f"  exposed comm {entry.get('axis')}/{entry.get('tier')}: "
-            f"{_pct(entry.get('fraction'))} of the step (latest window)"
-        )
+    if report is not None:
+        from mfuscope.cli.report._summary import describe_run
+
+        lines += ["  " + line for line in describe_run(report.content)]
     if job:
         reports = job.get("reports") or {}
         rejected = sum((document or {}).get("rejected", {}).values())
         lines.append(
-            f"  collector: {reports.get('accepted', 0)} step reports from "
-            f"{job.get('ranks', 0)} of {job.get('world_size', 0)} ranks "
-            f"({reports.get('duplicates', 0)} duplicates, "
-            f"{reports.get('dropped_by_agents', 0)} dropped by agents, "
-            f"{rejected} batches rejected)"
+            f"  at the collector: MFU {_pct(job.get('mfu'))}  HFU {_pct(job.get('hfu'))} over "
+            f"each rank's last {job.get('window_steps')} steps (its live gauges); "
+            f"{reports.get('accepted', 0)} step reports from {job.get('ranks', 0)} of "
+            f"{job.get('world_size', 0)} ranks ({reports.get('duplicates', 0)} duplicates, "
+            f"{reports.get('dropped_by_agents', 0)} dropped by agents, {rejected} batches "
+            "rejected)"
         )
-    if content is not None and content.stragglers.slowest is not None:
-        slow = content.stragglers.slowest
-        basis = (
-            f"own time ×{slow.own_ratio:.2f}"
-            if slow.own_ratio is not None
-            else f"step time ×{slow.step_ratio:.2f}"
-        )
-        lines.append(f"  slowest rank: rank {slow.rank}, {basis} the job median")
     lines.append(f"  output in {out}/:")
     if report is not None:
         lines.append(f"    report        {report.html} ({report.pngs} PNG plots beside it)")
     lines.append(f"    agent output  {out / 'agent'}/ (JSONL, one batch per line, per rank)")
-    lines.append("    collector     summary.json, metrics.txt; logs: train.log, collector.log")
+    lines.append(
+        "    collector     summary.json (with the figures above under agent_output), "
+        "metrics.txt; logs: train.log, collector.log"
+    )
     print("\n".join(lines), flush=True)

@@ -12,6 +12,13 @@ __all__ = ["DEFAULT_OUT_NAME", "add_arguments", "default_out_dir", "run"]
 DEFAULT_OUT_NAME = "mfuscope-report"
 
 
+def _quantity(text: str) -> float:
+    """FLOPs or FLOP/s with an optional suffix, as `calc` and `analyze` take them (310T)."""
+    from mfuscope.cli._args import positive_quantity
+
+    return positive_quantity(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths",
@@ -24,26 +31,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         default=None,
-        help=f"output directory (default: {DEFAULT_OUT_NAME}/ inside the first input directory)",
+        help=f"output directory (default: ./{DEFAULT_OUT_NAME}/ in the current directory; the "
+        "inputs are only read)",
     )
     parser.add_argument("--job", default=None, help="job to report when the input holds several")
     parser.add_argument("--no-png", action="store_true", help="write only the HTML file")
     traces = parser.add_argument_group("trace input (what a trace cannot say by itself)")
-    traces.add_argument("--model-flops-per-step", type=float, default=None, metavar="F")
-    traces.add_argument("--recompute-flops-per-step", type=float, default=None, metavar="F")
     traces.add_argument(
-        "--peak-flops", type=float, default=None, metavar="P", help="dense peak FLOP/s per device"
+        "--model-flops-per-step",
+        type=_quantity,
+        default=None,
+        metavar="F",
+        help="model FLOPs per step per rank (for the MFU plots)",
     )
-    traces.add_argument("--gpus-per-node", type=int, default=None, metavar="N")
+    traces.add_argument(
+        "--recompute-flops-per-step",
+        type=_quantity,
+        default=None,
+        metavar="F",
+        help="activation-recomputation FLOPs per step per rank (for HFU)",
+    )
+    traces.add_argument(
+        "--peak-flops",
+        type=_quantity,
+        default=None,
+        metavar="P",
+        help="dense peak FLOP/s per device (default: the trace's device in the datasheet "
+        "table, for --dtype)",
+    )
+    traces.add_argument(
+        "--dtype",
+        default="bf16",
+        help="training dtype for the datasheet peak (bf16, fp16, fp8, tf32, fp32; default bf16)",
+    )
+    traces.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ranks per host, for the intra/inter-node tiers (default: 8 on GPU traces)",
+    )
 
 
-def default_out_dir(paths: list[Path]) -> Path:
-    """`mfuscope-report/` in the first input directory (or beside the first input file)."""
-    first = paths[0]
-    return (first if first.is_dir() else first.parent) / DEFAULT_OUT_NAME
+def default_out_dir(cwd: Path | None = None) -> Path:
+    """`mfuscope-report/` in the current directory (`cwd`): never inside the inputs, which may be
+    read-only or shared."""
+    return (cwd or Path.cwd()) / DEFAULT_OUT_NAME
 
 
 def run(args: argparse.Namespace) -> int:
+    from mfuscope.cli.report._summary import describe_run
     from mfuscope.cli.report.writer import TraceOptions, load_run, write_report
     from mfuscope.core.errors import ReportInputError
 
@@ -52,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         recompute_flops_per_step=args.recompute_flops_per_step,
         peak_flops=args.peak_flops,
         gpus_per_node=args.gpus_per_node,
+        dtype=args.dtype,
     )
     try:
         loaded = load_run(args.paths, job=args.job, trace_options=options)
@@ -60,15 +98,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for warning in loaded.warnings:
         print(f"mfuscope report: warning: {warning}", file=sys.stderr)
-    out_dir = args.out or default_out_dir(args.paths)
+    out_dir = args.out or default_out_dir()
     generated = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    files = write_report(loaded.run, out_dir, generated, png=not args.no_png)
-    run_data = loaded.run
-    print(
-        f"report for job {run_data.job!r}: {len(run_data.ranks)} ranks, "
-        f"{run_data.step_count} steps, from {len(loaded.files)} files"
-    )
+    try:
+        files = write_report(loaded.run, out_dir, generated, png=not args.no_png)
+    except OSError as exc:
+        print(f"mfuscope report: cannot write the report in {out_dir}: {exc}", file=sys.stderr)
+        return 2
+    for line in describe_run(files.content):
+        print(line)
     for plot, reason in files.missing:
         print(f"  {plot}: not drawn ({reason})")
-    print(f"wrote {files.html}" + (f" and {len(files.pngs)} PNG files" if files.pngs else ""))
+    where = files.html.resolve()
+    print(f"wrote {where}" + (f" and {len(files.pngs)} PNG files beside it" if files.pngs else ""))
     return 0

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from mfuscope.core.aggregate.bandwidth import TierBandwidth, bandwidth_by_tier
+from mfuscope.core.aggregate.coverage import Coverage, coverage
 from mfuscope.core.aggregate.decompose import (
     RankDecomposition,
     StepUtilization,
@@ -40,6 +41,7 @@ class ReportContent:
     bandwidth: tuple[TierBandwidth, ...]
     stragglers: StragglerView
     mean_step_s: float
+    coverage: Coverage
 
     def missing(self, plot: str) -> str | None:
         """Why `plot` cannot be drawn, or None when it has data."""
@@ -51,8 +53,10 @@ class ReportContent:
         reasons = {
             "decomposition": None
             if self.decomposition
-            else "no step carries a decomposition yet (no profiled window was analysed)",
-            "waterfall": None if self.waterfall else flops + " or no step is decomposed",
+            else "no step was measured in a profiled window",
+            "waterfall": None
+            if self.waterfall
+            else flops + " or no step was measured in a profiled window",
             "utilization": None if self.utilization else flops,
             "bandwidth": None
             if self.bandwidth
@@ -74,4 +78,5 @@ def build_content(run: RunData) -> ReportContent:
         bandwidth=bandwidth_by_tier(run),
         stragglers=straggler_view(run),
         mean_step_s=math.fsum(walls) / len(walls) if walls else 0.0,
+        coverage=coverage(run),
     )

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from mfuscope.cli.report._content import PLOT_NAMES, ReportContent
 from mfuscope.core.aggregate.decompose import segment_label
+from mfuscope.core.aggregate.run import RunData
+from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
 from mfuscope.core.vocabulary import COMPONENTS
 
 __all__ = ["render_html"]
@@ -37,20 +39,27 @@ _TITLES = {
 }
 
 _CAPTIONS = {
-    "decomposition": "Mean step time of each rank, split into the step buckets: every instant "
-    "of a step is compute, else recompute, else exposed communication (by axis/tier), else "
-    "other (memory copies), else bubble (pipeline or idle). The buckets sum to the step.",
-    "waterfall": "1 − MFU = exposed comm + bubble + recompute + other + compute × (1 − kernel "
-    "efficiency), each as a share of the peak FLOPs the devices could have done (weighted by "
-    "each device's peak). Kernel efficiency = model FLOPs / (peak × compute time).",
+    "decomposition": "Mean step time of each rank over the steps measured in profiled windows, "
+    "split into the step buckets: every instant of a step is compute, else recompute, else "
+    "exposed communication (by axis/tier), else other (memory copies), else bubble (pipeline or "
+    "idle). The buckets sum to the step. Steps between windows carry the latest window's "
+    "breakdown and are not averaged here.",
+    "waterfall": "Over the steps measured in profiled windows: 1 − MFU = exposed comm + bubble + "
+    "recompute + other + compute × (1 − kernel efficiency), each as a share of the peak FLOPs the "
+    "devices could have done (weighted by each device's peak). Kernel efficiency = model FLOPs "
+    "/ (peak × compute time). Its MFU is that of those steps; the MFU card covers every step.",
     "utilization": "MFU = model FLOPs / (peak FLOP/s × step time); HFU adds the recomputed "
-    "FLOPs of activation checkpointing. Job-level per step: ratio of sums over ranks.",
+    "FLOPs of activation checkpointing. Job-level per step: ratio of sums over ranks. Shaded: "
+    "the profiled windows, the only steps whose breakdown was measured.",
     "bandwidth": "nccl-tests definitions: algbw = S / t, busbw = algbw × factor (2(n−1)/n "
     "all_reduce; (n−1)/n all_gather, reduce_scatter, all_to_all; 1 otherwise). Dotted: the "
     "tier's unidirectional spec. Dashed: the fitted alpha-beta model t = α + S·factor / β.",
     "stragglers": "Synchronous ranks share one wall time (the fast wait for the slow inside "
     "collectives), so the slow rank shows in its own time (wall - exposed communication - "
-    "pipeline bubble), which counts a slow data loader's idle time too.",
+    "pipeline bubble), which counts a slow data loader's idle time too. Straggler ratio: the "
+    "rank's median over its last step reports / the median over ranks, as the collector's "
+    f"mfuscope_straggler_ratio; a rank is named a straggler above ×{STRAGGLER_MIN_RATIO:.2f}, "
+    "the alert's threshold.",
 }
 
 
@@ -92,13 +101,23 @@ def _cards(content: ReportContent) -> str:
     pipeline, idle = fractions["bubble_pipeline"], fractions["bubble_idle"]
     bubble = None if pipeline is None or idle is None else pipeline + idle
     dropped = sum(r.health.reports_dropped_total for r in run.ranks)
+    measured = content.coverage
     cards = [
-        ("MFU", _pct(content.overall[0] if content.overall else None), "model FLOPs / peak"),
+        (
+            "MFU",
+            _pct(content.overall[0] if content.overall else None),
+            f"all {run.step_reports} rank-steps",
+        ),
         ("HFU", _pct(content.overall[1] if content.overall else None), "incl. recompute"),
         ("mean step", _ms(content.mean_step_s), f"{run.step_count} steps"),
-        ("exposed comm", _pct(fractions["exposed_comm"]), "of the step, rank mean"),
-        ("bubble", _pct(bubble), "pipeline + idle"),
-        ("recompute", _pct(fractions["recompute"]), "of the step"),
+        (
+            "breakdowns measured",
+            f"{measured.measured} rank-steps",
+            f"{measured.windows} window{'s' * (measured.windows != 1)}; {measured.carried} carried",
+        ),
+        ("exposed comm", _pct(fractions["exposed_comm"]), "measured steps, rank mean"),
+        ("bubble", _pct(bubble), "pipeline + idle, measured"),
+        ("recompute", _pct(fractions["recompute"]), "measured steps"),
         (
             "kernel efficiency",
             _pct(waterfall.kernel_efficiency if waterfall else None),
@@ -121,28 +140,80 @@ def _section_table(content: ReportContent, plot: str) -> str:
             + [_pct(s.seconds / r.mean_step_s) for s in r.segments]
             for r in content.decomposition
         ]
-        return _table(["rank", "steps", "mean step", *labels], rows)
+        return _table(["rank", "measured steps", "mean step", *labels], rows)
     if plot == "waterfall" and content.waterfall:
         w = content.waterfall
         slices = [[s.label, _pct(s.fraction)] for s in w.slices] + [["MFU", _pct(w.mfu)]]
+        overall = _pct(content.overall[0]) if content.overall else "–"
+        sampled = content.coverage.carried + content.coverage.without > 0
         return _table(["slice", "share of peak"], slices) + (
-            f'<p class="note">{w.samples} (rank, step) samples; HFU {_pct(w.hfu)}.</p>'
+            f'<p class="note">Over {w.samples} measured (rank, step) samples of the profiled '
+            f"windows: MFU {_pct(w.mfu)}, HFU {_pct(w.hfu)}. The headline MFU ({overall}) covers "
+            f"all {content.run.step_reports} rank-steps"
+            + (
+                "; steps under the profiler run slower (markedly on a CPU), so the measured "
+                "steps' MFU is usually the lower.</p>"
+                if sampled
+                else ".</p>"
+            )
         )
     if plot == "bandwidth":
         return "".join(_tier_tables(content))
     if plot == "stragglers":
-        rows = [
-            [
-                f"rank {p.rank}",
-                _ms(p.median_step_s),
-                f"{p.step_ratio:.3f}",
-                _ms(p.median_own_s),
-                "–" if p.own_ratio is None else f"{p.own_ratio:.3f}",
-            ]
-            for p in content.stragglers.ranks
-        ]
-        return _table(["rank", "median step", "ratio", "median own time", "own-time ratio"], rows)
+        return _straggler_table(content)
     return ""
+
+
+def _straggler_verdict(content: ReportContent) -> str:
+    """Who is named a straggler (above the threshold), else the slowest rank and its ratio."""
+    view = content.stragglers
+    basis = "own time" if view.basis == "self" else "step wall time"
+    if view.named:
+        names = ", ".join(f"rank {s.rank} (×{s.ratio:.3f})" for s in view.named)
+        return f"Stragglers: {names}, by {basis}."
+    slow = view.slowest
+    tail = (
+        f"; the slowest is rank {slow.rank} at ×{slow.ratio:.3f} the median {basis}" if slow else ""
+    )
+    return f"No straggler (no rank above ×{STRAGGLER_MIN_RATIO:.2f}){tail}."
+
+
+def _straggler_table(content: ReportContent) -> str:
+    view = content.stragglers
+    basis = "own time" if view.basis == "self" else "wall time"
+    rows = [
+        [
+            f"rank {p.rank}",
+            _ms(p.median_step_s),
+            _ms(p.median_own_s),
+            f"{_ms(p.straggler_step_s)} ({p.recent_steps})",
+            f"{p.ratio:.3f}",
+        ]
+        for p in view.ranks
+    ]
+    header = [
+        "rank",
+        "median step (run)",
+        "median own time (run)",
+        f"median {basis} (last reports)",
+        "straggler ratio",
+    ]
+    return _table(header, rows) + f'<p class="note">{_e(_straggler_verdict(content))}</p>'
+
+
+def _coverage_note(content: ReportContent) -> str:
+    launches = content.run.launches
+    restarts = (
+        f" The job was launched {launches.restarts + 1} times: "
+        f"{launches.rerun_steps} of the {launches.step_reports} step reports re-ran steps an "
+        "earlier launch had reported (redone work)."
+        if launches.restarts
+        else ""
+    )
+    return (
+        f'<p class="note">Breakdowns: {_e(content.coverage.describe())}. Averages of the buckets '
+        f"use the measured steps only; MFU and HFU use every step.{_e(restarts)}</p>"
+    )
 
 
 def _tier_tables(content: ReportContent) -> list[str]:
@@ -197,8 +268,9 @@ def _tier_tables(content: ReportContent) -> list[str]:
 
 def _ranks_table(content: ReportContent) -> str:
     rows = []
+    coverage_of = {c.rank: c for c in content.coverage.ranks}
     for r in content.run.ranks:
-        h = r.health
+        h, cov = r.health, coverage_of[r.rank]
         rows.append(
             [
                 f"rank {r.rank}",
@@ -207,8 +279,9 @@ def _ranks_table(content: ReportContent) -> str:
                 _si(r.peak_flops, "FLOP/s"),
                 r.peak_source,
                 len(r.steps),
-                sum(1 for s in r.steps if s.components),
-                h.windows_analysed_total,
+                cov.measured,
+                cov.carried,
+                cov.windows,
                 h.reports_dropped_total,
                 h.send_failures_total,
                 h.profiler_failures_total,
@@ -221,7 +294,8 @@ def _ranks_table(content: ReportContent) -> str:
         "peak",
         "peak source",
         "steps",
-        "decomposed",
+        "measured",
+        "carried",
         "windows",
         "dropped",
         "send failures",
@@ -253,6 +327,14 @@ def _ranks_table(content: ReportContent) -> str:
     return _table(header, rows) + topo
 
 
+def _launches(run: RunData) -> str:
+    launches = run.launches
+    if not launches.restarts:
+        return ""
+    restarts = f"{launches.restarts} restart" + "s" * (launches.restarts != 1)
+    return f"{restarts}, {launches.rerun_steps} re-run step reports · "
+
+
 def render_html(content: ReportContent, svgs: Mapping[str, str], generated: str) -> str:
     """The page. `svgs` maps plot names (`PLOT_NAMES`) to inline SVG markup; absent = missing."""
     run = content.run
@@ -263,11 +345,13 @@ def render_html(content: ReportContent, svgs: Mapping[str, str], generated: str)
         f"<title>mfuscope report: {_e(run.job)}</title><style>{_CSS}</style></head><body>",
         f"<h1>mfuscope report: {_e(run.job)}</h1>",
         f'<p class="meta">{_e(run.source)} · {len(run.ranks)} of {run.world_size} ranks · '
-        f"{run.step_count} steps · {_e(devices)} · generated {_e(generated)}</p>",
+        f"{run.step_count} steps ({run.step_reports} rank-steps) · {_e(_launches(run))}"
+        f"{_e(devices)} · generated {_e(generated)}</p>",
         "<nav>"
         + "".join(f'<a href="#plot-{p}">{_e(_TITLES[p])}</a>' for p in PLOT_NAMES)
         + "</nav>",
         _cards(content),
+        _coverage_note(content),
     ]
     for plot in PLOT_NAMES:
         parts.append(f'<section><h2 id="section-{plot}">{_e(_TITLES[plot])}</h2>')

@@ -3,7 +3,8 @@
 Agent JSONL: one batch per line in the collector wire format (`*.jsonl`, or `*.jsonl.gz`). A line
 that does not parse (typically the last line of a killed job) is skipped with a warning rather
 than losing the whole run. Traces: `*.json` / `*.json.gz` Kineto files, one per rank, decomposed
-by the analysis engine; model FLOPs and peak come from the options, as for `mfuscope analyze`.
+by the analysis engine; model FLOPs come from the options and the peak from them or the datasheet
+table, as for `mfuscope analyze`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class TraceOptions:
     model_flops_per_step: float | None = None
     recompute_flops_per_step: float | None = None
     peak_flops: float | None = None
+    dtype: str = "bf16"  # for the datasheet peak when `peak_flops` is not given
     gpus_per_node: int | None = None
 
 
@@ -97,7 +99,8 @@ def load_run(
         batches, warnings = read_batches(jsonl)
         if not batches:
             detail = f" ({warnings[0]})" if warnings else ""
-            raise ReportInputError(f"no valid agent batch in {len(jsonl)} JSONL file(s){detail}")
+            names = ", ".join(str(f) for f in jsonl[:3]) + (", ..." if len(jsonl) > 3 else "")
+            raise ReportInputError(f"no valid agent batch in {names}{detail}")
         run = merge_batches(batches, job, source=f"agent output ({len(jsonl)} JSONL files)")
         return Loaded(run, tuple(jsonl), _capped(warnings))
     if traces:

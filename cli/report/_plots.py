@@ -25,6 +25,7 @@ from mfuscope.core.aggregate.decompose import (
 )
 from mfuscope.core.aggregate.stragglers import StragglerView
 from mfuscope.core.bandwidth import LinkModel, bus_factor, ideal_transfer_s
+from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
 
 __all__ = [
     "draw",
@@ -99,7 +100,11 @@ def plot_decomposition(ranks: Sequence[RankDecomposition]) -> Figure:
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     ax.set_ylabel("mean step time (ms)")
     steps = sorted({r.steps for r in ranks})
-    ax.set_title(f"Step decomposition per rank (mean over {'/'.join(map(str, steps))} steps)")
+    ax.set_title(
+        f"Step decomposition per rank (mean over the {'/'.join(map(str, steps))} steps "
+        "measured in profiled windows)",
+        fontsize=10,
+    )
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     return fig
@@ -139,15 +144,29 @@ def plot_waterfall(waterfall: Waterfall) -> Figure:
     ax.set_xticks(range(len(names)), names, rotation=25, ha="right")
     ax.set_ylabel("% of peak FLOPs")
     ax.set_ylim(min(0.0, 100 * min(s.fraction for s in waterfall.slices)), 108)
-    ax.set_title("MFU waterfall: where the peak goes")
+    ax.set_title(
+        f"MFU waterfall over the {waterfall.samples} measured rank-steps: where the peak goes",
+        fontsize=10,
+    )
     ax.grid(axis="y", alpha=0.3)
     return fig
 
 
-def plot_utilization(series: Sequence[StepUtilization]) -> Figure:
-    """MFU and HFU of the job per step (percent)."""
+def plot_utilization(
+    series: Sequence[StepUtilization], windows: Sequence[tuple[int, int]] = ()
+) -> Figure:
+    """MFU and HFU of the job per step (percent), the profiled windows shaded."""
     fig = Figure(figsize=(8.0, 3.6))
     ax = fig.add_subplot()
+    for index, (first, last) in enumerate(windows):
+        ax.axvspan(
+            first - 0.5,
+            last + 0.5,
+            color="#F2C14E",
+            alpha=0.35,
+            linewidth=0,
+            label="profiled window (breakdown measured)" if index == 0 else None,
+        )
     steps = [s.step for s in series]
     marker = "o" if len(series) <= 60 else None
     ax.plot(
@@ -238,31 +257,34 @@ def plot_bandwidth(tiers: Sequence[TierBandwidth]) -> Figure:
     return fig
 
 
-def plot_stragglers(view: StragglerView) -> Figure:
-    """Left: per-rank median step and own time over the job median. Right: per-step heat map."""
+def plot_stragglers(view: StragglerView, windows: Sequence[tuple[int, int]] = ()) -> Figure:
+    """Left: each rank's straggler ratio against the threshold. Right: per-step heat map."""
     fig = Figure(figsize=(10.0, max(3.2, 0.35 * len(view.ranks) + 2.4)))
     bars, heat = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
     ranks = [p.rank for p in view.ranks]
     y = list(range(len(ranks)))
+    named = {s.rank for s in view.named}
+    basis = "own time (wall - exposed comm - pipeline bubble)" if view.basis == "self" else "wall"
     bars.barh(
-        [v - 0.2 for v in y],
-        [p.step_ratio for p in view.ranks],
-        height=0.4,
-        color="#4C72B0",
-        label="step wall time",
-    )
-    bars.barh(
-        [v + 0.2 for v in y],
-        [p.own_ratio or 0.0 for p in view.ranks],
-        height=0.4,
-        color="#DD8452",
-        label="own time (wall - exposed comm - pipeline bubble)",
+        y,
+        [p.ratio for p in view.ranks],
+        height=0.6,
+        color=["#C44E52" if p.rank in named else "#4C72B0" for p in view.ranks],
+        label=f"median {basis}, last reports",
     )
     bars.axvline(1.0, color="#2B2B2B", linewidth=1)
+    bars.axvline(
+        STRAGGLER_MIN_RATIO,
+        color="#C44E52",
+        linestyle="--",
+        linewidth=1,
+        label=f"straggler above ×{STRAGGLER_MIN_RATIO:.2f}",
+    )
+    bars.set_xlim(0, max([STRAGGLER_MIN_RATIO * 1.1] + [p.ratio * 1.05 for p in view.ranks]))
     bars.set_yticks(y, [f"rank {r}" for r in ranks])
     bars.invert_yaxis()
-    bars.set_xlabel("median / job median")
-    bars.set_title("Pace per rank")
+    bars.set_xlabel("straggler ratio (/ job median)")
+    bars.set_title("Straggler ratio per rank")
     bars.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     # A dense step axis (missing steps blank) so the heat map's x axis is the step number.
     first, last = view.steps[0], view.steps[-1]
@@ -279,8 +301,12 @@ def plot_stragglers(view: StragglerView) -> Figure:
         norm=TwoSlopeNorm(1.0, 1.0 - spread, 1.0 + spread),
         extent=(first - 0.5, last + 0.5, len(ranks) - 0.5, -0.5),
     )
+    for first_step, last_step in windows:
+        heat.axvspan(
+            first_step - 0.5, last_step + 0.5, fill=False, edgecolor="#2B2B2B", linewidth=1.0
+        )
     heat.set_yticks(y, [f"rank {r}" for r in ranks])
-    heat.set_xlabel("step")
+    heat.set_xlabel("step" + (" (outlined: profiled windows)" if windows else ""))
     heat.set_title("Step wall time / that step's median over ranks")
     fig.colorbar(image, ax=heat, fraction=0.05)
     return fig
@@ -295,9 +321,9 @@ def draw(plot: str, content: ReportContent) -> Figure | None:
     if plot == "waterfall":
         return plot_waterfall(content.waterfall) if content.waterfall else None
     if plot == "utilization":
-        return plot_utilization(content.utilization)
+        return plot_utilization(content.utilization, content.coverage.window_ranges)
     if plot == "bandwidth":
         return plot_bandwidth(content.bandwidth)
     if plot == "stragglers":
-        return plot_stragglers(content.stragglers)
+        return plot_stragglers(content.stragglers, content.coverage.window_ranges)
     raise ValueError(f"unknown plot {plot!r}")

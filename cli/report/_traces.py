@@ -1,7 +1,8 @@
 """Kineto traces as report input: the engine's per-rank analysis turned into step reports.
 
-A trace carries no FLOPs and no device peak, so those come from `TraceOptions` (as for
-`mfuscope analyze`); without them the MFU plots say why they are missing. Each decomposed step
+A trace carries no FLOPs and no device peak: the FLOPs come from `TraceOptions`, the peak from
+them or else the datasheet table for the trace's device and `dtype` (as for `mfuscope analyze`);
+without them the MFU plots say why they are missing. Each decomposed step
 becomes a step report by the agent's own conversion (`core.step_report`).
 """
 
@@ -11,15 +12,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mfuscope.cli.report._load import TraceOptions
-from mfuscope.core.aggregate.run import RankRun, RunData
-from mfuscope.core.errors import ReportInputError
-from mfuscope.core.hardware import default_link_tiers, find_device
+from mfuscope.core.aggregate.run import Launches, RankRun, RunData
+from mfuscope.core.errors import ReportInputError, TraceError
+from mfuscope.core.hardware import PeakLookup, resolve_peak
 from mfuscope.core.schema import (
     GroupInfo,
     StepReport,
     Topology,
 )
 from mfuscope.core.step_report import report_from_decomposition
+from mfuscope.core.stragglers import DEFAULT_WINDOW_STEPS
+from mfuscope.core.trace.options import trace_tier_specs
 from mfuscope.core.trace.result import RankAnalysis, StepDecomposition
 
 __all__ = [
@@ -48,9 +51,7 @@ def topology_from_analysis(analysis: RankAnalysis) -> Topology:
     depend on how many of a group's ranks share a node (docs/definitions.md#link-specs), which a
     trace does not say; so is anything on an unknown device or a CPU.
     """
-    known = find_device(analysis.device) is not None
-    tabled = default_link_tiers(analysis.device) if known else {}
-    links = {tier: link for tier, link in tabled.items() if tier == "intra_node"}
+    specs = trace_tier_specs(analysis.device)
     groups = sorted(
         {
             (c.axis, c.tier, c.group_size)
@@ -66,10 +67,8 @@ def topology_from_analysis(analysis: RankAnalysis) -> Topology:
                 tier=tier,
                 size=size,
                 spans_hosts=tier == "inter_node",
-                link_peak_bytes_per_s=links[tier].unidirectional_bytes_per_s
-                if tier in links
-                else None,
-                link_peak_source="datasheet" if tier in links else "unknown",
+                link_peak_bytes_per_s=specs.get(tier),
+                link_peak_source="datasheet" if tier in specs else "unknown",
             )
             for axis, tier, size in groups
         )
@@ -77,37 +76,66 @@ def topology_from_analysis(analysis: RankAnalysis) -> Topology:
 
 
 def run_from_analyses(
-    analyses: Sequence[RankAnalysis], options: TraceOptions, job: str, source: str
+    analyses: Sequence[RankAnalysis],
+    options: TraceOptions,
+    job: str,
+    source: str,
+    paths: Sequence[Path] = (),
+    peaks: Sequence[PeakLookup] = (),
 ) -> RunData:
-    """One `RunData` from the engine's per-rank results (pure). Raises on duplicate ranks."""
-    ranks = sorted(analyses, key=lambda a: a.rank)
-    seen = [a.rank for a in ranks]
-    if len(set(seen)) != len(seen):
-        raise ReportInputError(f"several traces of the same rank ({seen}): pass one per rank")
+    """One `RunData` from the engine's per-rank results (pure); `paths[i]` is the file
+    `analyses[i]` came from and `peaks[i]` its peak (default: `options.peak_flops` as given).
+    Raises `ReportInputError` naming the files of a rank given twice."""
+    files: dict[int, list[str]] = {}
+    for index, analysis in enumerate(analyses):
+        name = str(paths[index]) if index < len(paths) else f"trace {index + 1}"
+        files.setdefault(analysis.rank, []).append(name)
+    repeated = {rank: names for rank, names in files.items() if len(names) > 1}
+    if repeated:
+        rank, names = min(repeated.items())
+        raise ReportInputError(
+            f"several traces of rank {rank}: {', '.join(names)}; pass one trace per rank (a "
+            "report shows one run of the job)"
+        )
+    default = (
+        PeakLookup(options.peak_flops, "user", None, "given")
+        if options.peak_flops
+        else PeakLookup(None, "unknown", None, "no peak given")
+    )
+    pairs = sorted(
+        ((a, peaks[i] if i < len(peaks) else default) for i, a in enumerate(analyses)),
+        key=lambda pair: pair[0].rank,
+    )
     return RunData(
         job=job,
-        world_size=max(a.world_size for a in ranks),
+        world_size=max(a.world_size for a in analyses),
         ranks=tuple(
             RankRun(
                 rank=a.rank,
                 host="(from trace)",
                 device=a.device,
-                peak_flops=options.peak_flops,
-                peak_source="user" if options.peak_flops is not None else "unknown",
+                peak_flops=peak.peak_flops,
+                peak_source=peak.source,
                 steps=tuple(step_report_from_decomposition(s, options) for s in a.steps),
                 topology=topology_from_analysis(a),
+                recent=tuple(
+                    step_report_from_decomposition(s, options)
+                    for s in a.steps[-DEFAULT_WINDOW_STEPS:]
+                ),
             )
-            for a in ranks
+            for a, peak in pairs
         ),
         source=source,
         flops_known=options.model_flops_per_step is not None,
+        launches=Launches(step_reports=sum(len(a.steps) for a in analyses)),
     )
 
 
 def run_from_traces(paths: Sequence[Path], options: TraceOptions) -> RunData:
     """Decompose each trace with the engine and gather the ranks into one run."""
     from mfuscope.core.trace import analyze_trace, read_trace
-    from mfuscope.core.trace.options import analysis_options, options_for_trace
+    from mfuscope.core.trace.options import analysis_options, options_for_trace, trace_device
+    from msgspec.structs import replace
 
     base = analysis_options(
         device=None,  # per trace, below: the same options `mfuscope analyze` builds
@@ -116,9 +144,17 @@ def run_from_traces(paths: Sequence[Path], options: TraceOptions) -> RunData:
         recompute_flops_per_step=options.recompute_flops_per_step,
         peak_flops=options.peak_flops,
     )
-    analyses = []
+    analyses, peaks = [], []
     for path in paths:
-        trace = read_trace(path)
-        analyses.append(analyze_trace(trace, options_for_trace(trace, base)))
+        try:
+            trace = read_trace(path)
+            peak = resolve_peak(trace_device(trace), options.dtype, options.peak_flops)
+            traced = replace(options_for_trace(trace, base), peak_flops=peak.peak_flops)
+            analyses.append(analyze_trace(trace, traced))
+        except TraceError as exc:
+            raise TraceError(path, exc.message) from None
+        peaks.append(peak)
     job = paths[0].parent.name or paths[0].name
-    return run_from_analyses(analyses, options, job, f"Kineto traces ({len(paths)} files)")
+    return run_from_analyses(
+        analyses, options, job, f"Kineto traces ({len(paths)} files)", paths=paths, peaks=peaks
+    )

@@ -40,6 +40,7 @@ class ReportFiles:
     html: Path
     pngs: tuple[Path, ...]
     missing: tuple[tuple[str, str], ...]  # (plot, why it could not be drawn)
+    content: ReportContent  # what the page shows
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -78,4 +79,4 @@ def write_report(run: RunData, out_dir: Path, generated: str, *, png: bool = Tru
             pngs.append(path)
     html_path = out_dir / HTML_NAME
     _write_atomic(html_path, render_html(content, svgs, generated).encode("utf-8"))
-    return ReportFiles(html_path, tuple(pngs), tuple(missing))
+    return ReportFiles(html_path, tuple(pngs), tuple(missing), content)

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from mfuscope.core.aggregate.coverage import is_measured
 from mfuscope.core.aggregate.run import RankRun, RunData
 from mfuscope.core.mfu import StepBuckets, mfu_waterfall, utilization
 from mfuscope.core.schema import StepReport
@@ -73,7 +74,7 @@ class Segment:
 
 @dataclass(frozen=True)
 class RankDecomposition:
-    """One rank's mean step over the steps that carry components (`steps` of them)."""
+    """One rank's mean step over its measured steps (`steps` of them, in profiled windows)."""
 
     rank: int
     steps: int
@@ -89,13 +90,15 @@ class RankDecomposition:
 
 
 def _decomposed(rank: RankRun) -> Iterator[StepReport]:
-    return (s for s in rank.steps if s.components)
+    """The steps whose buckets were measured (in a profiled window): a carried breakdown is an
+    earlier window's, scaled, and would weight that window by the steps that followed it."""
+    return (s for s in rank.steps if is_measured(s))
 
 
 def decomposition_per_rank(run: RunData) -> tuple[RankDecomposition, ...]:
-    """Per rank, the mean seconds per step in each bucket; every rank gets the same segment keys
-    (zeros where absent) so stacked bars share one legend. Ranks with no decomposed step are left
-    out."""
+    """Per rank, the mean seconds per measured step in each bucket; every rank gets the same
+    segment keys (zeros where absent) so stacked bars share one legend. Ranks with no measured
+    step are left out."""
     keys = sorted(
         {
             _segment_key(c.component, c.axis, c.tier)
@@ -140,7 +143,7 @@ class Waterfall:
     hfu: float
     kernel_efficiency: float | None  # None when no compute time was observed
     slices: tuple[WaterfallSlice, ...]
-    samples: int  # (rank, step) pairs aggregated
+    samples: int  # measured (rank, step) pairs aggregated
 
 
 def _peaked(run: RunData) -> Iterator[tuple[float, StepReport]]:
@@ -150,14 +153,15 @@ def _peaked(run: RunData) -> Iterator[tuple[float, StepReport]]:
 
 
 def job_waterfall(run: RunData) -> Waterfall | None:
-    """The job's MFU waterfall over all decomposed steps of ranks with a known peak
-    (`core.mfu.mfu_waterfall` on the peak-weighted sums of the buckets).
+    """The job's MFU waterfall over the measured steps (profiled windows) of ranks with a known
+    peak (`core.mfu.mfu_waterfall` on the peak-weighted sums of the buckets); its MFU is that of
+    those steps, not of the whole run.
 
-    None when FLOPs or peaks are unknown or no step carries components.
+    None when FLOPs or peaks are unknown or no step was measured.
     """
     if not run.flops_known:
         return None
-    samples = [(p, s) for p, s in _peaked(run) if s.components]
+    samples = [(p, s) for p, s in _peaked(run) if is_measured(s)]
     peak_time = math.fsum(p * s.wall_s for p, s in samples)  # FLOPs the devices could have done
     if not samples or not peak_time > 0:
         return None

@@ -3,7 +3,7 @@
 A Kineto event carries a dozen keys and an ``args`` object of up to thirty more; the engine
 reads eight and sixteen of them. Decoding straight into these `msgspec` Structs skips every
 other key inside the decoder, without building a dict per event (measured on a 2M-event trace:
-2-5x faster than ``json.loads``, see ``benchmarks/analyze_bench.py`` and docs/analyze.md). A
+2-5x faster than ``json.loads``, see ``benchmarks/analyze_bench.py`` and benchmarks/analyze.md). A
 trace that is already a decoded dict (tests, ``load_trace``) is converted into the same model,
 so the engine has one input type.
 
@@ -162,7 +162,7 @@ class _KnownFlowBody(msgspec.Struct, frozen=True, gc=False):
     past its category, yet Kineto writes one or two per launch (13-34% of the events of the
     real traces, a third of the generated one): decoded into this, such an event's other keys
     are skipped, not built (measured on the generated 2M-event trace: ~0.2 s of 2.4 s end to
-    end, see docs/analyze.md). Their other fields read as `TraceEvent`'s defaults, so they are
+    end, see benchmarks/analyze.md). Their other fields read as `TraceEvent`'s defaults, so they are
     not type-checked either: a flow event with, e.g., a string ``ts`` is no longer an error.
     """
 

@@ -4,7 +4,7 @@ Most events of a GPU trace are never looked at past their category: flow arrows 
 ``fwdbwd``), host operators other than the few named below, the Python calls of a
 ``with_stack`` profile, and the runtime calls that launch nothing on the device (event
 records, synchronisations, ...). Decoding them is most of the cost of reading a trace, and
-freeing them costs again (measured in docs/analyze.md), so the C scanner ``_select_c`` copies
+freeing them costs again (measured in benchmarks/analyze.md), so the C scanner ``_select_c`` copies
 the document without them; only then is it decoded. An event is left out only when its
 ``cat`` is a plain string and:
 - the category is one the analysis does not read at all (see `_scan`);

@@ -39,7 +39,7 @@ WINDOW_ANNOTATION_PREFIX = "annotation:"  # then the annotation's name
 
 # The engine's private records are msgspec Structs, not dataclasses: a Struct class is made in
 # ~0.02 ms, a frozen dataclass in 0.5-1 ms (each generated method compiled by its own exec),
-# and `mfuscope analyze` makes all of them at start-up (docs/analyze.md).
+# and `mfuscope analyze` makes all of them at start-up (benchmarks/analyze.md).
 
 
 class CommActivity(msgspec.Struct, frozen=True):

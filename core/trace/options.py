@@ -15,13 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mfuscope.core.bandwidth import LinkModel
-from mfuscope.core.hardware import LINK_TIER_KEYS, link_for_tier
+from mfuscope.core.hardware import LINK_TIER_KEYS, default_link_tiers, find_device, link_for_tier
 from mfuscope.core.links import DetectedLinks
 from mfuscope.core.trace._events import KinetoTrace
 from mfuscope.core.trace.result import AnalysisOptions
 from msgspec.structs import replace
 
-__all__ = ["analysis_options", "link_models", "options_for_trace", "trace_device"]
+__all__ = [
+    "analysis_options",
+    "link_models",
+    "options_for_trace",
+    "trace_device",
+    "trace_tier_specs",
+]
 
 
 def link_models(
@@ -85,3 +91,19 @@ def options_for_trace(trace: KinetoTrace, base: AnalysisOptions) -> AnalysisOpti
     """`base` with the link models of the device `trace` was recorded on (offline: no detection,
     so the device's defaults)."""
     return replace(base, links=link_models(trace_device(trace)))
+
+
+def trace_tier_specs(device: str | None) -> dict[str, float]:
+    """Tier -> the spec rate (unidirectional bytes/s) a trace's collectives compare with.
+
+    A trace does not say which links its machine had: inside a node, the datasheet link of a
+    known GPU (`hardware.default_link_tiers`). Across nodes there is none: the spec depends on
+    how many of a group's ranks share a node and the NICs they drive
+    (docs/definitions.md#link-specs), which a trace does not say; nor for a CPU or an unknown
+    device.
+    """
+    if device is None or find_device(device) is None:
+        return {}
+    tiers = default_link_tiers(device)
+    intra = tiers.get("intra_node")
+    return {} if intra is None else {"intra_node": intra.unidirectional_bytes_per_s}

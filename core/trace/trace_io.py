@@ -54,7 +54,7 @@ class _Inflater(Protocol):
 
 def _gunzip() -> tuple[Callable[..., _Inflater], tuple[type[Exception], ...]]:
     """ISA-L's inflate where its wheel installs (~1.6x faster than zlib's on these traces,
-    docs/analyze.md), else the standard library's; with the errors each raises on bad data."""
+    benchmarks/analyze.md), else the standard library's; with the errors each raises on bad data."""
     errors: tuple[type[Exception], ...] = (EOFError, OSError, zlib.error)
     try:
         isal_zlib = importlib.import_module("isal.isal_zlib")
@@ -241,11 +241,12 @@ def _decode_selected(raw: bytes, scanned: ScannedDocument) -> KinetoTrace:
 
 
 def find_trace_files(path: str | os.PathLike[str]) -> list[Path]:
-    """`path` itself if it is a file, else the ``*.json`` / ``*.json.gz`` files in it, sorted."""
+    """`path` itself if it is a file, else the ``*.json`` / ``*.json.gz`` files under it, in
+    its subdirectories too (as `mfuscope report` looks), sorted."""
     root = Path(path)
     if not root.is_dir():
         return [root]
-    files = sorted(p for p in root.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
+    files = sorted(p for p in root.rglob("*") if p.name.endswith(_TRACE_SUFFIXES) and p.is_file())
     if not files:
-        raise TraceError(root, "directory holds no .json or .json.gz trace")
+        raise TraceError(root, "directory holds no .json or .json.gz trace, nor do its subfolders")
     return files

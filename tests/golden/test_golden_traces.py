@@ -13,16 +13,16 @@ plus hand sums from the raw events: each collective's bytes = nelems x 4 (Float)
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from mfuscope.core.trace import AnalysisOptions, RankAnalysis, analyze_trace, load_trace
 
-TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
-A100 = TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz"
-MI300X = TRACES / "tracelens_resnet_actckpt_8xMI300X" / "resnet_act_checkpoint.json.gz"
+from tests.support.shared_data import A100_TRACE as A100
+from tests.support.shared_data import MI300X_TRACE as MI300X
+from tests.support.shared_data import require
+
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -109,13 +109,13 @@ def brute_force(trace: dict[str, Any], recompute_fn_ranges: bool) -> list[dict[s
 
 @pytest.fixture(scope="module")
 def a100() -> tuple[dict[str, Any], RankAnalysis]:
-    trace = load_trace(A100)
+    trace = load_trace(require(A100))
     return trace, analyze_trace(trace)
 
 
 @pytest.fixture(scope="module")
 def mi300x() -> tuple[dict[str, Any], RankAnalysis]:
-    trace = load_trace(MI300X)
+    trace = load_trace(require(MI300X))
     return trace, analyze_trace(trace)
 
 

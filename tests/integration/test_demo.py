@@ -95,18 +95,52 @@ def _check_outputs(out: Path, steps: int, log: str) -> dict[str, object]:
     return dict(job)
 
 
+def _check_one_story(out: Path, stdout: str) -> None:
+    """The terminal, summary.json and the report give the same counts of measured and carried
+    steps, and the same straggler ratio (the collector's), named only past the threshold."""
+    summary = json.loads((out / "summary.json").read_text())
+    agents = summary["agent_output"]
+    cov = agents["breakdowns"]
+    assert cov["windows"] >= 1 and cov["measured_steps"] > 0 and cov["carried_steps"] > 0
+    said = re.search(r"breakdowns: (\d+) profiled windows? measured .*?(\d+) rank-steps; "
+                     r"(\d+) rank-steps carry", stdout)  # fmt: skip
+    assert said is not None, stdout
+    assert [int(n) for n in said.groups()] == [
+        cov["windows"], cov["measured_steps"], cov["carried_steps"]
+    ]  # fmt: skip
+    html = (out / "report" / "report.html").read_text()
+    assert f"{cov['measured_steps']} rank-steps</b>" in html  # the "breakdowns measured" card
+    (collector,) = summary["jobs"]
+    ratio = collector["stragglers"][0]["ratio"]
+    slowest = collector["stragglers"][0]["rank"]
+    assert agents["stragglers"]["ratios"][0] == {"rank": slowest, "ratio": pytest.approx(ratio)}
+    assert f"<td>rank {slowest}</td>" in html and f"<td>{ratio:.3f}</td>" in html
+    if ratio > agents["stragglers"]["threshold"]:
+        assert f"stragglers: rank {slowest} ×{ratio:.3f}" in stdout
+    else:
+        assert f"stragglers: none above ×1.20; slowest rank {slowest} at ×{ratio:.3f}" in stdout
+
+
 def test_demo_data_parallel(tmp_path: Path) -> None:
     steps = 14
     result, out, _ = _run_demo(tmp_path, "--steps", str(steps))
-    assert re.search(r"MFU \d+\.\d%  HFU \d+\.\d%  whole run", result.stdout), result.stdout
-    assert re.search(r"MFU \d+\.\d%  HFU \d+\.\d%  at the collector", result.stdout)
-    assert f"report        {out / 'report' / 'report.html'}" in result.stdout
+    stdout = result.stdout
+    # One headline MFU (every step); the others say what they cover.
+    assert re.search(rf"MFU \d+\.\d%  HFU \d+\.\d%  over all {2 * steps} rank-steps", stdout), (
+        stdout
+    )
+    assert re.search(
+        r"at the collector: MFU \d+\.\d%  HFU \d+\.\d% over each rank's last 20", stdout
+    )
+    assert re.search(r"waterfall \(\d+ measured rank-steps\): MFU \d+\.\d%", stdout)
+    assert f"report        {out / 'report' / 'report.html'}" in stdout
     assert "importing torch" in result.stdout  # progress while torch starts
     job = _check_outputs(out, steps, result.stdout + result.stderr)
     components = job["components"]
     assert isinstance(components, dict)
     assert components.get("recompute", 0) > 0  # activation checkpointing shows
     assert components.get("exposed_comm", 0) > 0  # DDP's all-reduces over dp
+    _check_one_story(out, stdout)
     # A second run reuses its own output directory (and refuses anybody else's).
     foreign = tmp_path / "foreign"
     foreign.mkdir()
@@ -124,7 +158,7 @@ def test_demo_pipeline_shows_the_bubble(tmp_path: Path) -> None:
     job = _check_outputs(out, steps, result.stdout + result.stderr)
     components = job["components"]
     assert isinstance(components, dict) and components.get("bubble_pipeline", 0) > 0
-    assert "pipeline bubble" in result.stdout
+    assert re.search(r"step \(measured steps, mean over ranks\): .*bubble pipeline", result.stdout)
 
 
 def test_ctrl_c_stops_everything(tmp_path: Path) -> None:

@@ -19,7 +19,9 @@ from mfuscope.core.schema import (
     batch_to_json,
 )
 
-TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+from tests.support.shared_data import A100_TRACE, require
+
+ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The only URLs an offline page may hold: XML namespace names inside the inline SVG (never fetched).
 NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
@@ -48,6 +50,8 @@ def _step(step: int, rank: int) -> StepReport:
         recompute_flops=2e8,
         components=tuple(parts) if step >= 2 else (),
         collectives=collectives if step in (2, 3, 4) else (),
+        # Steps 2-4 are a profiled window; later steps carry its last step's breakdown.
+        breakdown_step=None if step < 2 else min(step, 4),
     )
 
 
@@ -85,17 +89,33 @@ def _assert_offline_page(html: str, plots: tuple[str, ...]) -> None:
     assert set(re.findall(r"https?://[^\s\"'<>)]+", html)) <= NAMESPACES
 
 
-def test_report_from_agent_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_from_agent_jsonl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     agent_dir = tmp_path / "agent"
-    _write_agent_output(agent_dir)
+    _write_agent_output(agent_dir, steps=24)
     # A killed job leaves a truncated last line: skipped with a warning, the rest is reported.
     with (agent_dir / "rank1.jsonl").open("a") as stream:
         stream.write('{"schema": "mfuscope.report", "vers')
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
     assert main(["report", str(agent_dir)]) == 0
     out, err = capsys.readouterr()
-    assert "rank1.jsonl:4: skipped" in err
-    assert "2 ranks, 12 steps" in out
-    report_dir = agent_dir / "mfuscope-report"  # the default output directory
+    assert "rank1.jsonl:7: skipped" in err
+    assert "2 of 2 ranks, 24 steps (48 rank-steps)" in out
+    # The output goes to the current directory, never into the inputs, and says where.
+    report_dir = work / "mfuscope-report"
+    assert sorted(p.name for p in agent_dir.iterdir()) == ["rank0.jsonl", "rank1.jsonl"]
+    assert f"wrote {report_dir / 'report.html'}" in out
+    # Every figure says what it covers: all steps for MFU, the measured ones for the buckets.
+    assert "over all 48 rank-steps" in out
+    assert (
+        "breakdowns: 1 profiled window measured 3 steps per rank, 6 rank-steps; 38 rank-steps "
+        "carry an earlier window's breakdown (up to 19 steps, 2 s old); 4 rank-steps have none"
+    ) in out
+    assert "waterfall (6 measured rank-steps): MFU 18.2%" in out
+    assert "stragglers: none above ×1.20; slowest rank 1 at ×1.111" in out
     html = (report_dir / "report.html").read_text()
     _assert_offline_page(html, PLOT_NAMES)
     for plot in PLOT_NAMES:
@@ -105,6 +125,8 @@ def test_report_from_agent_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[s
     # own time (wall - exposed comm) 0.08 s vs 0.10 s: rank 1 at 0.10 / median(0.08, 0.10) = 1.111.
     assert "<b>18.2%</b>" in html
     assert "<td>1.111</td>" in html
+    assert "No straggler (no rank above ×1.20); the slowest is rank 1 at ×1.111" in html
+    assert "6 measured (rank, step) samples" in html
     assert "Fit over 4 sizes" in html
     assert not list(report_dir.glob(".*.tmp"))
 
@@ -123,12 +145,12 @@ def test_report_rejects_bad_input_with_one_clear_line(
     garbage.mkdir()
     (garbage / "rank0.jsonl").write_text("not json\n")
     assert main(["report", str(garbage)]) == 2
-    assert "no valid agent batch" in capsys.readouterr().err
+    assert f"no valid agent batch in {garbage / 'rank0.jsonl'}" in capsys.readouterr().err
     assert not (empty / "mfuscope-report").exists() and not (garbage / "mfuscope-report").exists()
 
 
 def test_report_from_a_real_gpu_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz"
+    trace = require(A100_TRACE)
     args = ["report", str(trace), "--out", str(tmp_path / "r"), "--no-png"]
     # Without FLOPs the MFU plots say why they are missing; the rest is drawn from the trace.
     assert main(args) == 0
@@ -142,3 +164,45 @@ def test_report_from_a_real_gpu_trace(tmp_path: Path, capsys: pytest.CaptureFixt
     flops = ["--model-flops-per-step", "3e12", "--peak-flops", "312e12"]
     assert main(args + flops) == 0
     _assert_offline_page((tmp_path / "r" / "report.html").read_text(), PLOT_NAMES)
+
+
+def test_report_counts_launches_as_the_collector_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Launch "a" runs steps 0-11 and re-sends one batch; launch "b" resumes at step 6.
+    lines = []
+    for incarnation, first, last, sent in (("a", 0, 12, 0), ("a", 8, 12, 50), ("b", 6, 12, 100)):
+        for rank in range(2):
+            batch = ReportBatch(
+                job="restarted",
+                rank=rank,
+                world_size=2,
+                host="node-0",
+                device="cpu",
+                peak_flops=1e11,
+                peak_source="measured",
+                sent_unix_ns=sent,
+                reports=tuple(_step(s, rank) for s in range(first, last)),
+                incarnation=incarnation,
+            )
+            lines.append(batch_to_json(batch))
+    (tmp_path / "agent.jsonl").write_text("\n".join(lines) + "\n")
+    out_dir = tmp_path / "out"
+    assert main(["report", str(tmp_path / "agent.jsonl"), "--out", str(out_dir), "--no-png"]) == 0
+    out = capsys.readouterr().out
+    assert "12 steps (36 rank-steps)" in out
+    assert "launches: 2 (1 restart); 12 of the 36 rank-steps re-ran steps" in out
+    html = (out_dir / "report.html").read_text()
+    assert "1 restart, 12 re-run step reports" in html
+
+
+def test_report_names_the_files_of_a_rank_given_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = ROOT / "tests" / "data" / "gloo-ddp-2rank" / "rank0.json.gz"
+    copy = tmp_path / "again.json.gz"
+    copy.write_bytes(trace.read_bytes())
+    assert main(["report", str(trace), str(copy), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert f"several traces of rank 0: {trace}, {copy}" in err
+    assert not (tmp_path / "r").exists()

@@ -133,6 +133,12 @@ def test_user_bandwidths(capsys: pytest.CaptureFixture[str]) -> None:
         (argv("--params 1B --dp 2 --compute-efficiency 1.5"), "compute-efficiency"),
         # no device, no --inter-bw: no invented 100 GbE for the dp all_reduce across 2 nodes
         (argv("--params 1B --devices 16 --dp 16 --gpus-per-node 8"), "--inter-bw"),
+        # The flags the TP traffic still needs, and no other: --seq-len and --global-batch are in.
+        (argv("--params 7B --seq-len 4096 --global-batch 512 --tp 2 --dp 4"),
+         "the traffic of --tp 2 is sized by the activations, which need --layers and --hidden; "
+         "given: --seq-len, --global-batch"),
+        (argv("--params 7B --tokens-per-step 2M --layers 32 --hidden 4096 --seq-len 4096 --pp 2"),
+         "need --global-batch (--tokens-per-step does not say how it splits into sequences)"),
     ],
 )  # fmt: skip
 def test_errors_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,6 +153,26 @@ def test_text_output_through_the_dispatcher(capsys: pytest.CaptureFixture[str]) 
     assert "MFU: 0.375" in out
     assert "HFU: 0.500" in out
     assert "can hide" in out
+
+
+def test_tp_can_hide_only_with_a_framework_that_overlaps_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = argv(
+        "--params 70.6B --layers 80 --hidden 8192 --seq-len 8192 --global-batch 1024 "
+        "--device h100-sxm --step-time 12.5 --tp 8 --pp 4 --dp 32 --microbatches 16"
+    )
+    code, result, _ = _run(args, capsys)
+    assert code == 0
+    by_axis = {a["axis"]: a for a in result["comm"]["axes"]}
+    assert by_axis["tp"]["hideable"] and not by_axis["tp"]["overlapped_by_default"]
+    assert by_axis["dp"]["overlapped_by_default"]
+    assert main(["calc", *args]) == 0  # the text output
+    out = capsys.readouterr().out
+    (tp_line,) = [line for line in out.splitlines() if line.strip().startswith("tp ")]
+    assert tp_line.endswith("can hide only if the framework overlaps it (exposed by default)")
+    (dp_line,) = [line for line in out.splitlines() if line.strip().startswith("dp ")]
+    assert dp_line.endswith("can hide")
 
 
 @pytest.mark.parametrize(("text", "value"), [("70B", 70e9), ("989.4T", 989.4e12), ("1e5", 1e5)])

@@ -8,15 +8,19 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from mfuscope.cli.demo._agent_tail import AgentTail
 from mfuscope.cli.demo._live_view import (
     BUCKET_STYLES,
     DemoState,
+    breakdown_line,
     decomposition_bar,
     render,
     status_line,
+    straggler_text,
 )
 from mfuscope.cli.demo._procs import process_tree
 from mfuscope.cli.demo._services import ServiceError, project_prometheus_dir, prometheus_config
+from mfuscope.core.schema import ComponentShare, ReportBatch, StepReport, batch_to_json
 from rich.console import Console
 
 SUMMARY: dict[str, Any] = {
@@ -81,7 +85,7 @@ def test_render_shows_every_part_of_the_summary() -> None:
         "all_reduce",
         "500 kB",  # mean size: 2 MB over 4 calls
         "40 MB/s",
-        "rank 1 ×1.04",
+        "none above ×1.20 (slowest rank 1 ×1.04, own time, last 20 steps)",
         "240 accepted",
         "torch imported",
     ):
@@ -159,3 +163,44 @@ def test_demo_finds_the_projects_prometheus_config_in_a_source_checkout() -> Non
     root = Path(__file__).resolve().parents[3]
     assert config_dir == root / "deploy" / "prometheus"
     assert (config_dir / "prometheus.yml").is_file()
+
+
+def test_a_rank_is_named_a_straggler_only_past_the_threshold() -> None:
+    assert straggler_text(SUMMARY) == (
+        "none above ×1.20 (slowest rank 1 ×1.04, own time, last 20 steps)"
+    )
+    slow = {**SUMMARY, "stragglers": [{"rank": 3, "ratio": 1.31}, {"rank": 1, "ratio": 1.02}]}
+    assert straggler_text(slow) == "rank 3 ×1.31 (own time, last 20 steps)"
+
+
+def _report(step: int, breakdown: int | None) -> StepReport:
+    parts = () if breakdown is None else (ComponentShare("compute", 0.1),)
+    return StepReport(step, step * 100_000_000, 0.1, 1e9, 0.0, parts, breakdown_step=breakdown)
+
+
+def _line(rank: int, reports: list[StepReport]) -> str:
+    batch = ReportBatch("demo", rank, 2, "h", "cpu", 1e10, "measured", 1, tuple(reports))
+    return batch_to_json(batch) + "\n"
+
+
+def test_the_agent_tail_tells_measured_from_carried_as_lines_arrive(tmp_path: Path) -> None:
+    tail = AgentTail(tmp_path)
+    assert tail.poll() is None and breakdown_line(None) == "no profiled window measured yet"
+    first = _line(0, [_report(n, None) for n in range(3)] + [_report(3, 3), _report(4, 4)])
+    later = _line(0, [_report(n, 4) for n in range(5, 9)])
+    path = tmp_path / "rank0.jsonl"
+    path.write_text(first + later[:40])  # the second line is still being written
+    status = tail.poll()
+    assert status is not None and status.coverage.measured == 2
+    assert status.coverage.carried == 0 and status.window_age_steps == 0
+    with path.open("a") as stream:
+        stream.write(later[40:])
+    status = tail.poll()
+    assert status is not None
+    assert (status.coverage.windows, status.coverage.measured, status.coverage.carried) == (1, 2, 4)
+    assert (status.latest_window_step, status.window_age_steps) == (4, 4)
+    assert status.window_age_s == pytest.approx(0.4)
+    assert breakdown_line(status) == (
+        "latest window at step 4 (4 steps / 0.4 s ago); 1 window measured 2 rank-steps, "
+        "4 carry a window's breakdown"
+    )

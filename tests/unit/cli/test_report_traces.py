@@ -82,5 +82,5 @@ def test_ranks_gather_into_one_run_and_flops_knowledge_is_kept() -> None:
     assert cpu.ranks[0].topology is not None
     assert cpu.ranks[0].topology.groups[0].link_peak_bytes_per_s is None  # no guessed spec
     assert cpu.ranks[0].topology.groups[0].link_peak_source == "unknown"
-    with pytest.raises(ValueError, match="same rank"):
+    with pytest.raises(ValueError, match="several traces of rank 1: trace 1, trace 2"):
         run_from_analyses([analyses[0], analyses[0]], TraceOptions(), "j", "t")

@@ -58,6 +58,7 @@ def _step(
         recompute_flops=recompute,
         components=tuple(components),
         collectives=collectives,
+        breakdown_step=n if components else None,  # measured on the step itself
     )
 
 
@@ -298,10 +299,13 @@ def test_straggler_view_finds_the_slow_rank() -> None:
     ]
     view = straggler_view(merge_batches(batches))
     paces = {p.rank: p for p in view.ranks}
-    assert paces[1].own_ratio == pytest.approx(0.91 / 0.5)
-    assert paces[0].own_ratio == pytest.approx(1.0)
-    assert paces[1].step_ratio == pytest.approx(1.01)
+    assert view.basis == "self"
+    assert paces[1].ratio == pytest.approx(0.91 / 0.5)
+    assert paces[0].ratio == pytest.approx(1.0)
+    assert paces[1].median_step_s == pytest.approx(1.01)
+    assert paces[1].median_own_s == pytest.approx(0.91)
     assert view.slowest is not None and view.slowest.rank == 1
+    assert [s.rank for s in view.named] == [1]  # 1.82 is past the threshold
     assert view.steps == (0, 1, 2, 3)
     assert view.relative_step_time[2][3] is None  # rank 2 never reported step 3
     assert view.relative_step_time[1][0] == pytest.approx(1.01)
@@ -309,9 +313,37 @@ def test_straggler_view_finds_the_slow_rank() -> None:
 
 def test_straggler_own_time_is_unknown_without_components() -> None:
     view = straggler_view(merge_batches([_batch(0, [_step(0, 1.0)]), _batch(1, [_step(0, 3.0)])]))
-    assert [p.own_ratio for p in view.ranks] == [None, None]
+    assert [p.median_own_s for p in view.ranks] == [None, None]
     assert view.basis == "wall" and view.slowest is not None and view.slowest.rank == 1
-    assert [p.step_ratio for p in view.ranks] == pytest.approx([0.5, 1.5])
+    assert [p.ratio for p in view.ranks] == pytest.approx([0.5, 1.5])
+
+
+def test_a_rank_is_named_a_straggler_only_past_the_threshold() -> None:
+    # 1.19 and 1.21 times the median own time: only the second is named; both are the slowest.
+    for factor, named in ((1.19, []), (1.21, [1])):
+        batches = [
+            _batch(r, [_step(n, 1.0, {"compute": 0.5 * (factor if r == 1 else 1.0)}, comm=(
+                ("dp", "intra_node", 0.5 * (2 - factor) if r == 1 else 0.5),)) for n in range(3)],
+                world=3)
+            for r in range(3)
+        ]  # fmt: skip
+        view = straggler_view(merge_batches(batches))
+        assert view.slowest is not None and view.slowest.rank == 1
+        assert [s.rank for s in view.named] == named
+
+
+def test_the_straggler_ratio_is_over_the_last_reports_as_sent() -> None:
+    # A late window report (step 1, sent last) is in the window; the earliest report is not.
+    early = [_step(n, 1.0, {"compute": 0.5}, comm=(("dp", "intra_node", 0.5),)) for n in (0, 2)]
+    slow_late = _step(1, 1.0, {"compute": 0.9}, comm=(("dp", "intra_node", 0.1),))
+    rank0 = [_batch(0, early, sent=1), _batch(0, [slow_late], sent=2)]
+    rank1 = [_batch(1, [_step(n, 1.0, {"compute": 0.5}, comm=(("dp", "intra_node", 0.5),))
+                        for n in range(3)], sent=1)]  # fmt: skip
+    run = merge_batches(rank0 + rank1, window_steps=2)
+    assert [s.step for s in run.ranks[0].recent] == [2, 1]
+    assert [s.step for s in run.ranks[0].steps] == [0, 1, 2]
+    paces = {p.rank: p for p in straggler_view(run).ranks}
+    assert paces[0].straggler_step_s == pytest.approx((0.5 + 0.9) / 2)
 
 
 # --- bandwidth ---------------------------------------------------------------------------------

@@ -170,8 +170,11 @@ def test_invalid_inputs() -> None:
             links,
             1.0,
         )
-    with pytest.raises(ValueError, match="needs layers"):
+    with pytest.raises(ValueError, match=r"tp=2 traffic .* need layers, hidden, seq_len, global_b"):
         estimate_step_comm(StepWork(params=1e9), ParallelLayout(tp=2), links, 1.0)
+    given = StepWork(params=1e9, seq_len=8, global_batch=4)
+    with pytest.raises(ValueError, match=r"tp=2, pp=2 traffic .* need layers, hidden \(not given"):
+        estimate_step_comm(given, ParallelLayout(tp=2, pp=2), links, 1.0)
     with pytest.raises(ValueError):
         StepWork(params=1e9, expert_params=2e9)
 

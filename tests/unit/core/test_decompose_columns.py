@@ -24,13 +24,11 @@ from mfuscope.core.trace._scan import Event, scan_events
 from mfuscope.core.trace._select import select_events
 from msgspec.structs import replace
 
+from tests.support.shared_data import real_trace_params, require
 from tests.support.trace_builder import TraceBuilder, realistic_trace
 from tests.support.trace_strategies import synthetic
 
 pytestmark = pytest.mark.usefixtures("scan_mode")  # every test with both scans
-
-TRACES = Path(__file__).resolve().parents[3] / ".." / "shared" / "traces"
-REAL = sorted(TRACES.glob("*/*.json.gz"))
 
 
 def read(raw: bytes) -> KinetoTrace:
@@ -86,9 +84,9 @@ def analysis(trace: KinetoTrace) -> Any:
         return exc.message
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", real_trace_params())
 def test_real_traces_get_columns_equal_to_their_events(path: Path) -> None:
-    raw = gzip.decompress(path.read_bytes())
+    raw = gzip.decompress(require(path).read_bytes())
     expected = analysis(decode_kineto(raw))
     assert analysis(check_columns_match_events(raw)) == expected
     assert analysis(read_trace(path)) == expected

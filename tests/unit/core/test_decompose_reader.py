@@ -23,13 +23,10 @@ from mfuscope.core.trace import (
 )
 from mfuscope.core.trace._events import decode_kineto
 
+from tests.support.shared_data import A100_TRACE, MI300X_TRACE, real_trace_params, require
 from tests.support.trace_builder import GLOO_TIDS, Group, TraceBuilder
 
-TRACES = Path(__file__).resolve().parents[3] / ".." / "shared" / "traces"
-REAL = [
-    TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz",
-    TRACES / "tracelens_resnet_actckpt_8xMI300X" / "resnet_act_checkpoint.json.gz",
-]
+REAL = real_trace_params([A100_TRACE, MI300X_TRACE])
 
 
 def _gpu_trace() -> dict[str, Any]:
@@ -71,8 +68,9 @@ def test_fast_and_plain_paths_agree_on_synthetic_traces(tmp_path: Path, build: A
     assert expected.steps and expected.steps[0].collectives
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", REAL)
 def test_fast_and_plain_paths_agree_on_real_traces(path: Path) -> None:
+    require(path)
     assert analyze_trace(read_trace(path)) == analyze_trace(load_trace(path))
 
 

@@ -34,13 +34,13 @@ from mfuscope.core.trace._select import SELECTION_AVAILABLE, Selection, select_e
 from mfuscope.core.trace._steps import OPERATOR_PREFIXES as STEP_PREFIXES
 from msgspec.structs import astuple
 
+from tests.support.shared_data import real_trace_params, require
 from tests.support.trace_builder import GLOO_TIDS, TraceBuilder, realistic_trace
 from tests.support.trace_strategies import synthetic
 
 pytestmark = pytest.mark.usefixtures("scan_mode")  # every test with both scans
 
-TRACES = Path(__file__).resolve().parents[3] / ".." / "shared" / "traces"
-REAL = sorted(TRACES.glob("*/*.json.gz"))
+REAL = real_trace_params()
 
 RECOMPUTE_FN = "torch/utils/checkpoint.py(1): recompute_fn"
 DEVICE = {*KERNEL_CATEGORIES, *MEMOP_CATEGORIES}
@@ -270,9 +270,9 @@ def test_duplicate_keys_keep_the_event() -> None:
     assert document_of(raw) is None
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", REAL)
 def test_real_traces_lose_only_unread_events_and_analyse_the_same(path: Path) -> None:
-    raw = gzip.decompress(path.read_bytes())
+    raw = gzip.decompress(require(path).read_bytes())
     selected = check_selection(raw)
     assert len(selected) < 0.6 * len(raw)  # most of a GPU trace is never read
     assert analysed_selection(raw) == analysed(raw)
@@ -445,13 +445,13 @@ def test_mutated_documents_never_pass_as_other_json(data: st.DataObject) -> None
     check_selection(document)
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", REAL)
 def test_without_the_compiled_scanner_read_trace_gives_the_same_analysis(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mfuscope.core.trace import _select
 
-    expected = analyze_trace(read_trace(path))
+    expected = analyze_trace(read_trace(require(path)))
     monkeypatch.setattr(_select, "_select_c", None)  # as if built without a C compiler
     assert _select.select_events(b'{"traceEvents": []}') == _select.Selection(None, None)
     plain = read_trace(path)
@@ -463,7 +463,7 @@ def test_two_halves_join_on_real_traces_and_a_false_split_point_is_abandoned() -
     scanner = importlib.import_module("mfuscope.core.trace._select_c")
     previous = scanner.set_split_min_bytes(0)
     try:
-        raw = gzip.decompress(REAL[0].read_bytes())
+        raw = gzip.decompress(require(REAL[0].values[0]).read_bytes())
         joined, abandoned = scanner.split_counts()
         halves = select_events(raw)
         assert scanner.split_counts() == (joined + 1, abandoned)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -21,7 +20,8 @@ from mfuscope.core.hardware import (
     user_peak,
 )
 
-TRACES = Path(__file__).resolve().parents[3] / ".." / "shared" / "traces"
+from tests.support.shared_data import TRACES, require
+
 T = 1e12
 
 
@@ -120,7 +120,7 @@ def test_device_names_from_real_traces_resolve(folder: str, key: str) -> None:
     # Golden: the deviceProperties names the Kineto traces in ../shared/traces carry
     # ("NVIDIA A100-PG509-200", "AMD Instinct MI300X"). The array sits at the top of both files,
     # so decode just it rather than the whole 10-17 MB trace.
-    (path,) = (TRACES / folder).glob("*.json.gz")
+    (path,) = require(TRACES / folder).glob("*.json.gz")
     with gzip.open(path, "rt") as handle:
         head = handle.read(1 << 16)
     start = head.index("[", head.index('"deviceProperties"'))

@@ -15,12 +15,12 @@ from mfuscope.core.trace import AnalysisOptions, analyze_trace, read_trace
 from mfuscope.core.trace._kineto import is_comm_kernel
 from mfuscope.core.trace.kernel_classes import KERNEL_CLASSES, classify_kernel
 
+from tests.support.shared_data import A100_TRACE, MI300X_TRACE, require
 from tests.support.trace_builder import TraceBuilder, realistic_trace
 
-TRACES = Path(__file__).resolve().parents[3] / ".." / "shared" / "traces"
 REAL = {
-    "a100": TRACES / "hta_resnet_ddp_2xA100" / "nccl_data.json.gz",
-    "mi300x": TRACES / "tracelens_resnet_actckpt_8xMI300X" / "resnet_act_checkpoint.json.gz",
+    "a100": A100_TRACE,
+    "mi300x": MI300X_TRACE,
 }
 US = 1e-6
 
@@ -74,10 +74,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
 
 @cache
 def compute_kernel_names(which: str) -> tuple[str, ...]:
-    path = REAL[which]
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    with gzip.open(path) as handle:
+    with gzip.open(require(REAL[which])) as handle:
         events = json.load(handle)["traceEvents"]
     names = {e["name"] for e in events if e.get("cat") == "kernel"}
     return tuple(sorted(n for n in names if not is_comm_kernel(n)))

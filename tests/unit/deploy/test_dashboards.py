@@ -21,8 +21,9 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support.shared_data import GRAFANA_SCHEMAS, require
+
 ROOT = Path(__file__).resolve().parents[3]
-SCHEMAS = ROOT / ".." / "shared" / "grafana-schema"
 DASHBOARD_DIR = ROOT / "dashboards"
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 DASHBOARD_FILES = sorted(DASHBOARD_DIR.glob("*.json"))
@@ -38,9 +39,7 @@ def _load(path: Path) -> Json:
 
 @cache
 def _schema(name: str) -> Json:
-    path = SCHEMAS / f"{name}.jsonschema.json"
-    assert path.exists(), f"Grafana schema {path} missing (../shared/grafana-schema)"
-    return _load(path)
+    return _load(require(GRAFANA_SCHEMAS / f"{name}.jsonschema.json"))
 
 
 def _grafana_relaxations(schema: Json) -> Json:

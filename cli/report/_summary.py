@@ -1,0 +1,121 @@
+"""The report's story in a few plain lines, for `mfuscope report` and the end of `mfuscope demo`.
+
+One headline MFU (every step of every rank); every other figure says what it covers: the
+decomposition and the waterfall are over the steps measured in profiled windows (how many, and how
+many carry an earlier window's breakdown), the straggler ratio over each rank's last reports,
+named a straggler only above the alert's threshold. Pure over `ReportContent` (no plotting).
+"""
+
+from __future__ import annotations
+
+from mfuscope.cli.report._content import ReportContent
+from mfuscope.core.aggregate.decompose import segment_label
+from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
+from mfuscope.core.vocabulary import COMPONENTS
+
+__all__ = ["describe_run", "headline_mfu", "straggler_line"]
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + "s" * (count != 1)
+
+
+def _pct(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1%}"
+
+
+def headline_mfu(content: ReportContent) -> str:
+    """The run's MFU and HFU over every step, with the peak they are against."""
+    run = content.run
+    if content.overall is None:
+        why = content.missing("utilization") or "unknown"
+        return f"MFU unknown: {why}"
+    peaks = sorted({(r.peak_flops, r.peak_source) for r in run.ranks if r.peak_flops})
+    peak = ", ".join(f"{_rate(p)} ({source})" for p, source in peaks)
+    return (
+        f"MFU {_pct(content.overall[0])}  HFU {_pct(content.overall[1])}  over all "
+        f"{run.step_reports} rank-steps; peak per rank {peak}; from {run.source}"
+    )
+
+
+def _rate(flops_per_s: float) -> str:
+    scale, prefix = next(
+        ((f, p) for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G")) if flops_per_s >= f),
+        (1e6, "M"),
+    )
+    return f"{flops_per_s / scale:.4g} {prefix}FLOP/s"
+
+
+def straggler_line(content: ReportContent) -> str:
+    """Who is a straggler (above the threshold), else which rank is slowest and by how much."""
+    view = content.stragglers
+    basis = "own time" if view.basis == "self" else "step wall time"
+    window = max((p.recent_steps for p in view.ranks), default=0)
+    over = f"median {basis} over each rank's last {window} reports"
+    if view.named:
+        names = ", ".join(f"rank {s.rank} ×{s.ratio:.3f}" for s in view.named)
+        return f"stragglers: {names} the job median ({over})"
+    slow = view.slowest
+    if slow is None:
+        return "stragglers: none (nothing to compare: fewer than two ranks)"
+    return (
+        f"stragglers: none above ×{STRAGGLER_MIN_RATIO:.2f}; slowest rank {slow.rank} at "
+        f"×{slow.ratio:.3f} the job median ({over})"
+    )
+
+
+def _buckets(content: ReportContent) -> str:
+    """Each bucket's share of the measured steps (mean over ranks), exposed comm by axis/tier."""
+    ranks = content.decomposition
+    parts = []
+    for component in COMPONENTS:
+        share = sum(r.fraction(component) for r in ranks) / len(ranks)
+        if not share:
+            continue
+        text = f"{segment_label(component)} {_pct(share)}"
+        if component == "exposed_comm":
+            split = [
+                (
+                    seg.axis,
+                    seg.tier,
+                    sum(r.segments[i].seconds / r.mean_step_s for r in ranks if r.mean_step_s > 0),
+                )
+                for i, seg in enumerate(ranks[0].segments)
+                if seg.component == component
+            ]
+            text += " (" + ", ".join(f"{a}/{t} {_pct(v / len(ranks))}" for a, t, v in split) + ")"
+        parts.append(text)
+    return " · ".join(parts)
+
+
+def describe_run(content: ReportContent) -> list[str]:
+    """The report's figures as lines: launches, MFU, breakdown coverage, buckets, waterfall,
+    stragglers."""
+    run = content.run
+    lines = [
+        f"job {run.job!r}: {len(run.ranks)} of {run.world_size} ranks, {run.step_count} steps "
+        f"({run.step_reports} rank-steps)"
+    ]
+    launches = run.launches
+    if launches.restarts:
+        lines.append(
+            f"  launches: {launches.restarts + 1} ({_plural(launches.restarts, 'restart')}); "
+            f"{launches.rerun_steps} of the {launches.step_reports} rank-steps re-ran steps an "
+            "earlier launch had reported"
+        )
+    lines.append("  " + headline_mfu(content))
+    lines.append(f"  breakdowns: {content.coverage.describe()}")
+    if content.decomposition:
+        lines.append("  step (measured steps, mean over ranks): " + _buckets(content))
+    waterfall = content.waterfall
+    if waterfall is not None:
+        slices = " − ".join(
+            f"{s.label} {_pct(s.fraction)}" for s in waterfall.slices if abs(s.fraction) >= 5e-4
+        )
+        lines.append(
+            f"  waterfall ({waterfall.samples} measured rank-steps): MFU {_pct(waterfall.mfu)} = "
+            f"100% − {slices}"
+        )
+    if content.stragglers.ranks:
+        lines.append("  " + straggler_line(content))
+    return lines
