@@ -15,6 +15,7 @@ from mfuscope.core.aggregate.decompose import (
     overall_utilization,
     utilization_over_steps,
 )
+from mfuscope.core.aggregate.kernel_classes import RankClassSplit, class_split_per_rank
 from mfuscope.core.aggregate.run import RunData
 from mfuscope.core.aggregate.stragglers import StragglerView, straggler_view
 
@@ -24,6 +25,7 @@ __all__ = ["PLOT_NAMES", "ReportContent", "build_content"]
 PLOT_NAMES: tuple[str, ...] = (
     "decomposition",
     "waterfall",
+    "kernel_classes",
     "utilization",
     "bandwidth",
     "stragglers",
@@ -40,6 +42,7 @@ class ReportContent:
     bandwidth: tuple[TierBandwidth, ...]
     stragglers: StragglerView
     mean_step_s: float
+    kernel_classes: tuple[RankClassSplit, ...] = ()
 
     def missing(self, plot: str) -> str | None:
         """Why `plot` cannot be drawn, or None when it has data."""
@@ -53,6 +56,9 @@ class ReportContent:
             if self.decomposition
             else "no step carries a decomposition yet (no profiled window was analysed)",
             "waterfall": None if self.waterfall else flops + " or no step is decomposed",
+            "kernel_classes": None
+            if self.kernel_classes
+            else "no step carries its compute time by kernel class (CPU timelines have none)",
             "utilization": None if self.utilization else flops,
             "bandwidth": None
             if self.bandwidth
@@ -74,4 +80,5 @@ def build_content(run: RunData) -> ReportContent:
         bandwidth=bandwidth_by_tier(run),
         stragglers=straggler_view(run),
         mean_step_s=math.fsum(walls) / len(walls) if walls else 0.0,
+        kernel_classes=class_split_per_rank(run),
     )

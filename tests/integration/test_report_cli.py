@@ -10,6 +10,7 @@ from mfuscope.cli import main
 from mfuscope.cli.report.writer import PLOT_NAMES
 from mfuscope.core.schema import (
     AgentHealth,
+    ClassShare,
     CollectiveSample,
     ComponentShare,
     GroupInfo,
@@ -48,6 +49,12 @@ def _step(step: int, rank: int) -> StepReport:
         recompute_flops=2e8,
         components=tuple(parts) if step >= 2 else (),
         collectives=collectives if step in (2, 3, 4) else (),
+        compute_classes=(
+            ClassShare("gemm", 0.6 * compute),
+            ClassShare("elementwise_norm_reduce", 0.4 * compute),
+        )
+        if step >= 2
+        else (),
     )
 
 
@@ -104,6 +111,9 @@ def test_report_from_agent_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[s
     # The known inputs show through. MFU = 24 x 2e9 FLOP / (1e11 FLOP/s x 12 x (0.1 + 0.12) s);
     # own time (wall - exposed comm) 0.08 s vs 0.10 s: rank 1 at 0.10 / median(0.08, 0.10) = 1.111.
     assert "<b>18.2%</b>" in html
+    # The unfused kernels apart in the waterfall: 0.4 x (0.06 + 0.072) s over 0.22 s of wall.
+    assert "<td>unfused kernels</td><td>24.0%</td>" in html
+    assert "<td>rank 1</td><td>10</td><td>72.00 ms</td><td>60.0%</td>" in html
     assert "<td>1.111</td>" in html
     assert "Fit over 4 sizes" in html
     assert not list(report_dir.glob(".*.tmp"))
