@@ -12,9 +12,9 @@ is what resolves names that hold words of several kinds:
    ATen ops fused into it (``triton_poi_fused_addmm_gelu_view`` is the pointwise epilogue of
    a matmul, not a matmul).
 2. Communication: collectives, symmetric-memory and custom all-reduce kernels, NVSHMEM.
-3. Helpers that name a GEMM or a convolution but do no matrix math (FFT and Winograd
-   transforms, offset computations) and memory-bound kernels that name a GEMM or attention
-   (KV-cache writes, GEMM epilogues run as their own pass, MoE finalize).
+3. Kernels that name a GEMM, a convolution or attention but do no matrix math: FFT and
+   Winograd transforms, offset computations, KV-cache writes, GEMM epilogues run as their own
+   pass, MoE finalize, depthwise convolutions.
 4. Attention, then GEMM (convolutions included), then the memory-bound kernels; anything
    else is ``other``.
 """
@@ -139,28 +139,26 @@ FAMILIES: tuple[Family, ...] = (
         r"kuserbuffers",
         gate=_COMMUNICATION_GATE,
     ),
-    # 3a. No matrix math although a GEMM or a convolution is named: FFT (cuFFT, cuDNN FFT
-    # convolutions: fft2d_r2c_32x32, fft2d_c2r_32x32, flip_filter), Winograd transforms
-    # around a batched GEMM (cudnn::winograd_nonfused::winogradForwardData4x4), convolution
-    # offset helpers (cask_cudnn_infer::computeOffsetsKernel), torch.cuda._sleep.
+    # 3a. Convolution algorithms that are no GEMM in their own kernels: cuDNN's FFT
+    # convolutions (fft2d_r2c_32x32, fft2d_c2r_32x32, flip_filter; also cuFFT's regular_fft)
+    # and non-fused Winograd convolutions (cudnn::winograd_nonfused::winogradForwardData4x4)
+    # transform data and filters around a batched (complex) GEMM, which is its own kernel
+    # (ampere_gcgemm_*, volta_sgemm_*) and `gemm`. The transforms are memory-bound.
     _family(
-        "FFT / Winograd transform / convolution helper",
-        OTHER,
+        "FFT / Winograd transform",
+        ELEMENTWISE_NORM_REDUCE,
         _words(r"i?fft\d*d?", r"r2c", r"c2r", r"c2c", r"flip_filter"),
         r"winograd_nonfused|generate_winograd_tiles",
+        gate=("fft", "r2c", "c2r", "c2c", "flip_filter", "winograd"),
+    ),
+    # Helpers that name a GEMM or a convolution but do no math of either: offset and pointer
+    # set-up (cask_cudnn_infer::computeOffsetsKernel, compute_gemm_pointers), torch.cuda._sleep.
+    _family(
+        "convolution / GEMM set-up helper",
+        OTHER,
         _words(r"compute(?:_[a-z0-9]+)*_offsets_kernel", r"compute_gemm_pointers"),
         r"^at\.cuda\.spin_kernel$",
-        gate=(
-            "fft",
-            "r2c",
-            "c2r",
-            "c2c",
-            "flip_filter",
-            "winograd",
-            "offsets_kernel",
-            "compute_gemm_pointers",
-            "spin_kernel",
-        ),
+        gate=("offsets_kernel", "compute_gemm_pointers", "spin_kernel"),
     ),
     # 3b. Memory-bound although a GEMM or attention is named: KV-cache writes (vLLM
     # reshape_and_cache_flash_kernel / concat_and_cache_mla_kernel, SGLang store_kvcache,
@@ -407,6 +405,7 @@ FAMILIES: tuple[Family, ...] = (
             r"adagrad",
             r"sgd",
             r"lamb",
+            r"optimizer",
             r"multi_tensor",
             r"arange",
             r"random",

@@ -54,6 +54,7 @@ _SUBSTITUTION = re.compile(r"S[0-9A-Z]*_|St|Sa|Sb|Ss|Si|So|Sd")
 _LITERAL = re.compile(r"L[a-z]+n?\d+E|Lb[01]E")
 _QUALIFIERS = re.compile(r"[rVKRO]*")
 _ANONYMOUS_MANGLED = "_GLOBAL__N_"
+_GLOBAL_NAMESPACE = re.compile(r"_GLOBAL__N_\w*::")
 
 _CALLEE_END = re.compile(r"[<(]")
 # Where camelCase starts a word: a capital after a lower-case letter or digit, or the last capital
@@ -78,6 +79,8 @@ def callee_name(name: str) -> str:
     for anonymous in _ANONYMOUS:
         if anonymous in text:
             text = text.replace(anonymous, "")
+    if "_GLOBAL__N_" in text:  # a per-file anonymous namespace spelled out (nvcc)
+        text = _GLOBAL_NAMESPACE.sub("", text)
     return _simple_callee(text) or _demangled_callee(text)
 
 
