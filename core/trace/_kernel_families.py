@@ -264,7 +264,8 @@ FAMILIES: tuple[Family, ...] = (
     # 4b. Matrix math: cuBLAS / cuBLASLt (ampere_sgemm_*, sm90_xmma_gemm_*, nvjet_*, gemv*,
     # splitKreduce), CUTLASS (cutlass_80_tensorop_s1688gemm_*, GemmUniversal, cutlass3x_*),
     # trtllm-gen bmm_*, DeepGEMM, Marlin, Triton matmuls (matmul_ogs, fused_moe_kernel),
-    # MAGMA, ROCm hipBLASLt / Tensile (Cijk_*), Composable Kernel (kernel_gemm_*,
+    # MAGMA, ROCm hipBLASLt / Tensile (Cijk_*), aiter's fused MoE (aiter::fmoe_*, mfma_moe1),
+    # Composable Kernel (kernel_gemm_*,
     # GridwiseGemm), and convolutions as implicit GEMM (cuDNN scudnn / xmma fprop, dgrad,
     # wgrad; CUTLASS ImplicitGemmConvolution; MIOpen igemm_*, naive_conv, CK grouped_conv).
     _family(
@@ -292,6 +293,8 @@ FAMILIES: tuple[Family, ...] = (
             r"magma",
             r"cijk",
             r"marlin",
+            r"fmoe",
+            r"mfma",
             suffix=r"(?![^.]*\.)",
         ),
     ),

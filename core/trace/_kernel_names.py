@@ -21,8 +21,8 @@ the operator ``Op``, so the callee is ``Op``'s name; so does a CuTe DSL kernel
 
 `kernel_words` gives that callee as lower-case words separated by ``_`` and ``.`` (for
 ``::``), camelCase split: ``FmhaBatchPrefillWithPagedKVCacheKernel`` ->
-``fmha_batch_prefill_with_paged_kv_cache_kernel``. Pure string work; no numpy, so the
-selection may use it while numpy loads.
+``fmha_batch_prefill_with_paged_kv_cache_kernel``. Pure string work, linear in the name's
+length (a name comes from a trace: it may be anything).
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ _CUTE_DSL_END = "_object_at_"
 _SOURCE_NAME = re.compile(r"(\d+)")
 _SUBSTITUTION = re.compile(r"S[0-9A-Z]*_|St|Sa|Sb|Ss|Si|So|Sd")
 _LITERAL = re.compile(r"L[a-z]+n?\d+E|Lb[01]E")
-_QUALIFIERS = re.compile(r"[rVKRO]*")
+_QUALIFIERS = "rVKRO"  # cv- and ref-qualifiers of a nested name
+_WRAPPED_AT_MOST = 8  # wrappers inside wrappers read (two in real names: device_kernel<enable_...>)
 _ANONYMOUS_MANGLED = "_GLOBAL__N_"
 _GLOBAL_NAMESPACE = re.compile(r"_GLOBAL__N_\w*::")
 
@@ -118,21 +119,25 @@ def _demangled_callee(text: str) -> str:
     ``std::enable_if<T2>(int)0&&vllm::_typeConvert<T1>::exists, void>::type
     vllm::fused_add_rms_norm_kernel<c10::BFloat16, (int)8>(T1 *, ...)``). A name cut short
     (no closing parenthesis) is read from the start instead."""
-    head = text.strip()
-    if head.endswith(")"):
-        head = head[: _opening(head, len(head) - 1)].rstrip()
-    else:
-        head = head[: _scan(head, 0, "(")].rstrip()
-    arguments = None
-    if head.endswith(">"):
-        start = _opening(head, len(head) - 1)
-        arguments, head = head[start + 1 : -1], head[:start]
-    callee = head.rsplit(" ", 1)[-1]
-    if arguments is not None and _is_wrapper(callee):
-        for argument in _top_level_arguments(arguments):
-            inner = argument.strip()
-            if inner and not _is_value(inner):
-                return _demangled_callee(inner)
+    callee = ""
+    for _ in range(_WRAPPED_AT_MOST):
+        head = text.strip()
+        if head.endswith(")"):
+            head = head[: _opening(head, len(head) - 1)].rstrip()
+        else:
+            head = head[: _scan(head, 0, "(")].rstrip()
+        arguments = None
+        if head.endswith(">"):
+            start = _opening(head, len(head) - 1)
+            arguments, head = head[start + 1 : -1], head[:start]
+        callee = head.rsplit(" ", 1)[-1]
+        if arguments is None or not _is_wrapper(callee):
+            return callee
+        types = (a.strip() for a in _top_level_arguments(arguments))
+        inner = next((a for a in types if a and not _is_value(a)), None)
+        if inner is None:
+            return callee
+        text = inner
     return callee
 
 
@@ -214,7 +219,9 @@ def _mangled_names(text: str, position: int) -> tuple[list[str], int]:
     position after them (at the template arguments' ``I`` when there are any)."""
     nested = text.startswith("N", position)
     if nested:
-        position = _QUALIFIERS.match(text, position + 1).end()  # type: ignore[union-attr]
+        position += 1
+        while position < len(text) and text[position] in _QUALIFIERS:
+            position += 1
     names: list[str] = []
     while position < len(text):
         substitution = _SUBSTITUTION.match(text, position)
