@@ -9,9 +9,8 @@ classes"), so the MFU waterfall can show the slice lost to unfused, memory-bound
 - ``attention``: fused attention kernels (prefill, decode, backward, their split-K merges);
 - ``elementwise_norm_reduce``: the memory-bound kernels: elementwise, norms, softmax,
   reductions, scans and sorts, copies and layout changes, embedding lookups, activations,
-  rotary embeddings, KV-cache writes, quantisation, optimizers;
-- ``other``: kernels that are none of these (FFT and Winograd transforms, helpers) or whose
-  name does not say.
+  rotary embeddings, KV-cache writes, quantisation, optimizers, FFT and Winograd transforms;
+- ``other``: kernels that are none of these (set-up helpers) or whose name does not say.
 
 A kernel is classified by the library and kernel family its callee name belongs to
 (`_kernel_families`), never by the words of its template arguments or parameter types
