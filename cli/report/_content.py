@@ -16,6 +16,7 @@ from mfuscope.core.aggregate.decompose import (
     overall_utilization,
     utilization_over_steps,
 )
+from mfuscope.core.aggregate.kernel_classes import RankClassSplit, class_split_per_rank
 from mfuscope.core.aggregate.run import RunData
 from mfuscope.core.aggregate.stragglers import StragglerView, straggler_view
 
@@ -25,6 +26,7 @@ __all__ = ["PLOT_NAMES", "ReportContent", "build_content"]
 PLOT_NAMES: tuple[str, ...] = (
     "decomposition",
     "waterfall",
+    "kernel_classes",
     "utilization",
     "bandwidth",
     "stragglers",
@@ -42,6 +44,7 @@ class ReportContent:
     stragglers: StragglerView
     mean_step_s: float
     coverage: Coverage
+    kernel_classes: tuple[RankClassSplit, ...] = ()
 
     def missing(self, plot: str) -> str | None:
         """Why `plot` cannot be drawn, or None when it has data."""
@@ -57,6 +60,10 @@ class ReportContent:
             "waterfall": None
             if self.waterfall
             else flops + " or no step was measured in a profiled window",
+            "kernel_classes": None
+            if self.kernel_classes
+            else "no measured step carries its compute time by kernel class (CPU timelines "
+            "have none)",
             "utilization": None if self.utilization else flops,
             "bandwidth": None
             if self.bandwidth
@@ -79,4 +86,5 @@ def build_content(run: RunData) -> ReportContent:
         stragglers=straggler_view(run),
         mean_step_s=math.fsum(walls) / len(walls) if walls else 0.0,
         coverage=coverage(run),
+        kernel_classes=class_split_per_rank(run),
     )

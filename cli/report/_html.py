@@ -33,6 +33,7 @@ th:first-child,td:first-child{text-align:left}th{background:#f6f6f6}
 _TITLES = {
     "decomposition": "Step decomposition per rank",
     "waterfall": "MFU waterfall",
+    "kernel_classes": "Compute by kernel class",
     "utilization": "MFU and HFU over steps",
     "bandwidth": "Bus bandwidth per tier",
     "stragglers": "Stragglers",
@@ -47,7 +48,14 @@ _CAPTIONS = {
     "waterfall": "Over the steps measured in profiled windows: 1 − MFU = exposed comm + bubble + "
     "recompute + other + compute × (1 − kernel efficiency), each as a share of the peak FLOPs the "
     "devices could have done (weighted by each device's peak). Kernel efficiency = model FLOPs "
-    "/ (peak × compute time). Its MFU is that of those steps; the MFU card covers every step.",
+    "/ (peak × compute time). Where the steps carry their compute time by kernel class, the "
+    "kernel slice is split: unfused kernels (elementwise, norms, reductions and other "
+    "memory-bound kernels, the share fusion can win back) apart from the rest of kernel "
+    "inefficiency. Its MFU is that of those steps; the MFU card covers every step.",
+    "kernel_classes": "What the compute bucket ran, by kernel family (name rules in the analyze "
+    "docs, 'Kernel classes'): gemm (matmuls, convolutions as implicit GEMM), attention, "
+    "elementwise_norm_reduce (memory-bound: elementwise, norms, reductions, copies, embedding "
+    "lookups, optimizers), other. Mean per step over the measured steps that carry a split.",
     "utilization": "MFU = model FLOPs / (peak FLOP/s × step time); HFU adds the recomputed "
     "FLOPs of activation checkpointing. Job-level per step: ratio of sums over ranks. Shaded: "
     "the profiled windows, the only steps whose breakdown was measured.",
@@ -157,6 +165,13 @@ def _section_table(content: ReportContent, plot: str) -> str:
                 else ".</p>"
             )
         )
+    if plot == "kernel_classes":
+        classes = [c for c, _ in content.kernel_classes[0].seconds]
+        rows = [
+            [f"rank {r.rank}", r.steps, _ms(r.compute_s)] + [_pct(r.share(c)) for c in classes]
+            for r in content.kernel_classes
+        ]
+        return _table(["rank", "steps", "compute / step", *classes], rows)
     if plot == "bandwidth":
         return "".join(_tier_tables(content))
     if plot == "stragglers":

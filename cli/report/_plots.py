@@ -19,10 +19,12 @@ from mfuscope.cli.report._content import ReportContent
 from mfuscope.core.aggregate.bandwidth import TierBandwidth
 from mfuscope.core.aggregate.decompose import (
     KERNEL_INEFFICIENCY,
+    UNFUSED_KERNELS,
     RankDecomposition,
     StepUtilization,
     Waterfall,
 )
+from mfuscope.core.aggregate.kernel_classes import RankClassSplit
 from mfuscope.core.aggregate.stragglers import StragglerView
 from mfuscope.core.bandwidth import LinkModel, bus_factor, ideal_transfer_s
 from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
@@ -31,6 +33,7 @@ __all__ = [
     "draw",
     "plot_bandwidth",
     "plot_decomposition",
+    "plot_kernel_classes",
     "plot_stragglers",
     "plot_utilization",
     "plot_waterfall",
@@ -46,6 +49,13 @@ BUCKET_COLORS = {
 }
 EXPOSED_COMM_COLORS = ("#C44E52", "#E17C7F", "#8C2D30", "#F0A5A7")
 KERNEL_COLOR = "#55A868"
+UNFUSED_COLOR = "#CCB974"
+CLASS_COLORS = {
+    "gemm": "#4C72B0",
+    "attention": "#8172B3",
+    "elementwise_norm_reduce": UNFUSED_COLOR,
+    "other": "#B0B0B0",
+}
 OP_COLORS = {
     "all_reduce": "#4C72B0",
     "all_gather": "#55A868",
@@ -122,6 +132,8 @@ def plot_waterfall(waterfall: Waterfall) -> Figure:
         level -= piece.fraction
         if piece.component == KERNEL_INEFFICIENCY:
             color = KERNEL_COLOR
+        elif piece.component == UNFUSED_KERNELS:
+            color = UNFUSED_COLOR
         else:
             color = _color(piece.component, comm_index)
             comm_index += piece.component == "exposed_comm"
@@ -149,6 +161,33 @@ def plot_waterfall(waterfall: Waterfall) -> Figure:
         fontsize=10,
     )
     ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def plot_kernel_classes(ranks: Sequence[RankClassSplit]) -> Figure:
+    """Stacked horizontal bars: each rank's compute time split by kernel class (percent)."""
+    fig = Figure(figsize=(8.0, max(2.4, 0.45 * len(ranks) + 1.6)))
+    ax = fig.add_subplot()
+    y = list(range(len(ranks)))
+    lefts = [0.0] * len(ranks)
+    for kernel_class, _ in ranks[0].seconds:
+        widths = [100 * r.share(kernel_class) for r in ranks]
+        ax.barh(
+            y,
+            widths,
+            left=lefts,
+            height=0.6,
+            color=CLASS_COLORS.get(kernel_class, "#777777"),
+            label=kernel_class,
+        )
+        lefts = [left + w for left, w in zip(lefts, widths, strict=True)]
+    ax.set_yticks(y, [f"rank {r.rank}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of compute time")
+    ax.set_title("Compute time by kernel class")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.grid(axis="x", alpha=0.3)
     return fig
 
 
@@ -320,6 +359,8 @@ def draw(plot: str, content: ReportContent) -> Figure | None:
         return plot_decomposition(content.decomposition)
     if plot == "waterfall":
         return plot_waterfall(content.waterfall) if content.waterfall else None
+    if plot == "kernel_classes":
+        return plot_kernel_classes(content.kernel_classes)
     if plot == "utilization":
         return plot_utilization(content.utilization, content.coverage.window_ranges)
     if plot == "bandwidth":

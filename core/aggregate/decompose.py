@@ -11,8 +11,11 @@ peak, so they equal what PromQL computes from the counters
 The MFU waterfall is `core.mfu.mfu_waterfall` on the peak-weighted sums of the buckets: with
 ``f_x = Σ P·bucket_x / Σ P·wall`` and kernel efficiency ``model_flops / (P · compute)``,
 ``1 - MFU = f_exposed_comm + f_bubble + f_recompute + f_other + f_compute · (1 -
-kernel_efficiency)``, so the slices below plus MFU sum to 1. The ratios themselves are
-`core.mfu.utilization`.
+kernel_efficiency)``, so the slices below plus MFU sum to 1. The kernel slice is split in two
+when the steps carry their compute time per kernel class
+(docs/definitions.md#unfused-and-memory-bound-kernels): the unfused, memory-bound kernels (class
+``elementwise_norm_reduce``) apart from the rest of kernel inefficiency. The ratios themselves
+are `core.mfu.utilization`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from mfuscope.core.aggregate.coverage import is_measured
 from mfuscope.core.aggregate.run import RankRun, RunData
 from mfuscope.core.mfu import StepBuckets, mfu_waterfall, utilization
 from mfuscope.core.schema import StepReport
-from mfuscope.core.vocabulary import COMPONENTS
+from mfuscope.core.vocabulary import COMPONENTS, KERNEL_CLASSES
 
 __all__ = [
     "RankDecomposition",
@@ -42,6 +45,10 @@ __all__ = [
 ]
 
 KERNEL_INEFFICIENCY = "kernel inefficiency"
+# The part of the kernel slice spent in unfused, memory-bound kernels (`core.mfu`'s
+# ``elementwise`` slice): shown apart, it is the share kernel fusion can win back.
+UNFUSED_KERNELS = "unfused kernels"
+_ELEMENTWISE_CLASS = KERNEL_CLASSES[2]  # elementwise_norm_reduce
 # Waterfall order (docs/definitions.md#mfu-waterfall): exposed communication, bubble,
 # recompute, other, then kernels.
 _WATERFALL_ORDER = ("exposed_comm", "bubble_pipeline", "bubble_idle", "recompute", "other")
@@ -127,7 +134,7 @@ def decomposition_per_rank(run: RunData) -> tuple[RankDecomposition, ...]:
 @dataclass(frozen=True)
 class WaterfallSlice:
     label: str
-    component: str  # a vocabulary component, or KERNEL_INEFFICIENCY
+    component: str  # a vocabulary component, UNFUSED_KERNELS or KERNEL_INEFFICIENCY
     fraction: float  # of the peak FLOPs the devices could have done (may be < 0, see Waterfall)
 
 
@@ -178,6 +185,14 @@ def job_waterfall(run: RunData) -> Waterfall | None:
         name: math.fsum(v for k, v in seconds.items() if COMPONENTS[k[0]] == name)
         for name in COMPONENTS
     }
+    # Steps without a class split (CPU timelines, older agents) add nothing to the slice.
+    split = any(s.compute_classes for _, s in samples)
+    elementwise_s = math.fsum(
+        peak * c.seconds / mean_peak
+        for peak, step in samples
+        for c in step.compute_classes
+        if c.kernel_class == _ELEMENTWISE_CLASS
+    )
     core = mfu_waterfall(
         math.fsum(s.model_flops for _, s in samples),
         mean_peak,
@@ -188,6 +203,7 @@ def job_waterfall(run: RunData) -> Waterfall | None:
             other_s=per_component["other"],
             bubble_pipeline_s=per_component["bubble_pipeline"],
             bubble_idle_s=per_component["bubble_idle"],
+            elementwise_s=min(elementwise_s, per_component["compute"]),  # equal, to rounding
         ),
     )
     slice_of = core.slices()
@@ -207,6 +223,8 @@ def job_waterfall(run: RunData) -> Waterfall | None:
         )
         for k in keys
     ]
+    if split:
+        slices.append(WaterfallSlice(UNFUSED_KERNELS, UNFUSED_KERNELS, core.elementwise))
     slices.append(
         WaterfallSlice(KERNEL_INEFFICIENCY, KERNEL_INEFFICIENCY, core.kernel_inefficiency)
     )

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 from mfuscope.core.trace._events import EventArgs
+from mfuscope.core.trace._kernel_names import kernel_words
 from mfuscope.core.vocabulary import (
     AXIS_UNKNOWN,
     TIER_INTER_NODE,
@@ -97,10 +98,31 @@ _KERNEL_OPS: dict[str, str] = {
 }
 
 
+# Other communication kernels (`kernel_classes.is_communication_kernel`) spell their op in
+# their callee's words: PyTorch symmetric memory (two_shot_all_reduce_kernel), custom
+# all-reduce (cross_device_reduce_1stage), NVSHMEM on-stream collectives (rdxn: reduction,
+# fcollect: all-gather), NVSHMEM all-to-all-v, DeepEP dispatch / combine (all-to-all).
+_WORD_OPS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(r"(?<![a-z])(?:" + pattern + r")(?![a-z])"), op)
+    for pattern, op in (
+        (r"reduce_?scatter", "reduce_scatter"),
+        (r"all_?reduce|cross_device_reduce|rdxn", "all_reduce"),
+        (r"all_?gather|fcollect", "all_gather"),
+        (r"all_?to_?all(?:_?v)?|all2all|a2a|deep_ep|pplx", "all_to_all"),
+        (r"broadcast", "broadcast"),
+    )
+)
+
+
 def op_from_kernel_name(name: str) -> str | None:
-    """The op an NCCL kernel name spells out; None for ``Generic``/``SendRecv`` (ambiguous)."""
+    """The op a communication kernel's name spells out: NCCL's ``ncclDevKernel_AllGather_*``,
+    else the words of its callee (``two_shot_all_reduce_kernel``); None when it says none
+    (``ncclDevKernel_Generic``, ``SendRecv``: ambiguous; a barrier)."""
     match = _KERNEL_OP.search(name)
-    return None if match is None else _KERNEL_OPS.get(match.group(1))
+    if match is not None:
+        return _KERNEL_OPS.get(match.group(1))
+    words = kernel_words(name)
+    return next((op for pattern, op in _WORD_OPS if pattern.search(words)), None)
 
 
 # Bytes per element. c10::ScalarType names (record_param_comms `dtype`) and the C++ type names

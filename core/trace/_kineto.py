@@ -52,15 +52,15 @@ from mfuscope.core.trace._trace_model import (
     Timeline,
 )
 from mfuscope.core.trace._windows import choose_windows
-from mfuscope.core.trace.kernel_classes import class_code
+from mfuscope.core.trace.kernel_classes import class_code, is_communication_kernel
 from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
 from numpy.typing import NDArray
 
 __all__ = ["COMM_KERNEL_SUBSTRINGS", "OPERATOR_PREFIXES", "gpu_timeline", "is_comm_kernel"]
 
 DEFAULT_GPUS_PER_NODE = 8  # a GPU trace's ranks per host unless told (`build_timeline`)
-# A kernel whose lower-cased name holds one of COMM_KERNEL_SUBSTRINGS is communication; the
-# names live in `_read_names`, numpy-free, for the selection.
+# A communication kernel's lower-cased name holds one of COMM_KERNEL_SUBSTRINGS (the
+# selection keeps those decoded); they live in `_read_names`, numpy-free, for the selection.
 COMM_KERNEL_SUBSTRINGS = _read_names.COMM_KERNEL_SUBSTRINGS
 _RECORD_PARAM_COMMS = _read_names.RECORD_PARAM_COMMS
 OPERATOR_PREFIXES = _read_names.TIMELINE_OPERATOR_PREFIXES  # the operators a GPU timeline reads
@@ -78,11 +78,11 @@ _encode = msgspec.json.Encoder().encode
 
 
 def is_comm_kernel(name: str) -> bool:
-    """NCCL (``ncclKernel_*``, ``ncclDevKernel_*``) and RCCL kernels are communication."""
+    """Whether a kernel is communication (`kernel_classes.is_communication_kernel`: NCCL /
+    RCCL, symmetric-memory and custom all-reduce kernels, NVSHMEM, ...)."""
     known = _comm_name_cache.get(name)
     if known is None:
-        lowered = name.lower()
-        known = any(part in lowered for part in COMM_KERNEL_SUBSTRINGS)
+        known = is_communication_kernel(name)
         _comm_name_cache[name] = known
     return known
 

@@ -19,8 +19,38 @@ __all__ = [
     "TIMELINE_OPERATOR_PREFIXES",
 ]
 
-# A kernel whose lower-cased name holds one of these is communication (NCCL, RCCL).
-COMM_KERNEL_SUBSTRINGS = ("nccl", "rccl")
+# A kernel is communication only if its lower-cased name holds one of these (and its family
+# says so: `kernel_classes.is_communication_kernel`). One for each way a communication family
+# of `_kernel_families` can be spelled, camelCase folded: NCCL / RCCL / MSCCL, collectives
+# (PyTorch symmetric memory, custom all-reduce of vLLM / SGLang / TensorRT-LLM, NVSHMEM's
+# on-stream collectives), NVSHMEM / rocSHMEM, DeepEP, pplx, Transformer Engine userbuffers.
+COMM_KERNEL_SUBSTRINGS = (
+    "nccl",
+    "rccl",
+    "msccl",
+    "allreduce",
+    "all_reduce",
+    "allgather",
+    "all_gather",
+    "reducescatter",
+    "reduce_scatter",
+    "alltoall",
+    "all_to_all",
+    "all2all",
+    "cross_device_reduce",
+    "crossdevicereduce",
+    "multigpubarrier",
+    "multi_gpu_barrier",
+    "nvshmem",
+    "rocshmem",
+    "userbuffers",
+    "on_stream",
+    "onstream",
+    "deep_ep",
+    "pplx",
+    "symmetric_memory",
+    "intra_node_comm",
+)
 RECORD_PARAM_COMMS = "record_param_comms"
 TIMELINE_OPERATOR_PREFIXES = (RECORD_PARAM_COMMS,)  # the operators a GPU timeline reads
 

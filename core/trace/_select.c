@@ -467,6 +467,7 @@ static int scan_args(Cursor *c, Correlation *correlation) {
 typedef struct {
     const char **ptr;
     unsigned int *len;
+    unsigned char *comm; /* per name: 0 not yet known, 1 no communication, 2 maybe */
     unsigned int *slots; /* position + 1; 0: empty */
     size_t mask;
     unsigned int count, capacity;
@@ -505,6 +506,10 @@ static int names_grow(Names *t) {
     if (len == NULL)
         return 0;
     t->len = len;
+    unsigned char *comm = realloc(t->comm, capacity * sizeof(*comm));
+    if (comm == NULL)
+        return 0;
+    t->comm = comm;
     size_t slots = (size_t)capacity * 2;
     unsigned int *table = calloc(slots, sizeof(*table));
     if (table == NULL)
@@ -537,6 +542,7 @@ static unsigned int names_intern(Names *t, const char *p, unsigned int n) {
     }
     t->ptr[t->count] = p;
     t->len[t->count] = n;
+    t->comm[t->count] = 0;
     t->slots[slot] = t->count + 1;
     return t->last = t->count++;
 }
@@ -544,6 +550,7 @@ static unsigned int names_intern(Names *t, const char *p, unsigned int n) {
 static void names_free(Names *t) {
     free(t->ptr);
     free(t->len);
+    free(t->comm);
     free(t->slots);
 }
 
@@ -637,6 +644,14 @@ static int names_communication(const TextSet *set, const char *ptr, Py_ssize_t l
         }
     }
     return 0;
+}
+
+/* `names_communication` of interned name `i`, worked out once per distinct name: a trace has
+ * a few hundred distinct kernel names and a million kernels. */
+static int name_is_communication(Names *t, unsigned int i, const TextSet *set) {
+    if (t->comm[i] == 0)
+        t->comm[i] = (unsigned char)(1 + names_communication(set, t->ptr[i], t->len[i]));
+    return t->comm[i] == 2;
 }
 
 /* The columns of a device event or launch, exactly as the decoder will read them; 0 if any is
@@ -780,10 +795,13 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
                 return 0;
             }
         }
-        span->decoded = !plain_cat ||
-                        (span->bucket == KERNEL_BUCKET &&
-                         (name.seen != 1 || !name.plain ||
-                          names_communication(&rules->comm_substrings, name.ptr, name.len)));
+        span->decoded =
+            !plain_cat ||
+            (span->bucket == KERNEL_BUCKET &&
+             (name.seen != 1 || !name.plain ||
+              (span->name == NO_NAME
+                   ? names_communication(&rules->comm_substrings, name.ptr, name.len)
+                   : name_is_communication(&s->names, span->name, &rules->comm_substrings))));
         if (!note_link(s, &correlation, span->decoded)) {
             s->failed = 1;
             return 0;

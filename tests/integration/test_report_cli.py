@@ -10,6 +10,7 @@ from mfuscope.cli import main
 from mfuscope.cli.report.writer import PLOT_NAMES
 from mfuscope.core.schema import (
     AgentHealth,
+    ClassShare,
     CollectiveSample,
     ComponentShare,
     GroupInfo,
@@ -52,6 +53,12 @@ def _step(step: int, rank: int) -> StepReport:
         collectives=collectives if step in (2, 3, 4) else (),
         # Steps 2-4 are a profiled window; later steps carry its last step's breakdown.
         breakdown_step=None if step < 2 else min(step, 4),
+        compute_classes=(
+            ClassShare("gemm", 0.6 * compute),
+            ClassShare("elementwise_norm_reduce", 0.4 * compute),
+        )
+        if step >= 2
+        else (),
     )
 
 
@@ -124,6 +131,10 @@ def test_report_from_agent_jsonl(
     # The known inputs show through. MFU = 24 x 2e9 FLOP / (1e11 FLOP/s x 12 x (0.1 + 0.12) s);
     # own time (wall - exposed comm) 0.08 s vs 0.10 s: rank 1 at 0.10 / median(0.08, 0.10) = 1.111.
     assert "<b>18.2%</b>" in html
+    # The unfused kernels apart in the waterfall: 0.4 x (0.06 + 0.072) s over 0.22 s of wall.
+    assert "<td>unfused kernels</td><td>24.0%</td>" in html
+    # The class view averages the 3 measured steps (2-4) of rank 1, not the 7 that carry them.
+    assert "<td>rank 1</td><td>3</td><td>72.00 ms</td><td>60.0%</td>" in html
     assert "<td>1.111</td>" in html
     assert "No straggler (no rank above ×1.20); the slowest is rank 1 at ×1.111" in html
     assert "6 measured (rank, step) samples" in html

@@ -12,17 +12,20 @@ from hypothesis import strategies as st
 from mfuscope.core.aggregate.bandwidth import bandwidth_by_tier
 from mfuscope.core.aggregate.decompose import (
     KERNEL_INEFFICIENCY,
+    UNFUSED_KERNELS,
     decomposition_per_rank,
     job_waterfall,
     overall_utilization,
     utilization_over_steps,
 )
+from mfuscope.core.aggregate.kernel_classes import class_split_per_rank
 from mfuscope.core.aggregate.run import RunData, merge_batches
 from mfuscope.core.aggregate.stragglers import straggler_view
 from mfuscope.core.bandwidth import LinkModel, busbw_bytes_per_s, ideal_transfer_s
 from mfuscope.core.errors import ReportInputError
 from mfuscope.core.schema import (
     AgentHealth,
+    ClassShare,
     CollectiveSample,
     ComponentShare,
     GroupInfo,
@@ -173,6 +176,33 @@ def test_waterfall_known_values() -> None:
         {"exposed comm dp/intra_node": 0.2, "bubble idle": 0.3, KERNEL_INEFFICIENCY: 0.25}
     )
     assert [s.component for s in w.slices] == ["exposed_comm", "bubble_idle", KERNEL_INEFFICIENCY]
+
+
+def test_waterfall_shows_unfused_kernels_apart_and_classes_per_rank() -> None:
+    # As above, the 0.5 s of compute split 0.2 s gemm, 0.25 s elementwise, 0.05 s attention:
+    # the 0.25 kernel slice is 0.25 unfused kernels and 0 kernel inefficiency left.
+    classes = (
+        ClassShare("gemm", 0.2),
+        ClassShare("attention", 0.05),
+        ClassShare("elementwise_norm_reduce", 0.25),
+        ClassShare("other", 0.0),
+    )
+    base = _step(0, 1.0, {"compute": 0.5}, comm=(("dp", "intra_node", 0.2),), flops=0.25e12)
+    split = StepReport(**{**base.__dict__, "compute_classes": classes})
+    cpu = _step(1, 1.0, {"compute": 0.5}, flops=0.25e12)  # no class split: adds nothing
+    run = merge_batches([_batch(0, [split, cpu], world=2), _batch(1, [cpu], world=2)])
+    w = job_waterfall(run)
+    assert w is not None
+    slices = {s.label: s.fraction for s in w.slices}
+    assert slices[UNFUSED_KERNELS] == pytest.approx(0.25 / 3)
+    assert slices[KERNEL_INEFFICIENCY] == pytest.approx(0.75 / 3 - 0.25 / 3)
+    assert math.fsum(slices.values()) + w.mfu == pytest.approx(1.0)
+    (rank,) = class_split_per_rank(run)  # rank 1 carries no split
+    assert (rank.rank, rank.steps, rank.compute_s) == (0, 1, pytest.approx(0.5))
+    assert rank.share("elementwise_norm_reduce") == pytest.approx(0.5)
+    assert [c for c, _ in rank.seconds] == ["gemm", "attention", "elementwise_norm_reduce", "other"]
+    no_split = job_waterfall(merge_batches([_batch(0, [cpu], world=1)]))
+    assert no_split is not None and UNFUSED_KERNELS not in {s.label for s in no_split.slices}
 
 
 def test_waterfall_weights_ranks_by_their_peak() -> None:

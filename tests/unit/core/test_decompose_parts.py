@@ -73,6 +73,20 @@ def test_op_names_normalise_to_nccl_tests(name: str, op: str | None) -> None:
         ),
         ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", None),
         ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", None),
+        # communication kernels beyond NCCL spell the op in their callee's words
+        (
+            "void (anonymous namespace)::two_shot_all_reduce_kernel_inplace<c10::BFloat16, 16, 2>"
+            "(c10::BFloat16**, unsigned long)",
+            "all_reduce",
+        ),
+        ("void vllm::cross_device_reduce_1stage<__half, 8>(vllm::RankData*)", "all_reduce"),
+        ("void (anonymous namespace)::multimem_all_gather_kernel<16>(char*)", "all_gather"),
+        (
+            "void alltoall_on_stream_kernel<char>(int, char*, char const*, unsigned long)",
+            "all_to_all",
+        ),
+        ("void deep_ep::intranode::dispatch<8>(int4*, float*)", "all_to_all"),
+        ("void c10d::nvshmem_extension::exchangeSplitAndOffsetKernel(long*, long*)", None),
     ],
 )
 def test_op_from_kernel_name(kernel: str, op: str | None) -> None:

@@ -1,5 +1,6 @@
-"""Kernel classes: the name table on every distinct kernel name of the real traces, and the
-split of the compute / recompute buckets by class."""
+"""Kernel classes: the name table on every distinct kernel name of the real traces and on a
+committed list of real names per family, communication kernels beyond NCCL, and the split of
+the compute / recompute buckets by class."""
 
 from __future__ import annotations
 
@@ -11,9 +12,19 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mfuscope.core.trace import AnalysisOptions, analyze_trace, read_trace
-from mfuscope.core.trace._kineto import is_comm_kernel
-from mfuscope.core.trace.kernel_classes import KERNEL_CLASSES, classify_kernel
+from mfuscope.core.trace._kernel_families import FAMILIES as TABLE
+from mfuscope.core.trace._kernel_families import Family
+from mfuscope.core.trace._kineto import COMM_KERNEL_SUBSTRINGS, is_comm_kernel
+from mfuscope.core.trace.kernel_classes import (
+    KERNEL_CLASSES,
+    classify_kernel,
+    is_communication_kernel,
+    kernel_family,
+)
+from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
 
 from tests.support.shared_data import A100_TRACE, MI300X_TRACE, require
 from tests.support.trace_builder import TraceBuilder, realistic_trace
@@ -23,6 +34,8 @@ REAL = {
     "mi300x": MI300X_TRACE,
 }
 US = 1e-6
+# Real names per family with their class and where each was seen (tests/data/README.md).
+COMMITTED = Path(__file__).resolve().parents[2] / "data" / "kernel_names.tsv"
 
 # What each kernel family is, written from the libraries' own naming (not from the table):
 # (pattern on the name, class). Every distinct compute-kernel name of the real traces must
@@ -90,9 +103,60 @@ def test_every_kernel_name_of_the_real_traces(which: str) -> None:
         assert classify_kernel(name) == families[0], name
 
 
+def _committed() -> list[tuple[str, str, str]]:
+    rows = []
+    for line in COMMITTED.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            expected, source, name = line.split("\t")
+            rows.append((expected, source, name))
+    return rows
+
+
+def test_every_committed_name_has_its_class() -> None:
+    rows = _committed()
+    kinds = {expected for expected, _, _ in rows}
+    assert kinds == {*KERNEL_CLASSES, "communication"} and len(rows) > 400
+    wrong = []
+    for expected, source, name in rows:
+        if expected == "communication":
+            got = "communication" if is_communication_kernel(name) else classify_kernel(name)
+        else:
+            got = classify_kernel(name)
+            assert not is_communication_kernel(name), name
+        if got != expected:
+            wrong.append((expected, got, kernel_family(name)[0], source, name[:120]))
+    assert not wrong, "\n".join(map(str, wrong))
+
+
+def test_every_communication_name_is_kept_decoded_by_the_selection() -> None:
+    # The C selection decodes only kernels whose name holds one of these; a communication
+    # kernel it left out would be compute.
+    for expected, _, name in _committed():
+        if expected == "communication":
+            assert any(part in name.lower() for part in COMM_KERNEL_SUBSTRINGS), name
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
+        # words, not substrings: FBGEMM is no GEMM, a type conversion no convolution, the
+        # FlashInfer library no FlashAttention, Inductor's fused-op list no matmul
+        (
+            "void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int)",
+            "elementwise_norm_reduce",
+        ),
+        (
+            "void vllm::rms_norm_kernel<float, vllm::_typeConvert<float> >(float*)",
+            "elementwise_norm_reduce",
+        ),
+        ("void flashinfer::norm::RMSNormKernel<8u, __half>(__half*)", "elementwise_norm_reduce"),
+        ("triton_poi_fused__scaled_dot_product_flash_attention_cat_3", "elementwise_norm_reduce"),
+        ("triton_red_fused_addmm_native_layer_norm_5", "elementwise_norm_reduce"),
+        # no matrix math behind a GEMM-ish name
+        (
+            "void cudnn::gemm::computeOffsetsKernel<false>(cudnn::gemm::ComputeOffsetsParams)",
+            "other",
+        ),
         # FlashAttention-2 / -3, PyTorch memory-efficient attention, cuDNN SDPA, flex attention
         (
             "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false>, true>",
@@ -141,6 +205,49 @@ def test_synthetic_trace_kernels_are_gemm() -> None:
     names = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel"}
     compute = {n for n in names if not is_comm_kernel(n)}
     assert compute and {classify_kernel(n) for n in compute} == {"gemm"}
+
+
+_GATED = [(f, piece) for f in TABLE if f.gate is not None for piece in f.pieces]
+
+
+@pytest.mark.parametrize(("family", "piece"), _GATED, ids=[p for _, p in _GATED])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_a_family_gate_lets_every_match_through(
+    family: Family, piece: str, data: st.DataObject
+) -> None:
+    """The gate only skips a search that could not match: every text a piece matches holds
+    one of the gate's words."""
+    text = data.draw(st.from_regex(piece))
+    assert family.gate is not None and any(part in text for part in family.gate), text
+
+
+def test_communication_beyond_nccl_is_exposed_with_the_group_unknown(tmp_path: Path) -> None:
+    """A symmetric-memory all-reduce is communication: exposed when nothing computes beside
+    it, on the unknown axis and tier (the trace names no group), and a collective record."""
+    b = TraceBuilder(world_size=2)
+    b.profiler_step(1, 0.0, 50.0)
+    b.kernel(100.0, 40.0, launch_at=1.0)  # compute [100, 140)
+    b.comm_kernel(
+        130.0,
+        30.0,
+        launch_at=2.0,
+        metadata="none",
+        kernel_name="void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>"
+        "(c10::BFloat16*, unsigned long, unsigned int**, unsigned long, unsigned long)",
+    )
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(b.build()))
+    for result in (analyze_trace(b.build()), analyze_trace(read_trace(path))):
+        (step,) = result.steps
+        assert step.compute_s == pytest.approx(40 * US)
+        (exposed,) = step.exposed_comm
+        assert (exposed.axis, exposed.tier) == (AXIS_UNKNOWN, TIER_UNKNOWN)
+        assert exposed.seconds == pytest.approx(20 * US)  # [140, 160)
+        assert step.overlapped_comm_s == pytest.approx(10 * US)
+        (record,) = step.collectives
+        assert (record.op, record.group_size, record.bytes) == ("all_reduce", None, None)
+        assert step.compute_classes is not None and step.compute_classes.other == 0.0
 
 
 def test_classes_share_overlapping_instants_and_sum_to_the_bucket(tmp_path: Path) -> None:
