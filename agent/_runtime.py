@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
+from mfuscope.agent.collective_reader import CollectiveReader, build_collective_reader
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.gpu_identity import VISIBLE_DEVICES_ENV, GpuRef, current_gpu_ref, match_gpu
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
@@ -80,6 +81,7 @@ class Runtime:
     analyser: WindowAnalyser
     unwrap_checkpoint: Callable[[], None]
     hardware: HardwareSampler | None = None
+    collectives: CollectiveReader | None = None
 
     def make_transports(self, encode: Callable[[Sequence[StepReport]], bytes]) -> list[Transport]:
         sinks: list[Sink] = []
@@ -111,6 +113,8 @@ class Runtime:
                 max_batch_reports=self.config.max_batch_reports,
                 flush_interval_s=self.config.flush_interval_s,
                 retry=retry,
+                # A live collector hears from the rank while no step completes (a blocked rank).
+                heartbeat_s=self.config.status_interval_s if isinstance(sink, HttpSink) else None,
             )
             for sink in sinks
         ]
@@ -141,6 +145,9 @@ class Runtime:
             self.analyser.close(0.5)
         if self.hardware is not None:
             self.hardware.stop()
+        if self.collectives is not None:
+            with contextlib.suppress(Exception):
+                self.collectives.close(0.5)
 
 
 @dataclass(frozen=True)
@@ -491,6 +498,9 @@ def build_runtime(
     hardware = _hardware(config, device, topology, seams, log)
     if hardware is not None:
         hardware.start()
+    collectives = build_collective_reader(config, topology, log, seams.collective_sources)
+    if collectives is not None:
+        collectives.start()
     return Runtime(
         config=config,
         health=health,
@@ -506,4 +516,5 @@ def build_runtime(
         analyser=analyser,
         unwrap_checkpoint=unwrap,
         hardware=hardware,
+        collectives=collectives,
     )

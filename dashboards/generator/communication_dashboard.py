@@ -28,7 +28,8 @@ BUSBW_MEANING = (
     "broadcast, reduce, send/recv; comparable across ops and group sizes and with the link "
     "rate. Time is the collective's duration on the device, including waiting for the slowest "
     "peer, over the calls whose size is known (calls of unknown size add no bytes, so they are "
-    "left out of the time too). From profiled windows only. "
+    "left out of the time too). Live from every call where the backend times collectives "
+    "(NCCL with timing, the agent's default); elsewhere (gloo) from profiled windows. "
 )
 
 
@@ -48,7 +49,7 @@ def _bandwidth_row() -> Row:
                 "Bps",
                 [
                     Query(
-                        f"{_rate('mfuscope_collective_bus_bytes_total', by)}"
+                        f"{_rate('mfuscope_collective_sized_bus_bytes_total', by)}"
                         f" / ({_rate('mfuscope_collective_sized_seconds_total', by)} > 0)",
                         "{{job}} {{op}} {{tier}}",
                     ),
@@ -182,7 +183,8 @@ def _exposure_row() -> Row:
                 [
                     Query(
                         f"{_rate('mfuscope_collective_overlapped_seconds_total', by_axis_tier)}"
-                        f" / ({_rate('mfuscope_collective_seconds_total', by_axis_tier)} > 0)",
+                        f" / ({_rate('mfuscope_collective_profiled_seconds_total', by_axis_tier)}"
+                        " > 0)",
                         "{{job}} {{axis}}/{{tier}}",
                     )
                 ],
@@ -192,7 +194,8 @@ def _exposure_row() -> Row:
             timeseries_panel(
                 "Collective bytes per second (size S)",
                 "Algorithm bytes moved by collectives per second (the nccl-tests size S, not "
-                "multiplied by the bus factor), per op, axis and tier, summed over ranks.",
+                "multiplied by the bus factor), per op, axis and tier, summed over ranks: every "
+                "call, from the agents' always-on flight-recorder records.",
                 "Bps",
                 [
                     Query(

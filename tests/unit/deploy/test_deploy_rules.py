@@ -22,8 +22,11 @@ ALERT_TESTS = PROMETHEUS / "tests" / "alerts_test.yml"
 REGRESSION_TESTS = PROMETHEUS / "tests" / "regression_test.yml"
 # The job-wide straggler rules and alert on 256 simulated nodes (generated: tests/support).
 FLEET_TESTS = PROMETHEUS / "tests" / "fleet_stragglers_test.yml"
-# Alerts whose annotations also name the cause (the MFU waterfall slice that grew most).
-WITH_CAUSE = {"MFUScopeMFURegression"}
+# The hang alert, and a normal end and a long pause paging nobody.
+HANG_TESTS = PROMETHEUS / "tests" / "hangs_test.yml"
+# Alerts whose annotations also name the cause (the MFU waterfall slice that grew most; the rank
+# a hung job waits for).
+WITH_CAUSE = {"MFUScopeMFURegression", "MFUScopeCollectiveHang"}
 OPERATIONS = ROOT / "docs" / "operations.md"
 SCRAPE_CONFIGS = [
     PROMETHEUS / "prometheus.yml",
@@ -195,7 +198,9 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     firing: set[tuple[str, str]] = set()
     silent: set[str] = set()
     for test in [
-        t for f in (ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS) for t in _yaml(f)["tests"]
+        t
+        for f in (ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS, HANG_TESTS)
+        for t in _yaml(f)["tests"]
     ]:
         for case in test.get("alert_rule_test", []):
             if case["exp_alerts"]:
@@ -212,7 +217,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
 
 
 def test_promtool_test_files_load_the_project_rules() -> None:
-    for path in (RECORDING_TESTS, ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS):
+    for path in (RECORDING_TESTS, ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS, HANG_TESTS):
         for rule_file in _yaml(path)["rule_files"]:
             assert (path.parent / rule_file).resolve() in [p.resolve() for p in RULE_FILES]
 
