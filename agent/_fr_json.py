@@ -15,18 +15,19 @@ so ``},{`` appears only between two entries and ``}]`` only at the list's end; e
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import msgspec
+from mfuscope.core.flight_records import RawEntry, entry_from_dump
 
 __all__ = ["entries_from"]
 
 _ENTRIES = b'"entries":['
 _SEPARATOR = b"},{"
 _END = b"}]"
-_DECODER = msgspec.json.Decoder()
+_TYPED = msgspec.json.Decoder(list[RawEntry])
+_UNTYPED = msgspec.json.Decoder()
 
 
 def _first_needed(blob: bytes, begin: int, end: int, record_id: int) -> int:
@@ -41,9 +42,19 @@ def _first_needed(blob: bytes, begin: int, end: int, record_id: int) -> int:
     return begin if separator < 0 else separator + 2
 
 
-def entries_from(blob: bytes, record_id: int, chunk: int = 128) -> Iterator[list[Any]]:
+def _decode(piece: bytes) -> list[RawEntry]:
+    try:
+        return _TYPED.decode(piece)
+    except msgspec.ValidationError:  # an odd entry: keep the others
+        raw: Any = _UNTYPED.decode(piece)
+        checked = (msgspec.convert(e, RawEntry) for e in raw if entry_from_dump(e) is not None)
+        return list(checked)
+
+
+def entries_from(blob: bytes, record_id: int, chunk: int = 64) -> Iterator[list[RawEntry]]:
     """The dump's entries from the one with `record_id` on (all of them when it is absent), in
-    lists of at most `chunk` decoded entries. Yields nothing for a dump without entries."""
+    lists of at most `chunk` decoded entries. Yields nothing for a dump without entries. The
+    caller offers the GIL to other threads between lists (``time.sleep(0)``)."""
     start = blob.find(_ENTRIES)
     if start < 0:
         return
@@ -68,7 +79,4 @@ def entries_from(blob: bytes, record_id: int, chunk: int = 128) -> Iterator[list
         else:
             piece = blob[position:stop]
             position = stop + 1
-        decoded = _DECODER.decode(b"[" + piece + b"]")
-        if isinstance(decoded, list):
-            yield decoded
-        time.sleep(0)  # let the training thread take the GIL between chunks
+        yield _decode(b"[" + piece + b"]")

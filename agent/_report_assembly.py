@@ -77,7 +77,7 @@ class ReportAssembler:
         header: BatchHeader,
         health: HealthCounters,
         hardware: Callable[[], HardwareCounters | None] | None = None,
-        comm: Callable[[], CommRecords | None] | None = None,
+        comm: Callable[[str], CommRecords | None] | None = None,
     ) -> None:
         self._header = header
         self._health = health
@@ -130,8 +130,9 @@ class ReportAssembler:
         """At close: every report still held, in step order, with what is known by now."""
         return [self._report(self._held.pop(step)) for step in sorted(self._held)]
 
-    def encode(self, reports: Sequence[StepReport]) -> bytes:
-        """The wire batch for `reports` (JSON bytes)."""
+    def encode(self, reports: Sequence[StepReport], sink: str = "") -> bytes:
+        """The wire batch for `reports` (JSON bytes) for `sink` (each sink gets every arrival
+        sample once)."""
         h = self._header
         batch = ReportBatch(
             job=h.job,
@@ -149,7 +150,7 @@ class ReportAssembler:
             incarnation=h.incarnation,
             hardware=self._hardware() if self._hardware is not None else None,
             node=h.node,
-            comm=self._comm() if self._comm is not None else None,
+            comm=self._comm(sink) if self._comm is not None else None,
             closing=self.closing,
         )
         return batch_to_json(batch).encode()

@@ -83,7 +83,10 @@ class Runtime:
     hardware: HardwareSampler | None = None
     collectives: CollectiveReader | None = None
 
-    def make_transports(self, encode: Callable[[Sequence[StepReport]], bytes]) -> list[Transport]:
+    def make_transports(
+        self, encode: Callable[[Sequence[StepReport], str], bytes]
+    ) -> list[Transport]:
+        """One transport per sink; `encode(reports, sink)` makes each sink's batches."""
         sinks: list[Sink] = []
         if self.config.collector_url:
             sinks.append(HttpSink(self.config.collector_url, self.config.token))
@@ -106,7 +109,7 @@ class Runtime:
         return [
             Transport(
                 sink,
-                encode,
+                _for_sink(encode, sink.describe()),
                 self.health,
                 self.log,
                 max_queue_reports=self.config.max_queue_reports,
@@ -148,6 +151,15 @@ class Runtime:
         if self.collectives is not None:
             with contextlib.suppress(Exception):
                 self.collectives.close(0.5)
+
+
+def _for_sink(
+    encode: Callable[[Sequence[StepReport], str], bytes], name: str
+) -> Callable[[Sequence[StepReport]], bytes]:
+    def encode_for_sink(reports: Sequence[StepReport]) -> bytes:
+        return encode(reports, name)
+
+    return encode_for_sink
 
 
 @dataclass(frozen=True)

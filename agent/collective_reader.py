@@ -17,7 +17,6 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from mfuscope.agent._fr_json import entries_from
 from mfuscope.agent._health import RateLimitedLog
@@ -37,7 +36,12 @@ from mfuscope.core.flight_accounting import (
     ProgressTracker,
     TrafficTotals,
 )
-from mfuscope.core.flight_records import FlightEntry, RecordTracker, entry_from_dump
+from mfuscope.core.flight_records import (
+    FlightEntry,
+    RecordTracker,
+    entry_from_dump,
+    entry_from_raw,
+)
 
 __all__ = ["CollectiveReader", "build_collective_reader"]
 
@@ -46,6 +50,8 @@ __all__ = ["CollectiveReader", "build_collective_reader"]
 MIN_INTERVAL_S = 0.05
 # Dump again before this share of the ring can have been replaced.
 RING_SHARE = 0.25
+# Entries accounted between two offers of the GIL to the training thread.
+ACCOUNT_CHUNK = 256
 
 
 class CollectiveReader:
@@ -58,7 +64,7 @@ class CollectiveReader:
         *,
         log: RateLimitedLog,
         durations: bool = False,
-        interval_s: float = 1.0,
+        interval_s: float = 5.0,
         status_interval_s: float = 10.0,
         ring_entries: int = DEFAULT_BUFFER_SIZE,
         clock: Callable[[], float] = time.monotonic,
@@ -79,14 +85,22 @@ class CollectiveReader:
         self._arrivals = ArrivalSampler()
         self._steps: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
         self._lock = threading.Lock()
+        self._cursors: dict[str, int] = {}  # sink -> arrival samples it has had
         self._lost = 0
         self._stop = threading.Event()
+        self._active = threading.Event()
+        self._active.set()
         self._thread: threading.Thread | None = None
         self._final_deadline = 0.0
+        self._last_read_s = 0.0  # when the reader thread last read (clock s; 0: never)
         self.open_entries = 0  # ops enqueued and not done at the latest read
         self.reads = 0
         self.cpu_s = 0.0  # CPU time the reader thread spent reading (s)
         self.taken = 0  # entries taken (done) since the baseline
+        # The longest stretch of the reader's own Python work without offering the GIL (s): an
+        # upper bound of what it can keep the training thread waiting for the GIL (the OS may
+        # still preempt it mid-stretch on a busy machine).
+        self.longest_hold_s = 0.0
 
     # --- training thread --------------------------------------------------------------------
 
@@ -119,11 +133,19 @@ class CollectiveReader:
         self._thread = threading.Thread(target=self._run, name="mfuscope-collectives", daemon=True)
         self._thread.start()
 
+    def pause(self) -> None:
+        """Stop reading until `resume` (benchmarks comparing agents in one process use it)."""
+        self._active.clear()
+
+    def resume(self) -> None:
+        self._active.set()
+
     def close(self, timeout_s: float = 1.0) -> None:
         """Stop the thread after a last read that waits, within `timeout_s`, for the ops still
         open to complete (a backend marks an op done a moment after the caller's wait returns)."""
         self._final_deadline = self._clock() + max(timeout_s * 0.8, 0.0)
         self._stop.set()
+        self._active.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
 
@@ -132,6 +154,7 @@ class CollectiveReader:
     def _run(self) -> None:
         interval = self._interval_s
         while not self._stop.wait(interval):
+            self._active.wait()
             interval = self._read_guarded()
         self._read_guarded()
         while self.open_entries and self._clock() < self._final_deadline:
@@ -139,11 +162,15 @@ class CollectiveReader:
             self._read_guarded()
 
     def _read_guarded(self) -> float:
+        """Read once; the pause before the next read (s), from the rate at which entries came
+        since the previous read (those taken and those overwritten unread)."""
         try:
-            started = self._clock()
+            lost_before = self._lost
             taken = self.read_once()
-            elapsed = max(self._clock() - started, 1e-6)
-            rate = taken / max(elapsed + self._interval_s, 1e-6)
+            now = self._clock()
+            since = max(now - self._last_read_s, 1e-3) if self._last_read_s else None
+            self._last_read_s = now
+            rate = 0.0 if since is None else (taken + self._lost - lost_before) / since
         except Exception as exc:  # telemetry never stops on a surprise; it says so
             self._log.warning(
                 "collective-read", "mfuscope: reading the flight recorder failed: %r", exc
@@ -166,16 +193,24 @@ class CollectiveReader:
             still_open.extend(update.open)
             lost += update.lost
         steps = list(self._steps)
+        for start in range(0, len(done), ACCOUNT_CHUNK):  # GIL offered between chunks
+            part = done[start : start + ACCOUNT_CHUNK]
+            held_from = time.perf_counter()
+            with self._lock:
+                self._traffic.add(part, self._names)
+                self._arrivals.observe(part, steps)
+            self._held(time.perf_counter() - held_from)
+            time.sleep(0)
+        held_from = time.perf_counter()
         with self._lock:
-            self._traffic.add(done, self._names)
             self._progress.observe(done, still_open)
-            self._arrivals.observe(done, steps)
             self._lost += lost
             # Durations appear where the backend times ops (NCCL with timing on).
             self.durations = self.durations or any(e.duration_s is not None for e in done)
             self.reads += 1
             self.taken += len(done)
             self.open_entries = len(still_open)
+        self._held(time.perf_counter() - held_from)
         if lost:
             self._log.warning(
                 "collective-lost",
@@ -188,26 +223,31 @@ class CollectiveReader:
 
     def _dump(self, source: DumpSource, from_record_id: int) -> list[FlightEntry]:
         raw = source.dump()
-        decoded: list[Any]
         if source.json:
-            decoded = [
-                item for chunk in entries_from(raw, max(from_record_id, 0)) for item in chunk
-            ]
-        else:
-            decoded = list(raw.get("entries", ()) if isinstance(raw, Mapping) else ())
-        entries = []
-        for item in decoded:
-            entry = entry_from_dump(item)
-            if entry is not None:
-                entries.append(entry)
-        return entries
+            entries: list[FlightEntry] = []
+            held_from = time.perf_counter()
+            for chunk in entries_from(raw, max(from_record_id, 0)):
+                entries.extend(entry_from_raw(item) for item in chunk)
+                self._held(time.perf_counter() - held_from)
+                time.sleep(0)  # let the training thread take the GIL between chunks
+                held_from = time.perf_counter()
+            return entries
+        decoded = raw.get("entries", ()) if isinstance(raw, Mapping) else ()
+        found = (entry_from_dump(item) for item in decoded)
+        return [entry for entry in found if entry is not None]
+
+    def _held(self, seconds: float) -> None:
+        """Note a stretch of Python work between two offers of the GIL (benchmarks read it)."""
+        self.longest_hold_s = max(self.longest_hold_s, seconds)
 
     # --- what the batches carry (transport thread) ------------------------------------------
 
-    def records(self) -> CommRecords:
-        """This rank's records now: cumulative traffic, group progress, new arrival samples."""
+    def records(self, reader: str = "") -> CommRecords:
+        """This rank's records now: cumulative traffic, group progress, and the arrival samples
+        `reader` (a sink) has not had yet."""
         now = self._wall_clock_ns()
         with self._lock:
+            arrivals, self._cursors[reader] = self._arrivals.since(self._cursors.get(reader, 0))
             return CommRecords(
                 source="flight_recorder",
                 durations=self.durations,
@@ -215,7 +255,7 @@ class CollectiveReader:
                 lost_total=self._lost,
                 traffic=self._traffic.records(),
                 groups=self._progress.records(self._names, now),
-                arrivals=self._arrivals.drain(),
+                arrivals=arrivals,
             )
 
 

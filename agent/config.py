@@ -89,7 +89,7 @@ class AgentConfig:
     # completes the agent still sends its status every `status_interval_s` (a blocked rank).
     collective_records: bool = True
     collective_timing: bool = True
-    collective_read_interval_s: float = 1.0
+    collective_read_interval_s: float = 5.0
     status_interval_s: float = 10.0
     # The node this rank runs on, for tiers (docs/definitions.md#node-identity); in Kubernetes
     # set MFUSCOPE_NODE_NAME from the downward API's spec.nodeName. None: NODE_NAME, else the

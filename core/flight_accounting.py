@@ -190,10 +190,11 @@ class ArrivalSampler:
     enqueue times with (the host's wall clock); an entry belongs to the last step that started at
     or before its enqueue time."""
 
-    def __init__(self, max_pending: int = 4_096) -> None:
+    def __init__(self, max_kept: int = 4_096) -> None:
         self._last_step: dict[str, int] = {}
-        self._max = max_pending
+        self._max = max_kept
         self.samples: list[ArrivalSample] = []
+        self._first = 0  # the running number of `samples[0]` (older ones were trimmed)
 
     def observe(self, done: Sequence[FlightEntry], step_starts: Sequence[tuple[int, int]]) -> None:
         if not step_starts:
@@ -211,9 +212,13 @@ class ArrivalSampler:
                 continue
             self._last_step[entry.group] = step
             self.samples.append(ArrivalSample(entry.group, entry.seq, entry.created_unix_ns))
-        if len(self.samples) > self._max:  # unsent for long (no collector): keep the newest
-            del self.samples[: len(self.samples) - self._max]
+        if len(self.samples) > self._max:  # unread for long (no collector): keep the newest
+            trimmed = len(self.samples) - self._max
+            del self.samples[:trimmed]
+            self._first += trimmed
 
-    def drain(self) -> tuple[ArrivalSample, ...]:
-        samples, self.samples = tuple(self.samples), []
-        return samples
+    def since(self, cursor: int) -> tuple[tuple[ArrivalSample, ...], int]:
+        """The samples after running number `cursor` (a reader's position; 0 at first) and the
+        new position: each reader gets every sample once, whatever the others read."""
+        start = max(cursor - self._first, 0)
+        return tuple(self.samples[start:]), self._first + len(self.samples)

@@ -25,18 +25,21 @@ waiting in, the basis of hang attribution (docs/definitions.md#hangs).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from mfuscope.core.trace._collectives import BOOKKEEPING, dtype_size, normalise_op
 
 __all__ = [
     "BARRIER",
     "FlightEntry",
+    "RawEntry",
     "RecordTracker",
     "TrackerUpdate",
     "entry_from_dump",
+    "entry_from_raw",
     "op_of_profiling_name",
 ]
 
@@ -66,100 +69,98 @@ class FlightEntry:
     done: bool
 
 
+class RawEntry(msgspec.Struct, kw_only=True):
+    """The fields of a dump entry mfuscope reads, as the JSON dump spells them (a typed decoder
+    builds these straight from the dump's bytes; unknown fields are skipped)."""
+
+    record_id: int
+    process_group: tuple[str, str]
+    collective_seq_id: int = 0
+    p2p_seq_id: int = 0
+    is_p2p: bool = False
+    profiling_name: str
+    time_created_ns: int
+    input_sizes: list[list[int]] = []
+    input_dtypes: list[str] = []
+    output_sizes: list[list[int]] = []
+    output_dtypes: list[str] = []
+    duration_ms: float | None = None
+    retired: bool = False
+    state: str = ""
+
+
+_OPS: dict[str, tuple[str, str | None]] = {}
+
+
 def op_of_profiling_name(name: str) -> tuple[str, str | None]:
     """(backend, op) of a recorder ``profiling_name``: ``nccl:send 0->1`` -> (``nccl``, ``send``),
     ``nccl:all_reduce_barrier`` -> (``nccl``, `BARRIER`), ``nccl:coalesced`` -> (``nccl``, None)."""
+    known = _OPS.get(name)
+    if known is not None:
+        return known
     backend, _, rest = name.partition(":")
     if not rest:
         backend, rest = "", name
     stem = rest.strip().split(" ", 1)[0]
     if BARRIER in stem.lower():
-        return backend, BARRIER
-    op = normalise_op(stem)
-    return backend, None if op in (None, BOOKKEEPING) else op
+        found: tuple[str, str | None] = (backend, BARRIER)
+    else:
+        op = normalise_op(stem)
+        found = (backend, None if op in (None, BOOKKEEPING) else op)
+    if len(_OPS) < 4096:  # names carry peers ("nccl:send 0->1"): bounded anyway
+        _OPS[name] = found
+    return found
 
 
-def _elements(shapes: Any) -> int | None:
-    if not isinstance(shapes, (list, tuple)):
-        return None
-    total = 0
+def _side_bytes(shapes: list[list[int]], dtypes: list[str]) -> int:
+    """Bytes of one side's tensors when they share one known element size, else 0."""
+    if not dtypes:
+        return 0
+    width = dtype_size(dtypes[0])
+    if width is None or any(dtype_size(d) != width for d in dtypes[1:]):
+        return 0
+    elements = 0
     for shape in shapes:
-        if not isinstance(shape, (list, tuple)) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
-            return None
-        total += math.prod(shape)
-    return total
+        if any(d < 0 for d in shape):
+            return 0
+        elements += math.prod(shape)
+    return elements * width
 
 
-def _element_size(dtypes: Any) -> int | None:
-    """Bytes per element when every tensor has one known dtype of the same size."""
-    if not isinstance(dtypes, (list, tuple)) or not dtypes:
-        return None
-    sizes = {dtype_size(d) for d in dtypes}
-    if len(sizes) != 1 or None in sizes:
-        return None
-    (size,) = sizes
-    return size
-
-
-def _size_bytes(raw: Mapping[str, Any]) -> int | None:
-    counts = []
-    for shapes, dtypes in (("input_sizes", "input_dtypes"), ("output_sizes", "output_dtypes")):
-        elements = _elements(raw.get(shapes))
-        width = _element_size(raw.get(dtypes))
-        if elements is not None and width is not None and elements > 0:
-            counts.append(elements * width)
-    return max(counts) if counts else None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def entry_from_raw(raw: RawEntry) -> FlightEntry:
+    """A decoded entry as a `FlightEntry` (size S: the larger side, see `FlightEntry`)."""
+    backend, op = op_of_profiling_name(raw.profiling_name)
+    size = 0
+    if op != BARRIER:
+        size = max(
+            _side_bytes(raw.input_sizes, raw.input_dtypes),
+            _side_bytes(raw.output_sizes, raw.output_dtypes),
+        )
+    duration_ms = raw.duration_ms
+    return FlightEntry(
+        record_id=raw.record_id,
+        group=raw.process_group[0],
+        group_desc=raw.process_group[1],
+        backend=backend,
+        op=op,
+        seq=raw.p2p_seq_id if raw.is_p2p else raw.collective_seq_id,
+        is_p2p=raw.is_p2p,
+        size_bytes=size or None,
+        created_unix_ns=raw.time_created_ns,
+        duration_s=duration_ms / 1e3
+        if duration_ms is not None and math.isfinite(duration_ms) and duration_ms >= 0
+        else None,
+        done=raw.retired or raw.state == "completed",
+    )
 
 
 def entry_from_dump(raw: Any) -> FlightEntry | None:
-    """One dump entry (a dict from the pickle or JSON dump) as a `FlightEntry`; None when it
-    lacks what every entry has (an entry of another dump version, or garbage)."""
-    if not isinstance(raw, Mapping):
+    """One dump entry (a dict from the pickle dump, or decoded JSON) as a `FlightEntry`; None
+    when it lacks what every entry has (an entry of another dump version, or garbage)."""
+    try:
+        return entry_from_raw(msgspec.convert(raw, RawEntry))
+    except (msgspec.ValidationError, TypeError, ValueError):
         return None
-    record_id = _int(raw.get("record_id"))
-    group = raw.get("process_group")
-    name = raw.get("profiling_name")
-    created = _int(raw.get("time_created_ns"))
-    is_p2p = raw.get("is_p2p") is True
-    seq = _int(raw.get("p2p_seq_id" if is_p2p else "collective_seq_id"))
-    if (
-        record_id is None
-        or created is None
-        or seq is None
-        or not isinstance(name, str)
-        or not isinstance(group, (list, tuple))
-        or len(group) != 2
-    ):
-        return None
-    backend, op = op_of_profiling_name(name)
-    duration_ms = raw.get("duration_ms")
-    duration_s = (
-        float(duration_ms) / 1e3
-        if isinstance(duration_ms, (int, float))
-        and not isinstance(duration_ms, bool)
-        and math.isfinite(duration_ms)
-        and duration_ms >= 0
-        else None
-    )
-    return FlightEntry(
-        record_id=record_id,
-        group=str(group[0]),
-        group_desc=str(group[1]),
-        backend=backend,
-        op=op,
-        seq=seq,
-        is_p2p=is_p2p,
-        size_bytes=None if op == BARRIER else _size_bytes(raw),
-        created_unix_ns=created,
-        duration_s=duration_s,
-        done=raw.get("retired") is True or raw.get("state") == "completed",
-    )
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,17 @@ def test_entries_from_decodes_only_what_is_needed(chunk: int) -> None:
     entries = [nccl_entry(i, i + 1) for i in range(13)]
     blob = _json_dump(entries)
     decoded = [e for part in entries_from(blob, 11, chunk=chunk) for e in part]
-    assert [e["record_id"] for e in decoded] == [11, 12]
+    assert [e.record_id for e in decoded] == [11, 12]
     # "record_id":1 is a prefix of "record_id":11: the search must not stop there.
-    assert [e["record_id"] for p in entries_from(blob, 1, chunk) for e in p] == list(range(1, 13))
-    assert [e["record_id"] for p in entries_from(blob, 99, chunk) for e in p] == list(range(13))
+    assert [e.record_id for p in entries_from(blob, 1, chunk) for e in p] == list(range(1, 13))
+    assert [e.record_id for p in entries_from(blob, 99, chunk) for e in p] == list(range(13))
     assert max(len(p) for p in entries_from(blob, 0, chunk)) <= chunk
     assert list(entries_from(_json_dump([]), 0)) == []
     assert list(entries_from(b'{"version": "2.10"}', 0)) == []
+    # One entry the typed decoder refuses: the others are kept.
+    odd = [*entries[:2], {**entries[2], "record_id": "three"}, *entries[3:5]]
+    kept = [e.record_id for p in entries_from(_json_dump(odd), 0, chunk) for e in p]
+    assert kept == [0, 1, 3, 4]
 
 
 def _names(group: str, desc: str) -> GroupName:
@@ -115,15 +119,17 @@ def test_nccl_durations_and_a_duplicate_binding_of_one_ring() -> None:
 def test_arrival_samples_follow_the_steps() -> None:
     t0 = 1_763_700_000_000_000_000
     entries = [nccl_entry(i, i + 1, created_ns=t0 + i * 10) for i in range(6)]
-    clock = iter([t0 - 1, t0 + 25, t0 + 60])
+    clock = iter([t0 - 1, t0 + 25, t0 + 60, t0 + 61, t0 + 62])
     scripted = ScriptedSource([nccl_dump([]), nccl_dump(entries)], json_form=False)
     reader = _reader(scripted.source(), wall_clock_ns=lambda: next(clock))
     reader.baseline()
     reader.step_began(0)
     reader.step_began(1)
     reader.read_once()
-    samples = reader.records().arrivals
+    samples = reader.records("http").arrivals
     assert [(a.seq, a.enqueued_unix_ns - t0) for a in samples] == [(1, 0), (4, 30)]
+    assert reader.records("http").arrivals == ()  # each sink gets each sample once
+    assert reader.records("jsonl").arrivals == samples
 
 
 def test_close_waits_briefly_for_the_last_open_collective() -> None:

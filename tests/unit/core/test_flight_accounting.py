@@ -93,13 +93,25 @@ def test_arrival_samples_are_the_first_completed_collective_of_each_step() -> No
     sampler = ArrivalSampler()
     sampler.observe(done[:3], [(7, base), (8, base + 100)])
     sampler.observe(done[3:], [(7, base), (8, base + 100), (9, base + 200)])
-    assert sampler.drain() == (
+    samples, cursor = sampler.since(0)
+    assert samples == (
         ArrivalSample("0", 1, base + 10),
         ArrivalSample("0", 3, base + 110),
         ArrivalSample("0", 5, base + 210),
     )
-    assert sampler.drain() == ()
+    assert sampler.since(cursor) == ((), 3)
+    assert sampler.since(2) == (samples[2:], 3)  # another reader, behind: its own share
     early = entry_from_dump(nccl_entry(9, 10, created_ns=base - 5))
     assert early is not None
     sampler.observe([early], [(7, base)])  # before any known step: no sample
-    assert sampler.drain() == ()
+    assert sampler.since(cursor) == ((), 3)
+
+
+def test_arrival_samples_are_bounded_for_a_reader_that_never_comes() -> None:
+    base = 1_000_000_000_000
+    sampler = ArrivalSampler(max_kept=2)
+    entries = [entry_from_dump(nccl_entry(i, i + 1, created_ns=base + i)) for i in range(4)]
+    steps = [(i, base + i) for i in range(4)]
+    sampler.observe([e for e in entries if e is not None], steps)
+    samples, cursor = sampler.since(0)
+    assert [s.seq for s in samples] == [3, 4] and cursor == 4
