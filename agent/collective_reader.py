@@ -26,6 +26,7 @@ from mfuscope.agent.flight_recorder import (
     DumpSource,
     dump_sources,
     enable_nccl_timing,
+    nccl_group_count,
     ring_entries,
 )
 from mfuscope.agent.topology import RankTopology, group_names
@@ -64,6 +65,7 @@ class CollectiveReader:
         *,
         log: RateLimitedLog,
         durations: bool = False,
+        p2p_recorded: bool = False,
         interval_s: float = 5.0,
         status_interval_s: float = 10.0,
         ring_entries: int = DEFAULT_BUFFER_SIZE,
@@ -74,6 +76,7 @@ class CollectiveReader:
         self._names = names
         self._log = log
         self.durations = durations
+        self._p2p_recorded = p2p_recorded
         self._interval_s = interval_s
         self._status_interval_s = status_interval_s
         self._ring_entries = max(ring_entries, 1)
@@ -114,15 +117,16 @@ class CollectiveReader:
         """Dump once and mark what is there as seen (the ops before the agent started). Drops a
         source that returns the very entries of an earlier one (one ring behind two bindings).
         Returns how many entries the sources hold."""
-        seen: list[tuple[tuple[int, int], ...]] = []
+        seen: set[tuple[int, int]] = set()
         kept = []
         total = 0
         for source in self._sources:
             entries = self._dump(source, -1)
-            identity = tuple((e.record_id, e.created_unix_ns) for e in entries)
-            if identity and identity in seen:
+            # Entries of two rings never share a record id *and* an enqueue time to the ns.
+            identity = {(e.record_id, e.created_unix_ns) for e in entries}
+            if identity & seen:
                 continue
-            seen.append(identity)
+            seen |= identity
             kept.append(source)
             self._trackers[source.name].baseline(entries)
             total += len(entries)
@@ -253,6 +257,7 @@ class CollectiveReader:
                 durations=self.durations,
                 status_interval_s=self._status_interval_s,
                 lost_total=self._lost,
+                p2p_recorded=self._p2p_recorded,
                 traffic=self._traffic.records(),
                 groups=self._progress.records(self._names, now),
                 arrivals=arrivals,
@@ -271,19 +276,22 @@ def build_collective_reader(
         return None
     try:
         if given is not None:
-            sources, durations = list(given), False
+            sources, durations, nccl = list(given), False, False
         else:
             import torch.distributed as dist
 
             if not (dist.is_available() and dist.is_initialized()):
                 return None
             sources = dump_sources()
-            durations = bool(config.collective_timing and enable_nccl_timing())
+            nccl = nccl_group_count() > 0
+            durations = bool(nccl and config.collective_timing and enable_nccl_timing())
         reader = CollectiveReader(
             sources,
             group_names(topology),
             log=log,
             durations=durations,
+            # ProcessGroupNCCL records send/recv; ProcessGroupGloo does not (torch 2.13).
+            p2p_recorded=nccl,
             interval_s=config.collective_read_interval_s,
             status_interval_s=config.status_interval_s,
             ring_entries=ring_entries(),

@@ -43,6 +43,7 @@ __all__ = [
     "dump_sources",
     "enable_flight_recorder",
     "enable_nccl_timing",
+    "nccl_group_count",
     "ring_entries",
 ]
 
@@ -77,21 +78,33 @@ def ring_entries(environ: MutableMapping[str, str] | None = None) -> int:
     return DEFAULT_BUFFER_SIZE
 
 
-def enable_nccl_timing() -> int:
-    """Turn on collective timing for every existing NCCL process group; returns how many."""
+def _nccl_groups() -> list[Any]:
+    """The existing process groups with an NCCL backend."""
     import torch
     from torch.distributed import distributed_c10d as c10d
 
-    enabled = 0
+    found = []
     for pg in list(c10d._world.pg_group_ranks):
         try:
             backend = pg._get_backend(torch.device("cuda"))
         except Exception:  # no CUDA backend on this group
             continue
         if type(backend).__name__ == "ProcessGroupNCCL":
-            pg._enable_collectives_timing()
-            enabled += 1
-    return enabled
+            found.append(pg)
+    return found
+
+
+def nccl_group_count() -> int:
+    """How many existing process groups have an NCCL backend."""
+    return len(_nccl_groups())
+
+
+def enable_nccl_timing() -> int:
+    """Turn on collective timing for every existing NCCL process group; returns how many."""
+    groups = _nccl_groups()
+    for pg in groups:
+        pg._enable_collectives_timing()
+    return len(groups)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ samples count everything when the rank sends no flight-recorder records (an olde
 recorder off). When it does, the records are the source of the traffic (`COUNTS`: calls, bytes,
 bus bytes) and, where the backend gives durations, of the times (`TIMES`: seconds, sized seconds,
 sized bus bytes); the window's samples then add only what only windows know (`WINDOW`: overlapped
-seconds, and the seconds they were measured against) and, without durations, the times."""
+seconds, and the seconds they were measured against) and, without durations, the times. A
+recorder that does not record point-to-point ops (gloo) leaves send/recv to the windows whole."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
 from mfuscope.core.bandwidth import bus_factor
 from mfuscope.core.collective_records import CollectiveTraffic
 from mfuscope.core.schema import CollectiveSample, StepReport
-from mfuscope.core.vocabulary import component_axis
+from mfuscope.core.vocabulary import P2P_OPS, component_axis
 
 __all__ = [
     "ALL_PARTS",
@@ -169,10 +170,16 @@ class SeriesAcc:
         self.collectives: dict[tuple[str, str, str], CollectiveAcc] = {}
         self.histogram = HistogramAcc()
 
-    def add(self, r: StepReport, peak_flops: float | None, parts: int = ALL_PARTS) -> None:
+    def add(
+        self,
+        r: StepReport,
+        peak_flops: float | None,
+        parts: int = ALL_PARTS,
+        p2p_parts: int = ALL_PARTS,
+    ) -> None:
         """Count one step of a rank whose device peak is `peak_flops` (FLOP/s; None: unknown, the
         step then adds nothing to `peak_flop_seconds`); `parts` of its window's collective
-        samples count (see the module docstring)."""
+        samples count, `p2p_parts` of its send/recv samples (see the module docstring)."""
         self.steps += 1
         self.step_seconds += r.wall_s
         self.model_flops += r.model_flops
@@ -189,7 +196,8 @@ class SeriesAcc:
         for share in r.compute_classes:
             classes[share.kernel_class] = classes.get(share.kernel_class, 0.0) + share.seconds
         for sample in r.collectives:
-            self._collective(sample.op, sample.axis, sample.tier).add(sample, parts)
+            chosen = p2p_parts if sample.op in P2P_OPS else parts
+            self._collective(sample.op, sample.axis, sample.tier).add(sample, chosen)
 
     def add_traffic(self, traffic: CollectiveTraffic, times: bool) -> None:
         """Count a flight-recorder traffic increment of one rank."""

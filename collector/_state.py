@@ -183,6 +183,7 @@ class AggregationState:
         # Without flight-recorder records a window's samples count whole; with them, the records
         # carry the traffic (and, with durations, the times) and windows add the rest.
         parts = ALL_PARTS if comm is None else (WINDOW if comm.durations else TIMES | WINDOW)
+        p2p_parts = parts if comm is not None and comm.p2p_recorded else ALL_PARTS
         if comm is not None:
             for grown in job.traffic.increments(batch.rank, comm.traffic):
                 series.add_traffic(grown, times=comm.durations)
@@ -198,7 +199,7 @@ class AggregationState:
             window.add(report.step)
             if report.step <= redone_up_to:
                 reruns += 1
-            series.add(report, rank.peak_flops, parts)
+            series.add(report, rank.peak_flops, parts, p2p_parts)
             rank.add(report)
             accepted += 1
         old = rank.contribution

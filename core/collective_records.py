@@ -4,7 +4,7 @@ An agent that reads the c10d flight recorder (docs/agent.md, "Collective records
 batch, as ``comm``::
 
     {"source": "flight_recorder", "durations": false, "status_interval_s": 10.0,
-     "lost_total": 0,
+     "lost_total": 0, "p2p_recorded": false,
      "traffic": [{"op": "all_reduce", "axis": "dp", "tier": "inter_node", "group_size": 16,
                   "calls": 4812, "bytes": 504658329600, "seconds": 0.0,
                   "sized_seconds": 0.0, "sized_bytes": 0}],
@@ -30,6 +30,8 @@ batch, as ``comm``::
 - ``status_interval_s``: how often the agent sends a batch while no step completes (a blocked
   rank keeps reporting); the collector treats a status older than three intervals as stale.
 - ``lost_total``: recorder entries overwritten before the agent read them (cumulative).
+- ``p2p_recorded``: whether the recorder records this rank's point-to-point ops (NCCL does; gloo
+  does not, checked on torch 2.13): when false, send/recv still count from profiled windows.
 
 ``closing`` (a batch field, since 1.2): the agent is closing; the rank's job ended normally.
 """
@@ -113,6 +115,7 @@ class CommRecords:
     durations: bool
     status_interval_s: float
     lost_total: int = 0
+    p2p_recorded: bool = False
     traffic: tuple[CollectiveTraffic, ...] = ()
     groups: tuple[GroupProgress, ...] = ()
     arrivals: tuple[ArrivalSample, ...] = ()
@@ -212,6 +215,7 @@ def parse_comm(raw: Any) -> CommRecords | None:
             required(o, "status_interval_s", "comm."), "comm.status_interval_s", lo=0.1, hi=3600.0
         ),
         lost_total=integer(o.get("lost_total", 0), "comm.lost_total", hi=_MAX_SEQ),
+        p2p_recorded=_flag(o.get("p2p_recorded", False), "comm.p2p_recorded"),
         traffic=tuple(
             _traffic(t, f"comm.traffic[{i}]")
             for i, t in enumerate(entries(o.get("traffic", []), "comm.traffic", MAX_TRAFFIC_KEYS))

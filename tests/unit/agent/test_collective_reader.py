@@ -23,6 +23,7 @@ from mfuscope.agent.flight_recorder import (
     DumpSource,
     enable_flight_recorder,
     enable_nccl_timing,
+    nccl_group_count,
     ring_entries,
 )
 from mfuscope.core.flight_accounting import GroupName
@@ -105,13 +106,20 @@ def test_reads_a_real_gloo_recorder_incrementally(json_form: bool) -> None:
 def test_nccl_durations_and_a_duplicate_binding_of_one_ring() -> None:
     entries = [nccl_entry(i, i + 1, shape=(1024,), duration_ms=2.0) for i in range(3)]
     first = ScriptedSource([nccl_dump(entries[:1]), nccl_dump(entries)], json_form=False)
-    # The same ring behind a second binding (newer torch): read once, not twice.
-    second = ScriptedSource([nccl_dump(entries[:1]), nccl_dump(entries)], json_form=False)
+    # The same ring behind a second binding (newer torch), one op later: read once, not twice.
+    second = ScriptedSource([nccl_dump(entries[:2]), nccl_dump(entries)], json_form=False)
     reader = _reader(first.source("generic"), second.source("nccl"))
     reader.baseline()
     reader.read_once()
     (traffic,) = reader.records().traffic
     assert (traffic.calls, traffic.seconds, traffic.sized_seconds) == (2, 0.004, 0.004)
+    # Two rings of their own (gloo and NCCL before torch merged them): both are read.
+    gloo = ScriptedSource([gloo_dump("gloo-rank0-waiting.json")], json_form=True)
+    own = ScriptedSource([nccl_dump(entries[:1])], json_form=False)
+    both = _reader(gloo.source("generic"), own.source("nccl"))
+    both.baseline()
+    both.read_once()
+    assert own.calls == 2
     assert reader.records().durations  # seen in the entries
     assert second.calls == 1  # dropped after the baseline
 
@@ -196,6 +204,7 @@ def test_nccl_timing_is_turned_on_for_nccl_groups_only(monkeypatch: pytest.Monke
 
     groups = [FakeGroup(ProcessGroupNCCL()), FakeGroup(ProcessGroupGloo()), FakeGroup(None)]
     monkeypatch.setattr(c10d, "_world", SimpleNamespace(pg_group_ranks={g: {0: 0} for g in groups}))
+    assert nccl_group_count() == 1 and not groups[0].timed
     assert enable_nccl_timing() == 1
     assert [g.timed for g in groups] == [True, False, False]
 
@@ -245,3 +254,28 @@ def test_reader_logs_lost_entries_once(caplog: Any) -> None:
     reader.read_once()
     assert reader.records().lost_total == 9
     assert sum("overwritten" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "2000"),
+        ({"MFUSCOPE_COLLECTIVE_RECORDS": "0"}, "unset"),
+        ({"TORCH_FR_BUFFER_SIZE": "0"}, "0"),
+    ],
+)
+def test_importing_the_agent_asks_for_the_recorder(env: dict[str, str], expected: str) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("MFUSCOPE_", "TORCH_"))}
+    code = (
+        "import os, sys, mfuscope.agent; "
+        "print(os.environ.get('TORCH_FR_BUFFER_SIZE', 'unset'), 'torch' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [expected, "False"]  # and torch is not imported for it

@@ -125,6 +125,24 @@ def test_recorder_durations_replace_the_windows_times() -> None:
     assert _collective(collector, "profiled_seconds") == 0.5  # the overlap's denominator
 
 
+def test_gloo_send_recv_still_count_from_windows() -> None:
+    # gloo's recorder has no point-to-point ops: the window's send samples count whole, its
+    # all_reduce samples only in what windows alone know.
+    send = {**WINDOW_SAMPLE, "op": "send", "axis": "pp", "group_size": 2}
+    collector = Aggregator(StateConfig(), clock=FakeClock())
+    windowed = [report_dict(1, collectives=[WINDOW_SAMPLE, send])]
+    _send(collector, reports=windowed, comm=_comm([_traffic(10)]))
+    calls = _series(collector, "mfuscope_collective_calls_total")
+    assert calls == {OP: 10, ("job-a", "send", "pp", "inter_node"): 2}
+    # NCCL records them: then the records are their source too.
+    nccl = Aggregator(StateConfig(), clock=FakeClock())
+    _send(nccl, reports=windowed, comm={**_comm([_traffic(10)]), "p2p_recorded": True})
+    assert _series(nccl, "mfuscope_collective_calls_total")[OP] == 10
+    assert (
+        _series(nccl, "mfuscope_collective_calls_total")[("job-a", "send", "pp", "inter_node")] == 0
+    )
+
+
 def test_an_older_agent_still_counts_its_windows_whole() -> None:
     collector = Aggregator(StateConfig(), clock=FakeClock())
     _send(collector, reports=[report_dict(1, collectives=[WINDOW_SAMPLE])])
