@@ -237,8 +237,18 @@ class CollectiveReader:
                 held_from = time.perf_counter()
             return entries
         decoded = raw.get("entries", ()) if isinstance(raw, Mapping) else ()
-        found = (entry_from_dump(item) for item in decoded)
-        return [entry for entry in found if entry is not None]
+        # Only what the tracker has not taken yet (it would skip the older ones), unless the ids
+        # went back (a recorder reset: the tracker must see them to start again).
+        ids = [_record_id(e) for e in decoded]
+        cut = from_record_id if ids and max(ids) >= from_record_id else -1
+        fresh = [e for e, i in zip(decoded, ids, strict=True) if i >= cut]
+        found: list[FlightEntry] = []
+        for start in range(0, len(fresh), ACCOUNT_CHUNK):
+            held_from = time.perf_counter()
+            found.extend(e for e in map(entry_from_dump, fresh[start : start + ACCOUNT_CHUNK]) if e)
+            self._held(time.perf_counter() - held_from)
+            time.sleep(0)
+        return found
 
     def _held(self, seconds: float) -> None:
         """Note a stretch of Python work between two offers of the GIL (benchmarks read it)."""
@@ -262,6 +272,11 @@ class CollectiveReader:
                 groups=self._progress.records(self._names, now),
                 arrivals=arrivals,
             )
+
+
+def _record_id(item: object) -> int:
+    record_id = item.get("record_id") if isinstance(item, Mapping) else None
+    return record_id if isinstance(record_id, int) else -1
 
 
 def build_collective_reader(

@@ -171,6 +171,11 @@ def find_hangs(ranks: Sequence[RankComm], max_suspects: int = 8) -> HangView:
         for w in rank_waits:
             assert w.group.pending is not None
             on.setdefault((w.group.group, w.group.pending.seq), []).append(w)
+    # group -> its ranks and their progress on it (each rank reports a few groups)
+    members: dict[str, list[tuple[RankComm, GroupProgress]]] = {}
+    for r in ranks:
+        for g in r.groups:
+            members.setdefault(g.group, []).append((r, g))
     found: dict[int, Suspect] = {}
     victims: dict[int, Suspect] = {}  # never joined, but blocked elsewhere
     waits_for: dict[int, set[int]] = {}  # blocked rank -> the ranks it waits for
@@ -193,9 +198,8 @@ def find_hangs(ranks: Sequence[RankComm], max_suspects: int = 8) -> HangView:
         for w in waiting:  # the minority op at this seq
             if w.group.pending is not None and w.group.pending.op != op:
                 found.setdefault(w.rank, _named(base, by_rank[w.rank], "desync"))
-        for r in ranks:
-            progress = next((g for g in r.groups if g.group == group), None)
-            if progress is None or progress.entered_seq >= seq:
+        for r, progress in members.get(group, ()):
+            if progress.entered_seq >= seq:
                 continue
             for w in waiting:
                 waits_for.setdefault(w.rank, set()).add(r.rank)

@@ -279,3 +279,17 @@ def test_importing_the_agent_asks_for_the_recorder(env: dict[str, str], expected
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [expected, "False"]  # and torch is not imported for it
+
+
+@pytest.mark.parametrize("json_form", [True, False])
+def test_a_recorder_reset_starts_the_count_again(json_form: bool) -> None:
+    before = [nccl_entry(i, i + 1) for i in range(5)]
+    after = [nccl_entry(i, 10 + i) for i in range(2)]  # reset_all: ids from 0 again
+    scripted = ScriptedSource(
+        [nccl_dump(before[:2]), nccl_dump(before), nccl_dump(after)], json_form=json_form
+    )
+    reader = _reader(scripted.source())
+    reader.baseline()
+    assert reader.read_once() == 3
+    assert reader.read_once() == 2
+    assert reader.records().traffic[0].calls == 5
