@@ -3,13 +3,21 @@
 Nothing here imports torch at package import time: the pure analysis core
 (`mfuscope.core.trace`) is used by the collector and the offline CLI, which never import torch.
 `Agent` and `checkpoint_context` are resolved lazily on first access (PEP 562).
+
+Importing the package asks PyTorch for its flight recorder (``TORCH_FR_BUFFER_SIZE=2000`` when
+the user set no size, and unless ``MFUSCOPE_COLLECTIVE_RECORDS`` is off): PyTorch reads the size
+when the first process group is created, which is usually before an `Agent` exists
+(docs/agent.md, "Collective records").
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
+from mfuscope.agent.flight_recorder import enable_flight_recorder
 from mfuscope.core._lazy import lazy_exports
+from mfuscope.core.settings import parse_bool
 
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Agent
@@ -29,3 +37,14 @@ _LAZY = {
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+
+
+def _records_wanted() -> bool:
+    try:
+        return parse_bool(os.environ.get("MFUSCOPE_COLLECTIVE_RECORDS", "1") or "1")
+    except ValueError:  # a bad value is reported, once, when the Agent reads its options
+        return True
+
+
+if _records_wanted():
+    enable_flight_recorder()

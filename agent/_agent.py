@@ -49,6 +49,7 @@ class Seams:
     logger: logging.Logger | None = None
     nvml: Any = None  # an object with pynvml's functions, for the hardware-counter sampler
     sysfs_root: str | None = None  # the directory that plays `/` for NIC counters
+    collective_sources: Sequence[Any] | None = None  # flight-recorder `DumpSource`s
 
 
 class _StepScope:
@@ -129,10 +130,12 @@ class Agent:
             self.config, model=model, mesh=mesh, seams=seams, health=self.health, log=self._log
         )
         hardware = self._runtime.hardware
+        collectives = self._runtime.collectives
         self._reports = ReportAssembler(
             self._runtime.batch_header(),
             self.health,
             hardware=hardware.snapshot if hardware is not None else None,
+            comm=collectives.records if collectives is not None else None,
         )
         self._transports = self._runtime.make_transports(self._reports.encode)
         self._announce(seams)
@@ -199,11 +202,15 @@ class Agent:
             for timed in runtime.timer.finish():
                 self._finished(timed)
             waited = runtime.windows.wait(max(deadline - time.monotonic(), 0.0) * 0.5)
+            if runtime.collectives is not None:  # the last steps' collectives, then stop
+                runtime.collectives.close(min(max(deadline - time.monotonic(), 0.0) * 0.25, 2.0))
+            reports.closing = True  # every batch from here on says the job ended normally
             self._ship(reports.window_finished(waited))
             self._ship(reports.flush())
         except Exception as exc:
             self._internal_error("close", exc)
         for transport in self._transports:
+            transport.request_status()  # a closing batch even when no report is left to send
             transport.close(max(deadline - time.monotonic(), 0.0))
         runtime.shutdown()
 
@@ -227,6 +234,8 @@ class Agent:
         step = self._step
         try:
             runtime.timer.begin(step)
+            if runtime.collectives is not None:
+                runtime.collectives.step_began(step)
         except Exception as exc:
             self._internal_error("timer", exc)
         try:

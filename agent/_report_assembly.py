@@ -22,6 +22,7 @@ from mfuscope.agent._health import HealthCounters
 from mfuscope.agent._window_coordinator import WindowResult
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
+from mfuscope.core.collective_records import CommRecords
 from mfuscope.core.hwcounters import HardwareCounters
 from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topology, batch_to_json
 from mfuscope.core.step_report import (
@@ -65,8 +66,10 @@ class ReportAssembler:
     """Builds each step's `StepReport` once its parts are in, and encodes batches of them.
 
     `flops_counted` and `step_finished` / `window_finished` / `flush` run on the training thread;
-    `encode` runs on a transport thread and reads only the fixed header, the health counters and
-    the hardware sampler's latest counters (`hardware`, thread-safe; None without a sampler).
+    `encode` runs on a transport thread and reads only the fixed header, the health counters,
+    the hardware sampler's latest counters (`hardware`, thread-safe; None without a sampler) and
+    the collective reader's records (`comm`, thread-safe; None without a reader). Once `closing`
+    is set (the agent's close), every batch says so.
     """
 
     def __init__(
@@ -74,10 +77,13 @@ class ReportAssembler:
         header: BatchHeader,
         health: HealthCounters,
         hardware: Callable[[], HardwareCounters | None] | None = None,
+        comm: Callable[[str], CommRecords | None] | None = None,
     ) -> None:
         self._header = header
         self._health = health
         self._hardware = hardware
+        self._comm = comm
+        self.closing = False
         self._flops: dict[int, StepFlopsValue] = {}
         self._held: dict[int, TimedStep] = {}
         self._from_window: dict[int, _FromWindow] = {}
@@ -124,8 +130,9 @@ class ReportAssembler:
         """At close: every report still held, in step order, with what is known by now."""
         return [self._report(self._held.pop(step)) for step in sorted(self._held)]
 
-    def encode(self, reports: Sequence[StepReport]) -> bytes:
-        """The wire batch for `reports` (JSON bytes)."""
+    def encode(self, reports: Sequence[StepReport], sink: str = "") -> bytes:
+        """The wire batch for `reports` (JSON bytes) for `sink` (each sink gets every arrival
+        sample once)."""
         h = self._header
         batch = ReportBatch(
             job=h.job,
@@ -143,6 +150,8 @@ class ReportAssembler:
             incarnation=h.incarnation,
             hardware=self._hardware() if self._hardware is not None else None,
             node=h.node,
+            comm=self._comm(sink) if self._comm is not None else None,
+            closing=self.closing,
         )
         return batch_to_json(batch).encode()
 

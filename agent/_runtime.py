@@ -22,6 +22,7 @@ from mfuscope.agent._announce import window_logger
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
+from mfuscope.agent.collective_reader import CollectiveReader, build_collective_reader
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.gpu_identity import VISIBLE_DEVICES_ENV, GpuRef, current_gpu_ref, match_gpu
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
@@ -81,8 +82,12 @@ class Runtime:
     analyser: WindowAnalyser
     unwrap_checkpoint: Callable[[], None]
     hardware: HardwareSampler | None = None
+    collectives: CollectiveReader | None = None
 
-    def make_transports(self, encode: Callable[[Sequence[StepReport]], bytes]) -> list[Transport]:
+    def make_transports(
+        self, encode: Callable[[Sequence[StepReport], str], bytes]
+    ) -> list[Transport]:
+        """One transport per sink; `encode(reports, sink)` makes each sink's batches."""
         sinks: list[Sink] = []
         if self.config.collector_url:
             sinks.append(HttpSink(self.config.collector_url, self.config.token))
@@ -105,13 +110,15 @@ class Runtime:
         return [
             Transport(
                 sink,
-                encode,
+                _for_sink(encode, sink.describe()),
                 self.health,
                 self.log,
                 max_queue_reports=self.config.max_queue_reports,
                 max_batch_reports=self.config.max_batch_reports,
                 flush_interval_s=self.config.flush_interval_s,
                 retry=retry,
+                # A live collector hears from the rank while no step completes (a blocked rank).
+                heartbeat_s=self.config.status_interval_s if isinstance(sink, HttpSink) else None,
             )
             for sink in sinks
         ]
@@ -142,6 +149,18 @@ class Runtime:
             self.analyser.close(0.5)
         if self.hardware is not None:
             self.hardware.stop()
+        if self.collectives is not None:
+            with contextlib.suppress(Exception):
+                self.collectives.close(0.5)
+
+
+def _for_sink(
+    encode: Callable[[Sequence[StepReport], str], bytes], name: str
+) -> Callable[[Sequence[StepReport]], bytes]:
+    def encode_for_sink(reports: Sequence[StepReport]) -> bytes:
+        return encode(reports, name)
+
+    return encode_for_sink
 
 
 @dataclass(frozen=True)
@@ -493,6 +512,9 @@ def build_runtime(
     hardware = _hardware(config, device, topology, seams, log)
     if hardware is not None:
         hardware.start()
+    collectives = build_collective_reader(config, topology, log, seams.collective_sources)
+    if collectives is not None:
+        collectives.start()
     return Runtime(
         config=config,
         health=health,
@@ -508,4 +530,5 @@ def build_runtime(
         analyser=analyser,
         unwrap_checkpoint=unwrap,
         hardware=hardware,
+        collectives=collectives,
     )

@@ -83,6 +83,14 @@ class AgentConfig:
     # GPU (NVML) and NIC (sysfs) counters sampled every `hardware_interval_s` on a daemon thread.
     hardware_counters: bool = True
     hardware_interval_s: float = 1.0
+    # Always-on collective records from PyTorch's flight recorder, read every
+    # `collective_read_interval_s` on a daemon thread (docs/agent.md, "Collective records");
+    # on NCCL, `collective_timing` also turns on the recorder's durations. While no step
+    # completes the agent still sends its status every `status_interval_s` (a blocked rank).
+    collective_records: bool = True
+    collective_timing: bool = True
+    collective_read_interval_s: float = 5.0
+    status_interval_s: float = 10.0
     # The node this rank runs on, for tiers (docs/definitions.md#node-identity); in Kubernetes
     # set MFUSCOPE_NODE_NAME from the downward API's spec.nodeName. None: NODE_NAME, else the
     # kernel's boot id, else the host name.
@@ -174,6 +182,13 @@ class AgentConfig:
             raise ConfigError(
                 "hardware_interval_s", f"must be >= 0.05 s, got {self.hardware_interval_s}"
             )
+        for name, low, high in (
+            ("collective_read_interval_s", 0.05, 60.0),
+            ("status_interval_s", 1.0, 300.0),
+        ):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and low <= value <= high):
+                raise ConfigError(name, f"must be between {low} and {high} s, got {value}")
 
     @classmethod
     def resolve(

@@ -28,9 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mfuscope.agent.node_identity import NodeClaim, Placement, local_claim, place_ranks
+from mfuscope.core.flight_accounting import GroupName, GroupNames
 from mfuscope.core.link_specs import LinkSpec
 from mfuscope.core.schema import GroupInfo, Topology
-from mfuscope.core.vocabulary import TENSOR_AXIS, axis_from_description, canonical_axis
+from mfuscope.core.vocabulary import (
+    TENSOR_AXIS,
+    TIER_UNKNOWN,
+    axis_from_description,
+    canonical_axis,
+)
 
 __all__ = [
     "GroupSpec",
@@ -41,6 +47,7 @@ __all__ = [
     "build_topology",
     "discover_gloo_workers",
     "discover_topology",
+    "group_names",
     "new_incarnation",
 ]
 
@@ -213,6 +220,26 @@ def build_topology(
         node_source=placement.source,
         placement_problems=placement.problems,
     )
+
+
+def group_names(topology: RankTopology) -> GroupNames:
+    """Names of a process group by its name (and description, for a group created after the
+    agent: its axis from the description as `axis_of_group` names it, tier unknown, size unknown).
+    """
+    known = {g.name: GroupName(g.axis, g.tier, len(g.ranks)) for g in topology.groups}
+    later: dict[tuple[str, str], GroupName] = {}
+
+    def names(name: str, desc: str) -> GroupName:
+        found = known.get(name)
+        if found is not None:
+            return found
+        key = (name, desc)
+        if key not in later:
+            spec = GroupSpec(name=name, desc=desc, ranks=())
+            later[key] = GroupName(axis_of_group(spec, {}), TIER_UNKNOWN, None)
+        return later[key]
+
+    return names
 
 
 def new_incarnation(environ: Mapping[str, str] | None = None) -> str:

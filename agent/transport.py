@@ -12,6 +12,11 @@ buffer; when a new report would overflow it, the *oldest* report goes (a live vi
 newest data), counted as dropped. `RetryPolicy.max_attempts` can bound the attempts per batch
 instead. A refusal that cannot get better (HTTP 400/401/413) drops the batch at once, counted.
 Re-sent reports are safe: `(job, rank, step)` is the collector's idempotency key.
+
+With `heartbeat_s` set, a batch without reports goes out whenever nothing was sent for that long
+(its header carries the rank's status, e.g. the collective it is blocked in, while no step
+completes); `request_status` asks for one at once (the agent does at close). A status batch is
+sent once, never retried: the next one supersedes it.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ class Transport:
         flush_interval_s: float = 5.0,
         retry: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
+        heartbeat_s: float | None = None,
     ) -> None:
         if max_queue_reports < 1 or max_batch_reports < 1:
             raise ValueError("max_queue_reports and max_batch_reports must be >= 1")
@@ -109,6 +115,10 @@ class Transport:
         self._deadline = float("inf")
         self._abandoned = False
         self._dropped = 0
+        self._heartbeat_s = heartbeat_s
+        self._last_sent = clock()
+        self._status_wanted = False
+        self._status_batch = False  # the batch being sent is a status batch (no reports)
         self._thread = threading.Thread(
             target=self._run, name=f"mfuscope-transport({sink.describe()})", daemon=True
         )
@@ -139,6 +149,15 @@ class Transport:
                 "mfuscope: report buffer for %s full or closed; dropping reports",
                 self._sink.describe(),
             )
+
+    def request_status(self) -> None:
+        """Send a status batch (no reports) as soon as the queue is empty, even while closing.
+        Only a transport with `heartbeat_s` sends status batches."""
+        if self._heartbeat_s is None:
+            return
+        with self._cond:
+            self._status_wanted = True
+            self._cond.notify()
 
     def _count_dropped(self, count: int) -> None:
         with self._cond:
@@ -184,7 +203,8 @@ class Transport:
     # --- sender thread -----------------------------------------------------------------------
 
     def _take_batch(self) -> list[StepReport] | None:
-        """Wait for a full batch, the flush interval since the oldest report, or close.
+        """Wait for a full batch, the flush interval since the oldest report, a status batch
+        (empty: see `heartbeat_s`), or close.
 
         Returns None when the transport is closed and empty (or abandoned).
         """
@@ -195,9 +215,15 @@ class Transport:
                     return None
                 if not self._queue:
                     first_seen = None
+                    wait_s = self._status_wait_s()
+                    if wait_s <= 0:
+                        self._status_wanted = False
+                        self._status_batch = True
+                        self._batch = []
+                        return []
                     if self._closing:
                         return None
-                    self._cond.wait()
+                    self._cond.wait(None if wait_s == float("inf") else wait_s)
                     continue
                 now = self._clock()
                 if first_seen is None:
@@ -209,7 +235,16 @@ class Transport:
                 self._cond.wait(due - now)
             count = min(len(self._queue), self._max_batch)
             self._batch = [self._queue.popleft() for _ in range(count)]
+            self._status_batch = False
             return list(self._batch)
+
+    def _status_wait_s(self) -> float:
+        """Seconds until a status batch is due (<= 0: now; inf: never). Caller holds the lock."""
+        if self._status_wanted:
+            return 0.0
+        if self._heartbeat_s is None or self._closing:
+            return float("inf")
+        return self._last_sent + self._heartbeat_s - self._clock()
 
     def _run(self) -> None:
         while True:
@@ -223,9 +258,12 @@ class Transport:
             with self._cond:
                 if self._abandoned:
                     return
-                lost = len(self._batch) - delivered
+                if delivered or self._status_batch:  # a failed status batch is not retried
+                    self._last_sent = self._clock()
+                lost = max(len(self._batch) - delivered, 0)
                 self._batch = []
                 self._sending = False
+                self._status_batch = False
             if lost:
                 self._count_dropped(lost)
 
@@ -238,13 +276,14 @@ class Transport:
     def _send_with_retries(self) -> int:
         """Send the current batch until it arrives; returns how many of its reports arrived (0:
         the batch is given up, all of it dropped by `submit` meanwhile, or the close deadline
-        passed)."""
+        passed). A status batch gets one attempt."""
         body, encoded = b"", -1
         attempt = 0
+        status = self._status_batch
         while True:
             attempt += 1
             batch, remaining = self._attempt()
-            if not batch or remaining <= 0:
+            if (not batch and not status) or remaining <= 0:
                 return 0
             if len(batch) != encoded:  # `submit` dropped the oldest while we waited: re-encode
                 body, encoded = self._encode(batch), len(batch)
@@ -253,6 +292,8 @@ class Transport:
                 return len(batch)
             except SendError as exc:
                 self._health.add_send_failure()
+                if status:
+                    return 0
                 limit = self._retry.max_attempts
                 self._log.warning(
                     "send-failed",

@@ -3,12 +3,19 @@
     .venv/bin/python benchmarks/agent_overhead.py [--rounds 50] [--block 10]
 
 Launches itself under `torchrun --standalone --nproc_per_node=2` (OMP_NUM_THREADS=1). In one
-process run it interleaves blocks of steps of three modes, in a rotating order every round so
+process run it interleaves blocks of steps of four modes, in a rotating order every round so
 drift (other load on the machine, warm-up) hits all modes alike:
 
 - `baseline`: the plain training step;
-- `always-on`: the agent with profiling off (step timing, FLOPs, reports to a JSONL file);
-- `default`: the agent with its default sampling (profiled windows analysed off-thread).
+- `records-off`: the agent with profiling off and its flight-recorder reader off (step timing,
+  FLOPs, reports to a JSONL file);
+- `always-on`: the agent with profiling off and the flight recorder read every second on the
+  agent's reader thread (its default; ``collective_records``);
+- `default`: the agent with its default sampling (profiled windows analysed off-thread) and the
+  recorder read.
+
+Each agent's reader thread reads only during its own mode's blocks (the others are paused), so a
+mode's step times include its own reader's GIL use and nobody else's.
 
 The model is `tests/support/agent_job.py`'s: the packaged demo GPT (`mfuscope.agent.examples`;
 DDP, every other block checkpointed).
@@ -38,7 +45,7 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("baseline", "always-on", "default")
+MODES = ("baseline", "records-off", "always-on", "default")
 
 
 def _job_module() -> ModuleType:
@@ -70,8 +77,14 @@ def _worker(args: argparse.Namespace) -> None:
     out = Path(tempfile.mkdtemp(prefix="mfuscope-bench-"))
     common = {"job": "bench", "model": model, "jsonl_path": str(out / "r{rank}.jsonl")}
     agents = {
+        "records-off": Agent(profile=False, collective_records=False, **common),
         "always-on": Agent(profile=False, **common),
         "default": Agent(**common),
+    }
+    readers = {
+        mode: runtime.collectives
+        for mode, agent in agents.items()
+        if (runtime := agent._runtime) is not None and runtime.collectives is not None
     }
     for step in range(args.warmup):
         job.train_step(model, optimizer, step)
@@ -81,9 +94,11 @@ def _worker(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     step = args.warmup
     for round_index in range(args.rounds):
-        order = MODES[round_index % 3 :] + MODES[: round_index % 3]
+        order = MODES[round_index % len(MODES) :] + MODES[: round_index % len(MODES)]
         for mode in order:
             agent = agents.get(mode)
+            for reader_mode, reader in readers.items():
+                (reader.resume if reader_mode == mode else reader.pause)()
             block = []
             for _ in range(args.block):
                 t0 = time.perf_counter()
@@ -102,6 +117,18 @@ def _worker(args: argparse.Namespace) -> None:
                 step += 1
             rounds[mode].append(statistics.median(block))
     elapsed = time.perf_counter() - started
+    for reader in readers.values():
+        reader.resume()
+    reader_stats = {
+        mode: (
+            reader.reads,
+            reader.cpu_s,
+            reader.taken,
+            reader.records().lost_total,
+            reader.longest_hold_s,
+        )
+        for mode, reader in readers.items()
+    }
     default_runtime = agents["default"]._runtime
     windows = default_runtime.windows if default_runtime else None
     for agent in agents.values():
@@ -111,6 +138,7 @@ def _worker(args: argparse.Namespace) -> None:
     if rank == 0:
         _print(args, times, elapsed, health, windows)
         _print_paired(rounds, inside)
+        _print_recorder(times, inside, rounds, reader_stats, elapsed)
     dist.destroy_process_group()
 
 
@@ -177,6 +205,42 @@ def _print_paired(rounds: dict[str, list[float]], inside: dict[str, list[float]]
             f"in agent code per step: median {statistics.median(agent_s) * 1e6:.0f} us, "
             f"p99 {_quantile(agent_s, 0.99) * 1e6:.0f} us "
             f"(= {statistics.median(agent_s) / base_step:.5f} of a median step)"
+        )
+
+
+def _print_recorder(
+    times: dict[str, list[float]],
+    inside: dict[str, list[float]],
+    rounds: dict[str, list[float]],
+    reader_stats: dict[str, tuple[int, float, int, int, float]],
+    elapsed: float,
+) -> None:
+    """The flight-recorder read against the same agent with the recorder off: step time median
+    and p99, time in agent code on the training thread (median and p99), and the reader
+    thread's CPU time (it read only during its own mode's blocks, a quarter of the run)."""
+    off = times["records-off"][1:]
+    print("flight-recorder read (always-on) against the recorder off (records-off):")
+    for mode in ("records-off", "always-on", "default"):
+        steps, agent_s = times[mode][1:], inside[mode][1:]
+        print(
+            f"  {mode:<11} step median {statistics.median(steps) * 1e3:.2f} ms "
+            f"(x{statistics.median(steps) / statistics.median(off):.4f}), "
+            f"p99 {_quantile(steps, 0.99) * 1e3:.2f} ms "
+            f"(x{_quantile(steps, 0.99) / _quantile(off, 0.99):.4f}); in agent code median "
+            f"{statistics.median(agent_s) * 1e6:.0f} us, "
+            f"p99 {_quantile(agent_s, 0.99) * 1e6:.0f} us"
+        )
+    paired = [a / b for a, b in zip(rounds["always-on"], rounds["records-off"], strict=True)]
+    print(
+        f"  always-on / records-off per round: median {statistics.median(paired):.4f} "
+        f"[p25 {_quantile(paired, 0.25):.4f}, p75 {_quantile(paired, 0.75):.4f}]"
+    )
+    for mode, (reads, cpu_s, taken, lost, hold_s) in reader_stats.items():
+        active_s = elapsed / len(MODES)
+        print(
+            f"  reader of {mode}: {reads} reads, {taken} entries taken, {lost} lost, "
+            f"CPU {cpu_s:.3f} s = {cpu_s / active_s:.4f} of one core while it read; longest "
+            f"stretch holding the GIL {hold_s * 1e3:.2f} ms"
         )
 
 

@@ -84,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="distinct parallelism axes one job may name (default 16)",
     )
     add(
+        "--max-hang-suspects",
+        type=int,
+        metavar="N",
+        help="suspect ranks exported per job while it hangs (default 8)",
+    )
+    add(
         "--header-timeout",
         dest="header_timeout_s",
         type=float,

@@ -1,5 +1,13 @@
 """Accumulators of the aggregation state: cumulative counters of one job (or rank), the
-step-time histogram, and per-``(op, axis, tier)`` collective totals. Plain mutable data, no I/O."""
+step-time histogram, and per-``(op, axis, tier)`` collective totals. Plain mutable data, no I/O.
+
+Collective totals have two sources (docs/definitions.md#collective-records). A profiled window's
+samples count everything when the rank sends no flight-recorder records (an older agent, or the
+recorder off). When it does, the records are the source of the traffic (`COUNTS`: calls, bytes,
+bus bytes) and, where the backend gives durations, of the times (`TIMES`: seconds, sized seconds,
+sized bus bytes); the window's samples then add only what only windows know (`WINDOW`: overlapped
+seconds, and the seconds they were measured against) and, without durations, the times. A
+recorder that does not record point-to-point ops (gloo) leaves send/recv to the windows whole."""
 
 from __future__ import annotations
 
@@ -8,17 +16,42 @@ import math
 
 from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
 from mfuscope.core.bandwidth import bus_factor
+from mfuscope.core.collective_records import CollectiveTraffic
 from mfuscope.core.schema import CollectiveSample, StepReport
-from mfuscope.core.vocabulary import component_axis
+from mfuscope.core.vocabulary import P2P_OPS, component_axis
 
-__all__ = ["CollectiveAcc", "CollectiveTerms", "HistogramAcc", "SeriesAcc"]
+__all__ = [
+    "ALL_PARTS",
+    "COUNTS",
+    "TIMES",
+    "WINDOW",
+    "CollectiveAcc",
+    "CollectiveTerms",
+    "HistogramAcc",
+    "SeriesAcc",
+]
+
+# Which parts of a profiled window's collective sample to count (see the module docstring).
+COUNTS = 1
+TIMES = 2
+WINDOW = 4
+ALL_PARTS = COUNTS | TIMES | WINDOW
 
 # (calls, bytes, bus_bytes, seconds, overlapped_seconds, sized_seconds): one rank's contribution.
 CollectiveTerms = tuple[int, float, float, float, float, float]
 
 
 class CollectiveAcc:
-    __slots__ = ("bus_bytes", "bytes", "calls", "overlapped", "seconds", "sized_seconds")
+    __slots__ = (
+        "bus_bytes",
+        "bytes",
+        "calls",
+        "overlapped",
+        "profiled_seconds",
+        "seconds",
+        "sized_bus_bytes",
+        "sized_seconds",
+    )
 
     def __init__(self) -> None:
         self.calls = 0
@@ -27,18 +60,43 @@ class CollectiveAcc:
         self.seconds = 0.0
         self.overlapped = 0.0
         self.sized_seconds = 0.0
+        # The busbw numerator: bus bytes of exactly the calls in `sized_seconds`.
+        self.sized_bus_bytes = 0.0
+        # Collective seconds inside profiled windows: the denominator of `overlapped`.
+        self.profiled_seconds = 0.0
 
-    def add(self, c: CollectiveSample) -> None:
-        self.calls += c.count
-        self.seconds += c.seconds
-        self.overlapped += c.overlapped_s
-        if c.bytes is not None:
-            # `bytes` is the per-call size S; `seconds` covers all `count` calls (schema).
-            size = float(c.bytes) * c.count
-            self.bytes += size
-            if c.group_size is not None:  # the bus factor needs n: no bus bytes without it
-                self.bus_bytes += size * bus_factor(c.op, c.group_size)
+    def add(self, c: CollectiveSample, parts: int = ALL_PARTS) -> None:
+        # `bytes` is the per-call size S; `seconds` covers all `count` calls (schema).
+        size = None if c.bytes is None else float(c.bytes) * c.count
+        # The bus factor needs n: no bus bytes without it.
+        factor = None if c.group_size is None else bus_factor(c.op, c.group_size)
+        if parts & COUNTS:
+            self.calls += c.count
+            if size is not None:
+                self.bytes += size
+                if factor is not None:
+                    self.bus_bytes += size * factor
+        if parts & TIMES:
+            self.seconds += c.seconds
+            if size is not None and factor is not None:
                 self.sized_seconds += c.seconds
+                self.sized_bus_bytes += size * factor
+        if parts & WINDOW:
+            self.overlapped += c.overlapped_s
+            self.profiled_seconds += c.seconds
+
+    def add_traffic(self, t: CollectiveTraffic, times: bool) -> None:
+        """Add a flight-recorder traffic increment (`times`: its durations count too)."""
+        factor = None if t.group_size is None else bus_factor(t.op, t.group_size)
+        self.calls += t.calls
+        self.bytes += t.bytes
+        if factor is not None:
+            self.bus_bytes += t.bytes * factor
+        if times:
+            self.seconds += t.seconds
+            if factor is not None:
+                self.sized_seconds += t.sized_seconds
+                self.sized_bus_bytes += t.sized_bytes * factor
 
     @classmethod
     def from_sums(cls, values: tuple[float, ...]) -> CollectiveAcc:
@@ -112,9 +170,16 @@ class SeriesAcc:
         self.collectives: dict[tuple[str, str, str], CollectiveAcc] = {}
         self.histogram = HistogramAcc()
 
-    def add(self, r: StepReport, peak_flops: float | None) -> None:
+    def add(
+        self,
+        r: StepReport,
+        peak_flops: float | None,
+        parts: int = ALL_PARTS,
+        p2p_parts: int = ALL_PARTS,
+    ) -> None:
         """Count one step of a rank whose device peak is `peak_flops` (FLOP/s; None: unknown, the
-        step then adds nothing to `peak_flop_seconds`)."""
+        step then adds nothing to `peak_flop_seconds`); `parts` of its window's collective
+        samples count, `p2p_parts` of its send/recv samples (see the module docstring)."""
         self.steps += 1
         self.step_seconds += r.wall_s
         self.model_flops += r.model_flops
@@ -131,8 +196,16 @@ class SeriesAcc:
         for share in r.compute_classes:
             classes[share.kernel_class] = classes.get(share.kernel_class, 0.0) + share.seconds
         for sample in r.collectives:
-            ckey = (sample.op, sample.axis, sample.tier)
-            acc = self.collectives.get(ckey)
-            if acc is None:
-                acc = self.collectives[ckey] = CollectiveAcc()
-            acc.add(sample)
+            chosen = p2p_parts if sample.op in P2P_OPS else parts
+            self._collective(sample.op, sample.axis, sample.tier).add(sample, chosen)
+
+    def add_traffic(self, traffic: CollectiveTraffic, times: bool) -> None:
+        """Count a flight-recorder traffic increment of one rank."""
+        self._collective(traffic.op, traffic.axis, traffic.tier).add_traffic(traffic, times)
+
+    def _collective(self, op: str, axis: str, tier: str) -> CollectiveAcc:
+        key = (op, axis, tier)
+        acc = self.collectives.get(key)
+        if acc is None:
+            acc = self.collectives[key] = CollectiveAcc()
+        return acc

@@ -20,6 +20,7 @@ from collections import deque
 from mfuscope.collector._accumulators import CollectiveAcc
 from mfuscope.collector._incarnations import RankIncarnations
 from mfuscope.collector._sums import Contribution, Key, Kind
+from mfuscope.core.collective_records import GroupProgress
 from mfuscope.core.schema import ReportBatch, StepReport
 from mfuscope.core.stragglers import own_time_s, recent_step_times
 from mfuscope.core.vocabulary import component_axis
@@ -40,8 +41,12 @@ class RankState:
     __slots__ = (
         "breakdown_items",
         "breakdown_step",
+        "closed",
         "collective_items",
         "collectives_step",
+        "comm_groups",
+        "comm_interval_s",
+        "comm_received_s",
         "contribution",
         "host",
         "incarnations",
@@ -76,6 +81,12 @@ class RankState:
         # When (monotonic s) the latest report of a profiled step arrived; None before any.
         self.window_seen_s: float | None = None
         self.topology_items: _Items = ()
+        # The rank's latest progress per process group (flight-recorder records), when it came
+        # (monotonic s) and how often the rank reports while blocked; whether its agent closed.
+        self.comm_groups: tuple[GroupProgress, ...] = ()
+        self.comm_received_s = 0.0
+        self.comm_interval_s = 10.0
+        self.closed = False
         # Derived by `refresh`: median step times over the window (s) and the contribution.
         self.median_wall_s: float | None = None
         self.median_self_s: float | None = None
@@ -89,6 +100,11 @@ class RankState:
         # its host, as before node identities.
         self.node = _name(batch.node or batch.host)
         self.peak_flops = batch.peak_flops
+        self.closed = batch.closing
+        if batch.comm is not None:
+            self.comm_groups = batch.comm.groups
+            self.comm_received_s = now_s
+            self.comm_interval_s = batch.comm.status_interval_s
         if batch.topology is not None:
             items: list[tuple[Key, tuple[float, ...]]] = []
             if batch.topology.tp_spans_hosts:

@@ -27,6 +27,7 @@ from mfuscope.collector.snapshot import (
     Straggler,
     TierPeak,
 )
+from mfuscope.core.hangs import RankComm, find_hangs
 from mfuscope.core.mfu import utilization
 from mfuscope.core.schema import AgentHealth
 from mfuscope.core.stragglers import find_stragglers, straggler_step_times
@@ -58,6 +59,8 @@ def _collective_totals(key: tuple[str, str, str], acc: CollectiveAcc) -> Collect
         seconds=acc.seconds,
         overlapped_seconds=acc.overlapped,
         sized_seconds=acc.sized_seconds,
+        sized_bus_bytes=acc.sized_bus_bytes,
+        profiled_seconds=acc.profiled_seconds,
     )
 
 
@@ -180,16 +183,19 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
                 last_report_age_s=max(now_s - r.last_seen_s, 0.0),
                 health=AgentHealth(*job.health.counts(r.rank)),
                 health_start_unix_ns=job.health.start_unix_ns(r.rank),
+                closed=r.closed,
             )
             for r in sorted(ranks, key=lambda r: r.rank)
         )
+    running = [r for r in ranks if not r.closed] or ranks
     return JobSnapshot(
         job=job.name,
         live_ranks=len(ranks),
         world_size=world_size,
         peak_flops=sums.get((Kind.PEAK,), (0.0,))[0],
         peak_unknown_ranks=job.sums.counts.get((Kind.PEAK_UNKNOWN,), 0),
-        last_report_age_s=max(now_s - min(r.last_seen_s for r in ranks), 0.0),
+        last_report_age_s=max(now_s - min(r.last_seen_s for r in running), 0.0),
+        all_closed=all(r.closed for r in ranks),
         tp_spans_hosts=(Kind.TP_SPANS_HOSTS,) in sums,
         health=AgentHealth(*job.health.total),
         tier_peaks=tuple(TierPeak(a, t, v) for (a, t), v in sorted(peaks.items())),
@@ -208,4 +214,37 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         restarts=job.incarnations.restarts,
         hardware=job.hardware.view(job.ranks, per_rank=config.per_rank_labels),
         breakdown_age_s=max(now_s - max(windows_seen), 0.0) if windows_seen else None,
+        hangs=find_hangs(
+            [
+                RankComm(
+                    rank=r.rank,
+                    host=r.host,
+                    node=r.node,
+                    groups=r.comm_groups,
+                    age_s=max(now_s - r.comm_received_s, 0.0),
+                    interval_s=r.comm_interval_s,
+                    closed=r.closed,
+                )
+                for r in ranks
+                if r.comm_groups
+            ],
+            max_suspects=config.max_hang_suspects,
+        ),
+        arrival_skew=tuple((a, t, v) for (a, t), v in sorted(job.arrivals.skew.items())),
+        late_arrivals=_late_arrivals(job, config.straggler_top),
+        records_lost=job.records_lost.total[0],
+    )
+
+
+def _late_arrivals(job: JobState, top: int) -> tuple[tuple[int, str, str, float], ...]:
+    """The `top` live ranks that arrive latest at collectives, latest first (lateness > 0)."""
+    late = sorted(
+        (
+            (-lateness, rank)
+            for rank, lateness in job.arrivals.lateness.items()
+            if lateness > 0 and rank in job.ranks
+        ),
+    )[:top]
+    return tuple(
+        (rank, job.ranks[rank].host, job.ranks[rank].node, -negative) for negative, rank in late
     )

@@ -23,13 +23,15 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from mfuscope.collector._accumulators import SeriesAcc
+from mfuscope.collector._accumulators import ALL_PARTS, TIMES, WINDOW, SeriesAcc
+from mfuscope.collector._arrivals import ArrivalJoin
 from mfuscope.collector._hardware import HardwareLedger
 from mfuscope.collector._health import HealthLedger, health_counts
 from mfuscope.collector._incarnations import JobIncarnations
 from mfuscope.collector._rank import RankState
 from mfuscope.collector._seen_steps import DEFAULT_WIDTH
 from mfuscope.collector._sums import REBUILD_EVERY, CountedSums
+from mfuscope.collector._traffic import TrafficLedger
 from mfuscope.collector.errors import OverLimit
 from mfuscope.core.schema import ReportBatch
 
@@ -45,7 +47,8 @@ class StateConfig:
     Cardinality limits (each bounds the exported series; docs/collector.md): `max_jobs` live jobs,
     `max_ranks_per_job` live ranks in one job, `max_axes_per_job` distinct parallelism axes named
     by one job's batches (every other label is a closed set, so with the axes bounded a job's
-    series are bounded too; with per-rank labels they also grow with its ranks)."""
+    series are bounded too; with per-rank labels they also grow with its ranks); `max_hang_suspects`
+    suspect ranks exported per job while it hangs (docs/definitions.md#hangs)."""
 
     per_rank_labels: bool = False
     expire_after_s: float = 300.0
@@ -55,6 +58,7 @@ class StateConfig:
     max_jobs: int = 256
     max_ranks_per_job: int = 65_536
     max_axes_per_job: int = 16
+    max_hang_suspects: int = 8
 
     def __post_init__(self) -> None:
         if not (self.expire_after_s > 0 and math.isfinite(self.expire_after_s)):
@@ -65,7 +69,7 @@ class StateConfig:
             raise ValueError(f"straggler_top must be >= 0, got {self.straggler_top}")
         if self.idempotency_steps < 1:
             raise ValueError(f"idempotency_steps must be >= 1, got {self.idempotency_steps}")
-        for name in ("max_jobs", "max_ranks_per_job", "max_axes_per_job"):
+        for name in ("max_jobs", "max_ranks_per_job", "max_axes_per_job", "max_hang_suspects"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -83,15 +87,18 @@ class IngestResult:
 
 class JobState:
     __slots__ = (
+        "arrivals",
         "axes",
         "hardware",
         "health",
         "incarnations",
         "name",
         "ranks",
+        "records_lost",
         "series",
         "start_unix_ns",
         "sums",
+        "traffic",
     )
 
     def __init__(self, name: str, start_unix_ns: int) -> None:
@@ -111,6 +118,11 @@ class JobState:
         self.incarnations = JobIncarnations()
         # Every axis this job's batches named while it lives (bounded by `max_axes_per_job`).
         self.axes: set[str] = set()
+        # Flight-recorder traffic totals of every rank seen (see `_traffic`), the entries the
+        # agents' recorders overwrote unread, and the arrival-skew join (see `_arrivals`).
+        self.traffic = TrafficLedger()
+        self.records_lost = HealthLedger(width=1)
+        self.arrivals = ArrivalJoin()
 
 
 def batch_axes(batch: ReportBatch) -> set[str]:
@@ -119,6 +131,9 @@ def batch_axes(batch: ReportBatch) -> set[str]:
     axes.update(c.axis for r in batch.reports for c in r.collectives)
     if batch.topology is not None:
         axes.update(g.axis for g in batch.topology.groups)
+    if batch.comm is not None:
+        axes.update(t.axis for t in batch.comm.traffic)
+        axes.update(g.axis for g in batch.comm.groups)
     return axes
 
 
@@ -164,6 +179,16 @@ class AggregationState:
         self._by_last_seen[key] = rank
         self._by_last_seen.move_to_end(key)
 
+        comm = batch.comm
+        # Without flight-recorder records a window's samples count whole; with them, the records
+        # carry the traffic (and, with durations, the times) and windows add the rest.
+        parts = ALL_PARTS if comm is None else (WINDOW if comm.durations else TIMES | WINDOW)
+        p2p_parts = parts if comm is not None and comm.p2p_recorded else ALL_PARTS
+        if comm is not None:
+            for grown in job.traffic.increments(batch.rank, comm.traffic):
+                series.add_traffic(grown, times=comm.durations)
+            job.records_lost.update(batch.rank, (comm.lost_total,), now_unix_ns)
+            job.arrivals.add(batch.rank, comm.arrivals, comm.groups)
         accepted = duplicates = reruns = 0
         number = job.incarnations.number(batch.incarnation)
         window, redone_up_to = rank.incarnations.window(number, job.incarnations.oldest_kept)
@@ -174,7 +199,7 @@ class AggregationState:
             window.add(report.step)
             if report.step <= redone_up_to:
                 reruns += 1
-            series.add(report, rank.peak_flops)
+            series.add(report, rank.peak_flops, parts, p2p_parts)
             rank.add(report, now_s)
             accepted += 1
         old = rank.contribution
@@ -235,6 +260,7 @@ class AggregationState:
             job = self.jobs[rank.job]
             del job.ranks[rank.rank]
             job.sums.replace(rank.contribution, ())
+            job.arrivals.forget(rank.rank)
             if self.config.per_rank_labels:
                 del job.series[rank.rank]
             if not job.ranks:

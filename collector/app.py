@@ -66,6 +66,7 @@ class CollectorConfig:
     max_jobs: int = StateConfig.max_jobs
     max_ranks_per_job: int = StateConfig.max_ranks_per_job
     max_axes_per_job: int = StateConfig.max_axes_per_job
+    max_hang_suspects: int = StateConfig.max_hang_suspects
     header_timeout_s: float = ServerLimits.header_timeout_s
     body_timeout_s: float = ServerLimits.body_timeout_s
     max_connections: int = ServerLimits.max_connections
@@ -101,6 +102,7 @@ class CollectorConfig:
             max_jobs=self.max_jobs,
             max_ranks_per_job=self.max_ranks_per_job,
             max_axes_per_job=self.max_axes_per_job,
+            max_hang_suspects=self.max_hang_suspects,
         )
 
     def server_limits(self) -> ServerLimits:

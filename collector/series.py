@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mfuscope.collector.comm_series import comm_families
 from mfuscope.collector.device_series import device_families
 from mfuscope.collector.errors import (
     LIMIT_REASONS,
@@ -53,23 +54,62 @@ REJECT_REASONS: tuple[str, ...] = tuple(
 )
 
 _CollectiveField = Callable[[CollectiveTotals], float]
+# Sources (docs/definitions.md#collective-records): "always-on" is the agents' flight-recorder
+# records, which cover every completed call; a rank without them (an older agent, the recorder
+# off) contributes its profiled windows' samples instead.
 _COLLECTIVE_COUNTERS: tuple[tuple[str, str, str, _CollectiveField], ...] = (
-    ("calls", "{call}", "collective calls observed in profiled windows", lambda c: c.calls),
-    ("bytes", "By", "collective size S (nccl-tests definition), bytes", lambda c: c.bytes),
-    ("bus_bytes", "By", "collective size S x nccl-tests bus factor, bytes", lambda c: c.bus_bytes),
-    ("seconds", "s", "collective duration (all calls), seconds", lambda c: c.seconds),
+    (
+        "calls",
+        "{call}",
+        "collective and point-to-point calls: every completed call (always-on flight-recorder "
+        "records), or those in profiled windows for ranks without records",
+        lambda c: c.calls,
+    ),
+    (
+        "bytes",
+        "By",
+        "collective size S (nccl-tests definition) of the calls whose size is known, bytes "
+        "(same sources as calls)",
+        lambda c: c.bytes,
+    ),
+    (
+        "bus_bytes",
+        "By",
+        "collective size S x nccl-tests bus factor, bytes (same sources as calls)",
+        lambda c: c.bus_bytes,
+    ),
+    (
+        "seconds",
+        "s",
+        "collective duration, seconds: always-on where the backend times collectives (NCCL with "
+        "timing), else from profiled windows",
+        lambda c: c.seconds,
+    ),
     (
         "sized_seconds",
         "s",
         "duration of the collective calls whose size and group size are known (the busbw "
-        "denominator), seconds",
+        "denominator), seconds (same sources as seconds)",
         lambda c: c.sized_seconds,
+    ),
+    (
+        "sized_bus_bytes",
+        "By",
+        "bus bytes of exactly the calls in sized_seconds (the busbw numerator: busbw = "
+        "rate(sized_bus_bytes) / rate(sized_seconds)), bytes",
+        lambda c: c.sized_bus_bytes,
     ),
     (
         "overlapped_seconds",
         "s",
-        "collective time hidden under compute, seconds",
+        "collective time hidden under compute, seconds (profiled windows)",
         lambda c: c.overlapped_seconds,
+    ),
+    (
+        "profiled_seconds",
+        "s",
+        "collective time inside profiled windows (what overlapped_seconds is a part of), seconds",
+        lambda c: c.profiled_seconds,
     ),
 )
 
@@ -300,10 +340,15 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
             for r in j.ranks
             if r.peak_flops is not None
         ]
-        age = [Sample((j.job, str(r.rank)), r.last_report_age_s) for j in jobs for r in j.ranks]
+        age = [
+            Sample((j.job, str(r.rank)), r.last_report_age_s)
+            for j in jobs
+            for r in j.ranks
+            if not r.closed
+        ]
     else:
         peak = [Sample((j.job,), j.peak_flops) for j in jobs]
-        age = [Sample((j.job,), j.last_report_age_s) for j in jobs]
+        age = [Sample((j.job,), j.last_report_age_s) for j in jobs if not j.all_closed]
     b.add(
         "mfuscope_peak_flops",
         "gauge",
@@ -316,7 +361,7 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         "mfuscope_last_report_age_seconds",
         "gauge",
         "s",
-        "seconds since the latest report of the most silent live rank",
+        "seconds since the latest report of the most silent live rank whose agent has not closed",
         b.who_labels,
         age,
     )
@@ -444,6 +489,7 @@ def metric_families(snapshot: CollectorSnapshot) -> tuple[MetricFamily, ...]:
     _health(b, snapshot.jobs)
     _gauges(b, snapshot.jobs)
     b.families.extend(device_families(snapshot.jobs, per_rank=snapshot.per_rank_labels))
+    comm_families(snapshot.jobs, b.add)
     rejected = dict.fromkeys(REJECT_REASONS, 0) | dict(snapshot.rejected)
     b.add(
         "mfuscope_reports_rejected_total",

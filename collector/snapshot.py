@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mfuscope.collector._hardware import JobHardware
+from mfuscope.core.hangs import HangView
 from mfuscope.core.schema import AgentHealth
 from mfuscope.core.stragglers import Straggler
 
@@ -63,8 +64,11 @@ class ComponentTotals:
 class CollectiveTotals:
     """Cumulative totals of one ``(op, axis, tier)``. `bytes` sums the nccl-tests size S over the
     calls whose size is known; `bus_bytes` is S times the bus factor, over the calls whose size
-    and group size are both known (the factor needs n); `sized_seconds` is the duration of exactly
-    those calls, so ``bus_bytes / sized_seconds`` is busbw."""
+    and group size are both known (the factor needs n); `sized_seconds` is the duration of the
+    calls with a known size, group size and duration, and `sized_bus_bytes` their bus bytes, so
+    ``sized_bus_bytes / sized_seconds`` is busbw. `profiled_seconds`: collective time inside
+    profiled windows, what `overlapped_seconds` is a part of. Where each comes from (flight
+    recorder or profiled windows): docs/definitions.md#collective-records."""
 
     op: str
     axis: str
@@ -75,6 +79,8 @@ class CollectiveTotals:
     seconds: float
     overlapped_seconds: float
     sized_seconds: float
+    sized_bus_bytes: float = 0.0
+    profiled_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,7 @@ class RankView:
     last_report_age_s: float
     health: AgentHealth
     health_start_unix_ns: int = 0
+    closed: bool = False  # its agent closed (a normal end): no report age is exported for it
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,17 @@ class JobSnapshot:
     # Seconds since the collector received the newest profiled window of any live rank (a step
     # report carrying its own breakdown); None before the first window.
     breakdown_age_s: float | None = None
+    # Every live rank's agent closed (a normal end): no report age is exported for the job, and
+    # `last_report_age_s` is over the ranks that have not closed when some have not.
+    all_closed: bool = False
+    # Blocked ranks and the ranks they wait for (docs/definitions.md#hangs).
+    hangs: HangView = field(default_factory=lambda: HangView((), (), 0))
+    # (axis, tier, smoothed arrival skew s) and (rank, host, node, smoothed lateness s) of the
+    # latest-arriving ranks (docs/definitions.md#arrival-skew).
+    arrival_skew: tuple[tuple[str, str, float], ...] = ()
+    late_arrivals: tuple[tuple[int, str, str, float], ...] = ()
+    # Flight-recorder entries the agents' recorders overwrote before reading (cumulative).
+    records_lost: int = 0
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Wire format (JSON, optionally gzip-compressed on the wire), one *batch* per POST, from one rank::
 
-    {"schema": "mfuscope.report", "version": "1.1",
+    {"schema": "mfuscope.report", "version": "1.2",
      "job": "llama-8b", "incarnation": "5f0c9a1e2b7d4c38",
      "rank": 3, "world_size": 16, "local_rank": 3, "host": "node-1", "node": "node-1",
      "device": "NVIDIA H100 80GB HBM3", "peak_flops": 9.89e14, "peak_source": "spec",
@@ -55,6 +55,12 @@ Semantics:
   gauges from the latest sample, and totals cumulative since the agent's sampler started. A
   counter the rank cannot read is absent from the record, never zero.
 
+- ``comm`` (since 1.2, optional): the rank's always-on collective records from PyTorch's flight
+  recorder: cumulative traffic per (op, axis, tier), its progress on each process group (what it
+  waits in), arrival samples (`CommRecords`, documented in `collective_records`). A batch may
+  carry no step reports: an agent whose steps stopped keeps sending its ``comm`` status.
+- ``closing`` (since 1.2, optional, default false): the agent is closing (the job ended normally).
+
 Versioning: ``version`` is ``MAJOR.MINOR``. A parser accepts its own major with any minor (unknown
 fields of a newer minor are ignored) and rejects any other major.
 """
@@ -75,6 +81,7 @@ from mfuscope.core._fields import number as _float
 from mfuscope.core._fields import obj as _obj
 from mfuscope.core._fields import required as _get
 from mfuscope.core._fields import text as _str
+from mfuscope.core.collective_records import CommRecords, parse_comm
 from mfuscope.core.errors import SchemaError
 from mfuscope.core.hwcounters import (
     HardwareCounters,
@@ -101,6 +108,7 @@ __all__ = [
     "AgentHealth",
     "ClassShare",
     "CollectiveSample",
+    "CommRecords",
     "ComponentShare",
     "GroupInfo",
     "HardwareCounters",
@@ -117,7 +125,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "mfuscope.report"
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 _MAJOR = 1
 
 # Sanity bounds: anything beyond these is a bug or an attack, not a training step.
@@ -240,6 +248,8 @@ class ReportBatch:
     incarnation: str = ""
     hardware: HardwareCounters | None = None
     node: str = ""  # since 1.1: the rank's node label ("" when the agent sent none)
+    comm: CommRecords | None = None  # since 1.2: always-on collective records
+    closing: bool = False  # since 1.2: the agent is closing (a normal end)
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -455,7 +465,15 @@ def parse_batch(raw: Any) -> ReportBatch:
         incarnation=_str(obj.get("incarnation", ""), "incarnation", allow_empty=True),
         hardware=parse_hardware(obj.get("hardware")),
         node=_str(obj.get("node", ""), "node", allow_empty=True),
+        comm=parse_comm(obj.get("comm")),
+        closing=_closing(obj.get("closing", False)),
     )
+
+
+def _closing(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SchemaError("closing", "expected true or false")
+    return value
 
 
 def batch_from_json(text: str | bytes) -> ReportBatch:

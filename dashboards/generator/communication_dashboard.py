@@ -34,9 +34,9 @@ BUSBW_MEANING = (
     "broadcast, reduce, send/recv; comparable across ops and group sizes and with the link "
     "rate. Time is the collective's duration on the device, including waiting for the slowest "
     "peer, over the calls whose size is known (calls of unknown size add no bytes, so they are "
-    "left out of the time too). Over the last 5 min where collectives are timed on every "
-    "step; where they are timed only in profiled windows, the latest window's figure, held until "
-    "the next one for up to 1 h (Breakdown age says how old it is). "
+    "left out of the time too). Over the last 5 min where the backend times every call (NCCL "
+    "with timing, the agent's default); elsewhere (gloo) from profiled windows: the latest "
+    "window's figure, held until the next one for up to 1 h (Breakdown age says how old it is). "
 )
 
 
@@ -189,7 +189,8 @@ def _exposure_row() -> Row:
             timeseries_panel(
                 "Collective bytes per second (size S)",
                 "Algorithm bytes moved by collectives per second (the nccl-tests size S, not "
-                "multiplied by the bus factor), per op, axis and tier, summed over ranks.",
+                "multiplied by the bus factor), per op, axis and tier, summed over ranks: every "
+                "call, from the agents' always-on flight-recorder records.",
                 "Bps",
                 [
                     Query(

@@ -1,5 +1,5 @@
-"""Job: MFU/HFU, step decomposition, MFU waterfall, step time, stragglers, restarts and redone
-work, telemetry health."""
+"""Job: MFU/HFU, step decomposition, MFU waterfall, step time, stragglers, hangs and arrival
+skew, restarts and redone work, telemetry health."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from _common import (
 )
 from breakdown_age import breakdown_age_panel
 from fleet_dashboard import EXPOSED_BANDS, MFU_BANDS, MFU_MEANING, REGRESSION_BANDS
+from hangs_row import hangs_row
 from hardware_rows import hardware_rows
 
 __all__ = ["UID", "build"]
@@ -441,10 +442,12 @@ def _health_row() -> Row:
             ),
             timeseries_panel(
                 "Last report age over time",
-                "Age of the most silent rank's latest report. Reports arrive every few seconds. "
-                "Above 90 s while other ranks report: their agents cannot reach the collector "
-                "(MFUScopeAgentsSilent); above 120 s for every rank: the job ended or hangs "
-                "(MFUScopeJobStalled). The collector forgets ranks silent for 5 min.",
+                "Age of the most silent rank's latest report. Reports arrive every few seconds "
+                "(at least every 10 s, also while a rank waits in a collective). Above 90 s while "
+                "other ranks report: their agents cannot reach the collector "
+                "(MFUScopeAgentsSilent); above 120 s for every rank: their processes died or are "
+                "wedged (MFUScopeJobStalled). No data once every agent closed (a normal end). The "
+                "collector forgets ranks silent for 5 min.",
                 "s",
                 [Query(f"max(mfuscope_last_report_age_seconds{{{JOB}}})", "last report age")],
                 thresholds=REPORT_AGE_BANDS,
@@ -460,12 +463,13 @@ def build() -> Any:
         UID,
         "mfuscope / Job",
         "One training job: MFU and HFU, where each step's time goes, the MFU waterfall, step time "
-        "and stragglers, restarts and redone work, the hardware counters per tier, and the health "
-        "of its telemetry.",
+        "and stragglers, hangs and arrival skew, restarts and redone work, the hardware counters "
+        "per tier, and the health of its telemetry.",
         [
             _utilisation_row(),
             _decomposition_row(),
             _step_time_row(),
+            hangs_row(),
             _restarts_row(),
             *hardware_rows(),
             _health_row(),

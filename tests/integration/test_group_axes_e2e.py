@@ -1,20 +1,21 @@
 """A real 4-rank gloo job on a 2 x 2 (dp, tp) layout, through the real agent to a real collector:
 every collective lands on its own group's axis with n = 2, never on ``unknown`` or the world size.
 
-Hand derivation (`tests/support/mesh_job.py`: WIDTH 32, HIDDEN 64, BATCH 8, fp32, the profiled
-window is steps 1-2 on each of the 4 ranks, so every per-rank-step amount counts 8 times; every
-group has n = 2 ranks):
+Hand derivation (`tests/support/mesh_job.py`: WIDTH 32, HIDDEN 64, BATCH 8, fp32; the collective
+counters count every collective of the 5 steps on each of the 4 ranks (the agents' always-on
+flight-recorder records), so every per-rank-step amount counts 20 times; the profiled window,
+steps 1-2, still carries its own collectives on its step reports; every group has n = 2 ranks):
 - dp, `mesh` and `megatron`: each rank all-reduces its local gradient shards over its dp group:
   up (HIDDEN/2 x WIDTH) and down (WIDTH x HIDDEN/2), 32 x 32 x 4 B = 4096 B each, 8192 B per
-  rank-step -> 65,536 B;
+  rank-step -> 163,840 B;
 - dp, `fsdp_tp` (FSDP2 over dp around the TP model): one all_gather of the root's parameters per
   step (FSDP2 keeps the root unsharded from forward to backward), S = the gathered tp-local
-  parameters, 8192 B -> 65,536 B; the gradient reduce-scatter, which gloo runs as an all_reduce
-  of the whole 8192 B gradient -> 65,536 B;
+  parameters, 8192 B -> 163,840 B; the gradient reduce-scatter, which gloo runs as an all_reduce
+  of the whole 8192 B gradient -> 163,840 B;
 - tp: the row-parallel output (BATCH x WIDTH) = 8 x 32 x 4 B = 1024 B is all-reduced in forward;
   the DTensor jobs' input needs no gradient (no backward all_reduce): 1024 B per rank-step ->
-  8,192 B. The Megatron-style job's differentiable all_reduce also all-reduces its gradient in
-  backward: 2048 B per rank-step -> 16,384 B;
+  20,480 B. The Megatron-style job's differentiable all_reduce also all-reduces its gradient in
+  backward: 2048 B per rank-step -> 40,960 B;
 - bus bytes / bytes with n = 2: all_reduce 2(n-1)/n = 1 (it would read 1.5 with the world size
   n = 4), all_gather (n-1)/n = 1/2.
 
@@ -47,11 +48,11 @@ pytestmark = pytest.mark.slow
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 ROOT = SUPPORT.parents[1]
 TORCHRUN = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=4"]
-RANK_STEPS = 4 * 2  # 4 ranks x the 2 profiled steps
+RANK_STEPS = 4 * 5  # 4 ranks x every step (always-on records; profiled windows add no calls)
 WHOLE_MODEL_FLOPS = 2 * (2 * 8 * 32 * 64) + 3 * (2 * 8 * 32 * 64)  # forward + backward, per step
 TP = 2
-GRADS = RANK_STEPS * 2 * 32 * 32 * 4  # both tp-local weight shards, every profiled rank-step
-OUTPUT = RANK_STEPS * 8 * 32 * 4  # the row-parallel output, every profiled rank-step
+GRADS = RANK_STEPS * 2 * 32 * 32 * 4  # both tp-local weight shards, every rank-step
+OUTPUT = RANK_STEPS * 8 * 32 * 4  # the row-parallel output, every rank-step
 # (op, axis) -> collective bytes S summed at the collector.
 EXPECTED = {
     "mesh": {("all_reduce", "dp"): GRADS, ("all_reduce", "tp"): OUTPUT},

@@ -15,6 +15,14 @@ and ``"TENSOR_MODEL_PARALLEL_GROUP"``, with a hand-written tensor-parallel MLP.
 Every all_reduce runs on a group of n = 2 ranks. FLOPs are counted by the agent from the model.
 Each rank writes its reports to ``DIR/reports-{rank}.jsonl`` and keeps its profiled window's trace
 in ``DIR/kept``.
+
+For the collective-records tests (`tests/integration/test_collective_records_e2e.py`):
+`--shape DPxTP` sets the `mesh` layout's (dp, tp) sizes (2x2 on 4 ranks, 1x2 on 2), `--no-profile`
+turns profiling off, `--steps N` runs N steps, and `--stall-rank R --stall-step S --resume-file F`
+make rank R stop at the start of step S, before its first collective, until file F exists (at most
+10 min). Before it stops, rank R writes ``DIR/stall.json``: per group description, the
+collective sequence number it would enter next, counted from its own flight recorder (what the
+collector's suspect series must name).
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ class MLP(nn.Module):
         return self.down(torch.relu(self.up(x)))
 
 
+SHAPE = (2, 2)  # (dp, tp) of the `mesh` layout; `--shape` changes it
+
+
 def _mesh_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import (
@@ -50,7 +61,7 @@ def _mesh_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
         parallelize_module,
     )
 
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    mesh = init_device_mesh("cpu", SHAPE, mesh_dim_names=("dp", "tp"))
     model = parallelize_module(
         MLP(WIDTH, HIDDEN), mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()}
     )
@@ -97,12 +108,45 @@ def _megatron_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
 LAYOUTS = {"mesh": _mesh_layout, "megatron": _megatron_layout, "fsdp_tp": _fsdp_tp_layout}
 
 
+def _next_seqs() -> dict[str, int]:
+    """Group description -> the collective sequence number this rank enters next, from its own
+    flight recorder (read here with torch's binding, apart from mfuscope)."""
+    import json
+
+    import torch._C._distributed_c10d as c10d
+
+    seqs: dict[str, int] = {}
+    for entry in json.loads(c10d._dump_fr_trace_json(True, False)).get("entries", []):
+        if not entry["is_p2p"]:
+            desc = entry["process_group"][1]
+            seqs[desc] = max(seqs.get(desc, 0), entry["collective_seq_id"])
+    return {desc: seq + 1 for desc, seq in seqs.items()}
+
+
+def _stall(resume: Path, out: Path) -> None:
+    import json
+    import time
+
+    out.write_text(json.dumps(_next_seqs()))
+    deadline = time.monotonic() + 600
+    while not resume.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def main() -> None:
+    global SHAPE
     parser = argparse.ArgumentParser()
     parser.add_argument("--layout", choices=tuple(LAYOUTS), required=True)
     parser.add_argument("--collector-url", required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--shape", default="2x2")
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--stall-rank", type=int)
+    parser.add_argument("--stall-step", type=int, default=0)
+    parser.add_argument("--resume-file", type=Path)
     args = parser.parse_args()
+    SHAPE = tuple(int(n) for n in args.shape.split("x"))  # type: ignore[assignment]
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model, dp, mesh = LAYOUTS[args.layout]()
@@ -114,6 +158,7 @@ def main() -> None:
         mesh=mesh,
         model=model,  # counted FLOPs: each rank's own share of the sharded model
         peak_flops=1e9,
+        profile=not args.no_profile,
         profile_first_step=1,
         profile_steps=2,
         profile_every_steps=1000,
@@ -125,8 +170,10 @@ def main() -> None:
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(rank // 2))
-    for _ in range(STEPS):
+    for step in range(args.steps):
         with agent.step():
+            if rank == args.stall_rank and step == args.stall_step and args.resume_file:
+                _stall(args.resume_file, args.out / "stall.json")
             optimizer.zero_grad()
             model(data).square().mean().backward()
             for p in model.parameters() if dp is not None else ():  # FSDP2 reduces its own

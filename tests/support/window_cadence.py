@@ -3,15 +3,19 @@ alerts whose inputs come from profiled windows, fed counters shaped as the colle
 
     python -m tests.support.window_cadence   # regenerate; a unit test checks it is current
 
-Each job is one rank scraped every minute. Collective counters either jump once per profiled
-window (3 steps every 5, 10 or 30 min, the first at minute 2, every third a minute late) and stay
-flat in between, or rise at every scrape (collectives timed on every step). Step components rise
-at every scrape, split by the latest window's breakdown (the agent scales it to every step), so
-their split changes only at a window. Jobs: "slow" runs its dp all_reduces at 10 % of the link
-spec, "healthy" at 85 %, "degrades" at 85 %, then 10 % from minute 65 to 115. A window measures
-the link as it is then; until the next window every figure keeps that window's value. The jobs
-report their last step at minute 150; the collector keeps their counters flat until it expires
-the ranks at 155 and drops the series (stale). The MFU regression case: window_regression.py.
+Each job is one rank scraped every minute. Collective time (and the overlap) either jumps once per
+profiled window (3 steps every 5, 10 or 30 min, the first at minute 2, every third a minute late)
+and stays flat in between (gloo, which times no collective outside windows), or rises at every
+scrape (NCCL with timing); collective traffic (calls, bytes) rises at every scrape (the agents'
+flight-recorder records), except in one case of an older agent whose traffic, too, jumps at
+windows. busbw and overlap divide counters of one source, so each shape gives the same figures.
+Step components rise at every scrape, split by the latest window's breakdown (the agent scales it
+to every step), so their split changes only at a window. Jobs: "slow" runs its dp all_reduces at
+10 % of the link spec, "healthy" at 85 %, "degrades" at 85 %, then 10 % from minute 65 to 115. A
+window measures the link as it is then; until the next window every figure keeps that window's
+value. The jobs report their last step at minute 150; the collector keeps their counters flat
+until it expires the ranks at 155 and drops the series (stale). The MFU regression case:
+window_regression.py.
 
 The expectations follow from those shapes, not from PromQL: a latest figure is the latest
 window's from that window on; an alert with `for: 15m` fires 15 min after its condition first
@@ -82,11 +86,24 @@ def _counter(increment: Increment) -> str:
     return counter(increment, DROPPED, LAST_STEP, stale=True)
 
 
-def _collectives(job: str, cadence: int | None) -> list[dict[str, str]]:
-    """Counters that jump at each window (`cadence` min apart) or rise every minute (None)."""
-    at = set(windows(cadence, LAST_STEP)) if cadence is not None else set()
+# Which source moves each collective counter (docs/definitions.md#collective-records): traffic
+# (calls, bytes, bus bytes) comes from the agents' always-on flight-recorder records, at every
+# scrape; time (and the bus bytes of the timed calls) from the recorder where the backend times
+# collectives (NCCL), else from profiled windows (gloo), as does overlap. An agent without
+# records sends everything from its windows.
+TRAFFIC = ("calls", "bytes", "bus_bytes")
+TIMING = ("seconds", "sized_seconds", "sized_bus_bytes", "overlapped_seconds", "profiled_seconds")
 
-    def per(amount: Fraction, per_byte: bool) -> Increment:
+
+def _collectives(
+    job: str, timing_cadence: int | None, traffic_cadence: int | None
+) -> list[dict[str, str]]:
+    """Collective counters: each jumps at each window (`*_cadence` min apart) or rises every
+    minute (None), traffic and timing apart."""
+
+    def per(amount: Fraction, per_byte: bool, cadence: int | None) -> Increment:
+        at = set(windows(cadence, LAST_STEP)) if cadence is not None else set()
+
         def add(m: int) -> Fraction:
             scale = 1 / (link(job, m) * SPEC) if per_byte else Fraction(1)
             if cadence is None:  # 20 windows' worth a minute
@@ -95,22 +112,33 @@ def _collectives(job: str, cadence: int | None) -> list[dict[str, str]]:
 
         return add
 
-    rows = {
-        "calls": per(CALLS, False),
-        "bytes": per(BYTES, False),
-        "bus_bytes": per(BUS_BYTES, False),
-        "seconds": per(BUS_BYTES, True),
-        "sized_seconds": per(BUS_BYTES, True),
-        "overlapped_seconds": per(BUS_BYTES * OVERLAPPED, True),
+    amounts = {
+        "calls": (CALLS, False),
+        "bytes": (BYTES, False),
+        "bus_bytes": (BUS_BYTES, False),
+        "seconds": (BUS_BYTES, True),
+        "sized_seconds": (BUS_BYTES, True),
+        "sized_bus_bytes": (BUS_BYTES, False),
+        "overlapped_seconds": (BUS_BYTES * OVERLAPPED, True),
+        "profiled_seconds": (BUS_BYTES, True),
     }
     labels = f'job="{job}", {OP}'
     return [
-        series(f"mfuscope_collective_{name}_total", labels, _counter(inc))
-        for name, inc in rows.items()
+        series(
+            f"mfuscope_collective_{name}_total",
+            labels,
+            _counter(per(*amounts[name], traffic_cadence if name in TRAFFIC else timing_cadence)),
+        )
+        for name in (*TRAFFIC, *TIMING)
     ]
 
 
-def _job(job: str, collective_cadence: int | None, breakdown_cadence: int) -> list[dict[str, str]]:
+def _job(
+    job: str,
+    collective_cadence: int | None,
+    breakdown_cadence: int,
+    traffic_cadence: int | None = None,
+) -> list[dict[str, str]]:
     def component(name: str) -> Increment:
         def seconds(minute: int) -> Fraction:
             window = latest_window(breakdown_cadence, minute)
@@ -118,7 +146,7 @@ def _job(job: str, collective_cadence: int | None, breakdown_cadence: int) -> li
 
         return seconds
 
-    rows = _collectives(job, collective_cadence)
+    rows = _collectives(job, collective_cadence, traffic_cadence)
     for name in ("compute", "exposed_comm", "bubble_idle"):
         where = 'axis="dp", tier="inter_node"' if name == "exposed_comm" else 'axis="", tier=""'
         labels = f'job="{job}", component="{name}", {where}'
@@ -191,7 +219,9 @@ def _breakdown_alerts() -> list[Case]:
     ]
 
 
-def _windowed(cadence: int) -> Case:
+def _windowed(cadence: int, with_records: bool = True) -> Case:
+    """Timing from windows every `cadence` min; traffic from the agents' records at every scrape,
+    or (an agent without records) from the same windows."""
     bad = first_window_from(cadence, DEGRADED[0], LAST_STEP)  # the first to see the slow link
     good = first_window_from(cadence, DEGRADED[1], LAST_STEP)  # the first to see it healthy
     recovered = settled(cadence, good)
@@ -220,10 +250,12 @@ def _windowed(cadence: int) -> Case:
         )
     )
     quarter = Fraction(1, 4)
+    traffic = None if with_records else cadence
+    source = "traffic from records" if with_records else "an agent without records"
     return {
-        "name": f"a profiled window every {cadence} min",
+        "name": f"a profiled window every {cadence} min, {source}",
         "interval": "1m",
-        "input_series": [s for job in JOBS for s in _job(job, cadence, cadence)],
+        "input_series": [s for job in JOBS for s in _job(job, cadence, cadence, traffic)],
         "promql_expr_test": exprs,
         "alert_rule_test": [
             _busbw_low(10, ()),
@@ -274,11 +306,13 @@ def _every_step() -> Case:
 HEADER = """\
 # Generated by tests/support/window_cadence.py (edit that, then run
 # `python -m tests.support.window_cadence`). The rules and alerts fed by profiled windows, with
-# counters shaped as the collector exports them: collective counters that jump at each window (a
-# window every 5, 10 or 30 min) or rise at every scrape, step components split by the latest
-# window. Jobs: "slow" (link at 10 % of spec), "healthy" (85 %), "degrades" (85 %, 10 % from
-# minute 65 to 115); all end at minute 150 and are dropped by the collector at 155. Last, the MFU
-# regression alert's cause with a window every 30 min.
+# counters shaped as the collector exports them: collective time that jumps at each window (a
+# window every 5, 10 or 30 min) while traffic from the agents' records rises at every scrape
+# (also an older agent whose traffic jumps at windows too), or everything rising at every
+# scrape, step components split by the latest window. Jobs: "slow" (link at 10 % of spec),
+# "healthy" (85 %), "degrades" (85 %, 10 % from minute 65 to 115); all end at minute 150 and are
+# dropped by the collector at 155. Last, the MFU regression alert's cause with a window every 30
+# min.
 """
 
 
@@ -286,7 +320,12 @@ def render() -> str:
     suite = {
         "rule_files": ["../rules/mfuscope-recording.yml", "../rules/mfuscope-alerts.yml"],
         "evaluation_interval": "1m",
-        "tests": [*(_windowed(c) for c in CADENCES), _every_step(), regression_case()],
+        "tests": [
+            *(_windowed(c) for c in CADENCES),
+            _windowed(10, with_records=False),
+            _every_step(),
+            regression_case(),
+        ],
     }
     return HEADER + yaml.safe_dump(suite, sort_keys=False, width=10_000, allow_unicode=True)
 

@@ -42,6 +42,7 @@ def test_rule_unit_tests_pass(promtool: str) -> None:
     assert [p.name for p in RULE_TESTS] == [
         "alerts_test.yml",
         "fleet_stragglers_test.yml",
+        "hangs_test.yml",
         "recording_test.yml",
         "regression_test.yml",
         "window_cadence_test.yml",

@@ -447,3 +447,36 @@ def test_http_sink_timeout_is_a_deadline_for_the_whole_exchange() -> None:
 )
 def test_http_sink_reads_retry_after(header: str | None, expected: float | None) -> None:
     assert sinks._retry_after_s(header) == expected
+
+
+def test_status_batches_go_out_while_no_report_does() -> None:
+    sink, health = FakeSink(), HealthCounters()
+    transport = _transport(sink, health, heartbeat_s=0.05)
+    # Nothing to send: an empty (status) batch every heartbeat.
+    assert _wait_for(lambda: len(sink.delivered) >= 3)
+    assert all(batch == [] for batch in sink.delivered)
+    transport.submit(_report(1))
+    assert transport.close(5.0) is True
+    assert [1] in sink.delivered
+
+
+def test_a_status_batch_is_sent_once_not_retried_and_at_close_on_request() -> None:
+    sink, health = FakeSink(failures=[SendError("down", retryable=True)]), HealthCounters()
+    transport = _transport(sink, health, heartbeat_s=60.0)
+    transport.request_status()
+    assert _wait_for(lambda: sink.calls == 1)
+    time.sleep(0.05)
+    assert sink.calls == 1 and sink.delivered == []  # failed once, not retried
+    assert health.snapshot().send_failures_total == 1
+    transport.request_status()  # what the agent does at close, with nothing else to send
+    assert transport.close(5.0) is True
+    assert sink.delivered == [[]]
+
+
+def test_without_heartbeats_no_status_batch_is_ever_sent() -> None:
+    sink, health = FakeSink(), HealthCounters()
+    transport = _transport(sink, health)  # a JSONL file gets no status batches
+    transport.request_status()
+    time.sleep(0.05)
+    assert transport.close(5.0) is True
+    assert sink.calls == 0

@@ -69,7 +69,7 @@ def test_incarnation_is_optional_and_round_trips() -> None:
     batch = s.parse_batch(_batch(version="1.1", incarnation="5f0c9a1e2b7d4c38"))
     assert batch.incarnation == "5f0c9a1e2b7d4c38"
     assert s.batch_from_json(s.batch_to_json(batch)) == batch
-    assert s.batch_to_dict(batch)["version"] == s.SCHEMA_VERSION == "1.1"
+    assert s.batch_to_dict(batch)["version"] == s.SCHEMA_VERSION == "1.2"
 
 
 def test_newer_minor_accepted_and_unknown_fields_ignored() -> None:

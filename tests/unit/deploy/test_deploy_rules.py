@@ -25,8 +25,11 @@ FLEET_TESTS = PROMETHEUS / "tests" / "fleet_stragglers_test.yml"
 # The rules and alerts fed by profiled windows, with window-shaped counters at a window every 5,
 # 10 and 30 min and with collectives timed on every step (generated: tests/support).
 WINDOW_TESTS = PROMETHEUS / "tests" / "window_cadence_test.yml"
-# Alerts whose annotations also name the cause (the MFU waterfall slice that grew most).
-WITH_CAUSE = {"MFUScopeMFURegression"}
+# The hang alert, and a normal end and a long pause paging nobody.
+HANG_TESTS = PROMETHEUS / "tests" / "hangs_test.yml"
+# Alerts whose annotations also name the cause (the MFU waterfall slice that grew most; the rank
+# a hung job waits for).
+WITH_CAUSE = {"MFUScopeMFURegression", "MFUScopeCollectiveHang"}
 OPERATIONS = ROOT / "docs" / "operations.md"
 SCRAPE_CONFIGS = [
     PROMETHEUS / "prometheus.yml",
@@ -200,7 +203,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     silent: set[str] = set()
     for test in [
         t
-        for f in (ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS)
+        for f in (ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS, HANG_TESTS)
         for t in _yaml(f)["tests"]
     ]:
         for case in test.get("alert_rule_test", []):
@@ -218,7 +221,14 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
 
 
 def test_promtool_test_files_load_the_project_rules() -> None:
-    for path in (RECORDING_TESTS, ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS):
+    for path in (
+        RECORDING_TESTS,
+        ALERT_TESTS,
+        REGRESSION_TESTS,
+        FLEET_TESTS,
+        WINDOW_TESTS,
+        HANG_TESTS,
+    ):
         for rule_file in _yaml(path)["rule_files"]:
             assert (path.parent / rule_file).resolve() in [p.resolve() for p in RULE_FILES]
 

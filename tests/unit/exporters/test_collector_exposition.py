@@ -103,24 +103,30 @@ mfuscope_step_component_seconds_total{axis="",component="compute",job="train",ti
 mfuscope_step_component_seconds_total{axis="dp",component="exposed_comm",job="train",tier="intra_node"} 1.375
 # HELP mfuscope_compute_class_seconds_total compute time per kernel class (gemm, attention, elementwise_norm_reduce, other), from profiled windows; sums to the compute component over the steps that carry it, seconds
 # TYPE mfuscope_compute_class_seconds_total counter
-# HELP mfuscope_collective_calls_total collective calls observed in profiled windows
+# HELP mfuscope_collective_calls_total collective and point-to-point calls: every completed call (always-on flight-recorder records), or those in profiled windows for ranks without records
 # TYPE mfuscope_collective_calls_total counter
 mfuscope_collective_calls_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 2.0
-# HELP mfuscope_collective_bytes_total collective size S (nccl-tests definition), bytes
+# HELP mfuscope_collective_bytes_total collective size S (nccl-tests definition) of the calls whose size is known, bytes (same sources as calls)
 # TYPE mfuscope_collective_bytes_total counter
 mfuscope_collective_bytes_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 2000.0
-# HELP mfuscope_collective_bus_bytes_total collective size S x nccl-tests bus factor, bytes
+# HELP mfuscope_collective_bus_bytes_total collective size S x nccl-tests bus factor, bytes (same sources as calls)
 # TYPE mfuscope_collective_bus_bytes_total counter
 mfuscope_collective_bus_bytes_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 2000.0
-# HELP mfuscope_collective_seconds_total collective duration (all calls), seconds
+# HELP mfuscope_collective_seconds_total collective duration, seconds: always-on where the backend times collectives (NCCL with timing), else from profiled windows
 # TYPE mfuscope_collective_seconds_total counter
 mfuscope_collective_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.25
-# HELP mfuscope_collective_sized_seconds_total duration of the collective calls whose size and group size are known (the busbw denominator), seconds
+# HELP mfuscope_collective_sized_seconds_total duration of the collective calls whose size and group size are known (the busbw denominator), seconds (same sources as seconds)
 # TYPE mfuscope_collective_sized_seconds_total counter
 mfuscope_collective_sized_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.25
-# HELP mfuscope_collective_overlapped_seconds_total collective time hidden under compute, seconds
+# HELP mfuscope_collective_sized_bus_bytes_total bus bytes of exactly the calls in sized_seconds (the busbw numerator: busbw = rate(sized_bus_bytes) / rate(sized_seconds)), bytes
+# TYPE mfuscope_collective_sized_bus_bytes_total counter
+mfuscope_collective_sized_bus_bytes_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 2000.0
+# HELP mfuscope_collective_overlapped_seconds_total collective time hidden under compute, seconds (profiled windows)
 # TYPE mfuscope_collective_overlapped_seconds_total counter
 mfuscope_collective_overlapped_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.125
+# HELP mfuscope_collective_profiled_seconds_total collective time inside profiled windows (what overlapped_seconds is a part of), seconds
+# TYPE mfuscope_collective_profiled_seconds_total counter
+mfuscope_collective_profiled_seconds_total{axis="dp",job="train",op="all_reduce",tier="inter_node"} 0.25
 # HELP mfuscope_step_duration_seconds per-rank step wall time, seconds
 # TYPE mfuscope_step_duration_seconds histogram
 mfuscope_step_duration_seconds_bucket{job="train",le="0.01"} 0.0
@@ -155,7 +161,7 @@ mfuscope_agent_windows_analysed_total{job="train"} 1.0
 # HELP mfuscope_peak_flops dense peak FLOP/s of the live ranks' devices (summed per job)
 # TYPE mfuscope_peak_flops gauge
 mfuscope_peak_flops{job="train"} 2e+12
-# HELP mfuscope_last_report_age_seconds seconds since the latest report of the most silent live rank
+# HELP mfuscope_last_report_age_seconds seconds since the latest report of the most silent live rank whose agent has not closed
 # TYPE mfuscope_last_report_age_seconds gauge
 mfuscope_last_report_age_seconds{job="train"} 3.0
 # HELP mfuscope_breakdown_age_seconds seconds since the collector received the newest profiled window of any live rank: the age of the step breakdown and of the collective figures that come only from windows (absent before the first window)
@@ -212,6 +218,21 @@ mfuscope_straggler_ratio{host="node-0",job="train",node="node-0",rank="1"} 1.28
 # TYPE mfuscope_device_power_watts gauge
 # HELP mfuscope_link_peak_bandwidth_bytes_per_second spec unidirectional rate of the links the hardware counters cover (summed over the live ranks' GPUs, and over the nodes' NIC ports), bytes/s
 # TYPE mfuscope_link_peak_bandwidth_bytes_per_second gauge
+# HELP mfuscope_collective_blocked_ranks live ranks waiting 10 s or more in a collective (each under its longest wait)
+# TYPE mfuscope_collective_blocked_ranks gauge
+# HELP mfuscope_collective_blocked_seconds longest wait of a blocked rank in a collective, seconds
+# TYPE mfuscope_collective_blocked_seconds gauge
+# HELP mfuscope_collective_hang_suspect_seconds a rank the blocked ranks wait for (reason not_joined: it never entered collective seq; desync: it entered another op there, or waits in a cycle), and how long the longest of them has waited, seconds
+# TYPE mfuscope_collective_hang_suspect_seconds gauge
+# HELP mfuscope_collective_hang_suspects ranks the blocked ranks wait for (all of them; the suspect series lists the first)
+# TYPE mfuscope_collective_hang_suspects gauge
+# HELP mfuscope_collective_arrival_skew_seconds smoothed spread of the ranks' enqueue times of one collective, seconds (across hosts it includes their clock offset)
+# TYPE mfuscope_collective_arrival_skew_seconds gauge
+# HELP mfuscope_collective_arrival_lateness_seconds smoothed time the latest-arriving ranks enter collectives after their groups' median, seconds
+# TYPE mfuscope_collective_arrival_lateness_seconds gauge
+# HELP mfuscope_collective_records_lost_total flight-recorder entries overwritten before an agent read them (missing from the collective counters)
+# TYPE mfuscope_collective_records_lost_total counter
+mfuscope_collective_records_lost_total{job="train"} 0.0
 # HELP mfuscope_reports_rejected_total batches the collector refused, by reason
 # TYPE mfuscope_reports_rejected_total counter
 mfuscope_reports_rejected_total{reason="content_type"} 0.0
