@@ -105,23 +105,20 @@ class NvmlReading:
 
 
 class NvmlReader:
-    """Reads the rank's GPU: `device` is a `GpuRef` (found by UUID / PCI bus id,
-    `gpu_identity.nvml_handle`) or an NVML index. Construction raises if NVML cannot start or
-    the GPU cannot be found safely (the sampler then runs without GPU counters); reads never
-    raise. `found_by` says how the device was found (``uuid``, ``pci_bus_id``, ``index``)."""
+    """Reads the rank's GPU `device`, found by UUID / PCI bus id (`gpu_identity.nvml_handle`).
+    Construction raises if NVML cannot start or the GPU cannot be found safely (the sampler then
+    runs without GPU counters); reads never raise. `found_by` says how the device was found
+    (``uuid``, ``pci_bus_id``, ``index``)."""
 
-    def __init__(self, nvml: Any, device: int | GpuRef) -> None:
+    def __init__(self, nvml: Any, device: GpuRef) -> None:
         self._nvml = nvml
         nvml.nvmlInit()
-        if isinstance(device, GpuRef):
-            try:
-                self._handle, self.found_by = nvml_handle(nvml, device)
-            except Exception:
-                with contextlib.suppress(Exception):
-                    nvml.nvmlShutdown()
-                raise
-        else:
-            self._handle, self.found_by = nvml.nvmlDeviceGetHandleByIndex(device), "index"
+        try:
+            self._handle, self.found_by = nvml_handle(nvml, device)
+        except Exception:
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+            raise
         # Reads that failed on the first sample: unsupported here, never tried again.
         self._unsupported: set[str] = set()
         self._read_once = False

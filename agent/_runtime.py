@@ -22,7 +22,7 @@ from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.gpu_identity import VISIBLE_DEVICES_ENV, GpuRef, current_gpu_ref, match_gpu
+from mfuscope.agent.gpu_identity import GpuRef, cuda_gpu_ref, match_gpu, runs_in_mig_mode
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.agent.kept_traces import TraceKeeper
 from mfuscope.agent.recompute import wrap_checkpoint
@@ -206,9 +206,8 @@ def _device(model: Any, topology: RankTopology, log: RateLimitedLog, seams: Seam
             use_cuda = first.device.type == "cuda"
     index = torch.cuda.current_device() if use_cuda else topology.local_rank
     name = torch.cuda.get_device_name(index) if use_cuda else "cpu"
-    gpu = current_gpu_ref(index) if use_cuda else None
-    if gpu is None and seams.nvml is not None:  # tests: a fake NVML on a CPU-only machine
-        gpu = GpuRef(cuda_index=index, visible_devices=os.environ.get(VISIBLE_DEVICES_ENV))
+    # Tests: a fake NVML on a CPU-only machine stands in for the GPU of CUDA index `index`.
+    gpu = cuda_gpu_ref(index) if use_cuda or seams.nvml is not None else None
     links = facts = nvml_index = None
     try:
         from mfuscope.agent.detect import detect_hardware
@@ -244,7 +243,6 @@ def _hardware(
 
     sample_nics = topology.local_rank == 0
     return build_hardware_sampler(
-        gpu_index=device.index if device.use_cuda or seams.nvml is not None else None,
         gpu=device.gpu,
         sample_nics=sample_nics,
         log=log,
@@ -259,10 +257,9 @@ def _hardware(
 
 
 def _mig_enabled(device: _Device) -> bool:
-    """Whether NVML reports MIG mode on for this rank's GPU (then the peak is a slice's)."""
-    gpus = getattr(device.facts, "gpus", ()) or ()
-    gpu = next((g for g in gpus if g.index == device.index), None)
-    return bool(getattr(gpu, "mig_enabled", False))
+    """Whether NVML reports MIG mode on for this rank's GPU (then the peak is a slice's), the
+    GPU found by identity (docs/agent.md#gpu-identity), never by its CUDA index."""
+    return runs_in_mig_mode(getattr(device.facts, "gpus", ()) or (), device.gpu)
 
 
 def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[float | None, str]:

@@ -200,37 +200,35 @@ class HardwareSampler:
 
 def build_hardware_sampler(
     *,
-    gpu_index: int | None,
+    gpu: GpuRef | None,
     sample_nics: bool,
     log: RateLimitedLog,
-    gpu: GpuRef | None = None,
     link_peaks: tuple[LinkPeak, ...] = (),
     nvml: Any = None,
     sysfs_root: str = "/",
     clock: Callable[[], float] = time.monotonic,
     interval_s: float = DEFAULT_INTERVAL_S,
 ) -> HardwareSampler:
-    """A sampler for GPU `gpu_index` (None: no GPU) and, with `sample_nics`, the node's NICs.
+    """A sampler for the rank's GPU `gpu` (None: no GPU) and, with `sample_nics`, the node's NICs.
 
-    `gpu` says which physical GPU that CUDA index is (its UUID / PCI bus id); given, the NVML
-    device is found from it, never from the CUDA index while CUDA_VISIBLE_DEVICES is set
-    (docs/agent.md#gpu-identity). `nvml` defaults to the ``pynvml`` module; without a driver
-    the GPU counters are absent.
+    The NVML device is found from the GPU's UUID / PCI bus id, never from its CUDA index while
+    CUDA_VISIBLE_DEVICES is set (`gpu_identity.nvml_handle`, docs/agent.md#gpu-identity).
+    `nvml` defaults to the ``pynvml`` module; without a driver the GPU counters are absent.
     """
     reader: NvmlReader | None = None
-    if gpu_index is not None:
+    if gpu is not None:
         try:
             if nvml is None:
                 import pynvml
 
                 nvml = pynvml
-            reader = NvmlReader(nvml, gpu if gpu is not None else gpu_index)
-            if reader.found_by == "index" and gpu is not None:
+            reader = NvmlReader(nvml, gpu)
+            if reader.found_by == "index":
                 log.info(
                     "hw-nvml-index",
                     "mfuscope: NVML device taken by CUDA index %s (CUDA_VISIBLE_DEVICES unset, "
                     "no UUID or PCI bus id matched)",
-                    gpu_index,
+                    gpu.cuda_index,
                 )
         except Exception as exc:
             log.info("hw-nvml", "mfuscope: no GPU hardware counters (NVML: %r)", exc)

@@ -182,11 +182,37 @@ class NodeGpusNvml(CounterNvml):
     """`CounterNvml` for a node of `count` GPUs in NVML's (PCI) order: GPU i has UUID
     ``GPU-0000000i-...`` and PCI bus id ``00000000:{0x18 + 0x10 i}:00.0`` (made-up, in NVML's
     formats); handles are NVML indices. The lookups by UUID and bus id raise like NVML's
-    ``NVMLError_NotFound`` for an unknown key; `lookups` records every handle lookup."""
+    ``NVMLError_NotFound`` for an unknown key; `lookups` records every handle lookup.
+
+    The GPUs in `mig_gpus` have MIG mode on with two slices each (UUIDs `mig_uuid_of`; a slice's
+    handle is ``(gpu, slot)``); `pcie_widths[i]` is GPU i's PCIe width, so link facts show
+    which GPU they came from."""
 
     count: int = 4
     lookups: list[tuple[str, Any]] = field(default_factory=list)
     handles_read: set[int] = field(default_factory=set)  # handles the counter reads went to
+    mig_gpus: set[int] = field(default_factory=set)
+    pcie_widths: tuple[int, ...] = (16, 16, 16, 16)
+
+    @staticmethod
+    def mig_uuid_of(index: int, slot: int) -> str:
+        return f"MIG-{index:08x}-{slot:04x}-2222-3333-444444444444"
+
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
+        if handle in self.mig_gpus:
+            return [1, 1]
+        return super().nvmlDeviceGetMigMode(handle)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
+        return 7 if handle in self.mig_gpus else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, slot: int) -> tuple[int, int]:
+        if handle not in self.mig_gpus or slot >= 2:
+            raise FakeNvmlError("Not Found")
+        return (handle, slot)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int) -> int:
+        return self.pcie_widths[handle]
 
     @staticmethod
     def uuid_of(index: int) -> str:
@@ -219,7 +245,9 @@ class NodeGpusNvml(CounterNvml):
                 return index
         raise FakeNvmlError("Not Found")
 
-    def nvmlDeviceGetUUID(self, handle: int) -> str:
+    def nvmlDeviceGetUUID(self, handle: int | tuple[int, int]) -> str:
+        if isinstance(handle, tuple):
+            return self.mig_uuid_of(*handle)
         return self.uuid_of(handle)
 
     def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
@@ -237,10 +265,10 @@ class NodeGpusNvml(CounterNvml):
     def nvmlDeviceGetP2PStatus(self, a: int, b: int, index: int) -> int:
         return 0
 
-    def properties_of(self, index: int) -> Any:
+    def properties_of(self, index: int, slot: int | None = None) -> Any:
         """What ``torch.cuda.get_device_properties`` says of the CUDA device that is NVML GPU
-        `index` (torch prints the UUID without the ``GPU-`` prefix; PCI ids are integers)."""
+        `index` (or its MIG slice `slot`; a slice has its parent's PCI ids). torch prints the
+        UUID without its ``GPU-`` / ``MIG-`` prefix; PCI ids are integers."""
         bus = 0x18 + 0x10 * index
-        return SimpleNamespace(
-            uuid=self.uuid_of(index)[4:], pci_domain_id=0, pci_bus_id=bus, pci_device_id=0
-        )
+        uuid = self.uuid_of(index) if slot is None else self.mig_uuid_of(index, slot)
+        return SimpleNamespace(uuid=uuid[4:], pci_domain_id=0, pci_bus_id=bus, pci_device_id=0)

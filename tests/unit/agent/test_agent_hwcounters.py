@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from mfuscope.agent._health import RateLimitedLog
 from mfuscope.agent.detect import detect_hardware, link_peaks
+from mfuscope.agent.gpu_identity import GpuRef
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.core.hwcounters import HardwareCounters, LinkPeak
 from mfuscope.core.links import PCIE_PER_LANE_BYTES_PER_S
@@ -40,7 +41,7 @@ def _sampler(
     nvml: CounterNvml | None, clock: Clock, root: Path | None = None, *, nics: bool = False
 ) -> HardwareSampler:
     return build_hardware_sampler(
-        gpu_index=0 if nvml is not None else None,
+        gpu=GpuRef(0) if nvml is not None else None,
         sample_nics=nics,
         log=_log(),
         nvml=nvml,
@@ -224,7 +225,7 @@ def test_snapshot_lists_peaks_only_for_links_it_counts(tmp_path: Path) -> None:
     )
     assert link_peaks(info, 0, nics=False) == peaks[:2]
     sampler = build_hardware_sampler(
-        gpu_index=0, sample_nics=False, log=_log(), nvml=nvml, link_peaks=peaks, clock=Clock()
+        gpu=GpuRef(0), sample_nics=False, log=_log(), nvml=nvml, link_peaks=peaks, clock=Clock()
     )
     record = sampler.snapshot()
     assert record is not None
@@ -234,7 +235,7 @@ def test_snapshot_lists_peaks_only_for_links_it_counts(tmp_path: Path) -> None:
 def test_sampler_thread_samples_and_stops() -> None:
     nvml = CounterNvml()
     sampler = build_hardware_sampler(
-        gpu_index=0, sample_nics=False, log=_log(), nvml=nvml, interval_s=0.01
+        gpu=GpuRef(0), sample_nics=False, log=_log(), nvml=nvml, interval_s=0.01
     )
     sampler.start()
     nvml.nvlink_kib = {"tx": 1, "rx": 0}
