@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._hw_readers import nic_ids
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.config import AgentConfig
@@ -160,10 +161,11 @@ def _topology(
     agree: tuple[Any, ...],
     node_name: str | None = None,
     axis_overrides: Mapping[str, str] | None = None,
+    nics: tuple[str, ...] = (),
 ) -> RankTopology:
     try:
         topology = discover_topology(
-            mesh, agree, node_name=node_name, axis_overrides=axis_overrides
+            mesh, agree, node_name=node_name, axis_overrides=axis_overrides, nics=nics
         )
         if topology.rank == 0:  # the same on every rank: said once, by rank 0
             for problem in topology.placement_problems:
@@ -236,18 +238,18 @@ def _device(model: Any, topology: RankTopology, log: RateLimitedLog, seams: Seam
 def _hardware(
     config: AgentConfig, device: _Device, topology: RankTopology, seams: Seams, log: RateLimitedLog
 ) -> HardwareSampler | None:
-    """The rank's counter sampler: its own GPU; the node's NICs from local rank 0 only."""
+    """The rank's counter sampler: its own GPU, and the node's NICs it samples for its node."""
     if not config.hardware_counters:
         return None
     from mfuscope.agent.detect import link_peaks
 
-    sample_nics = topology.local_rank == 0
+    nics = topology.nics_sampled(nic_ids(seams.sysfs_root or "/"))
     return build_hardware_sampler(
         gpu=device.gpu,
-        sample_nics=sample_nics,
+        sample_nics=nics,
         log=log,
         link_peaks=link_peaks(
-            device.facts, -1 if device.nvml_index is None else device.nvml_index, nics=sample_nics
+            device.facts, -1 if device.nvml_index is None else device.nvml_index, nics=nics
         ),
         nvml=seams.nvml,
         sysfs_root=seams.sysfs_root or "/",
@@ -437,7 +439,9 @@ def build_runtime(
 ) -> Runtime:
     clock = seams.clock or time.monotonic
     schedule_values = _schedule_values(config)
-    topology = _topology(mesh, log, schedule_values, config.node_name, config.axis_overrides)
+    # The NICs this rank can read go into its node claim: one rank per NIC and node samples it.
+    nics = tuple(nic_ids(seams.sysfs_root or "/").values()) if config.hardware_counters else ()
+    topology = _topology(mesh, log, schedule_values, config.node_name, config.axis_overrides, nics)
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
     group_specs = _group_link_specs(config, device, topology)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -349,11 +349,14 @@ def detect_hardware(
     )
 
 
-def link_peaks(info: HardwareInfo | None, nvml_index: int, *, nics: bool) -> tuple[LinkPeak, ...]:
+def link_peaks(
+    info: HardwareInfo | None, nvml_index: int, *, nics: bool | Collection[str]
+) -> tuple[LinkPeak, ...]:
     """Spec unidirectional bytes/s of the links whose counters the rank samples: its GPU's
     (NVML index `nvml_index`) NVLink (links up x per-link rate) and PCIe (generation x width),
-    and with `nics` the sum over the node's active InfiniBand / RoCE ports of each kind (rates
-    in `mfuscope.core.links`)."""
+    and the sum over the active InfiniBand / RoCE ports of each kind (rates in
+    `mfuscope.core.links`) of the NICs it samples: `nics` True: all of the node's, else those
+    whose device names it lists."""
     if info is None:
         return ()
     peaks: list[LinkPeak] = []
@@ -366,8 +369,9 @@ def link_peaks(info: HardwareInfo | None, nvml_index: int, *, nics: bool) -> tup
         if per_lane is not None and gpu.pcie_width:
             peaks.append(LinkPeak("pcie", per_lane * gpu.pcie_width))
     if nics:
+        sampled = [p for p in info.nics if nics is True or p.device in nics]
         for kind, link in (("infiniband", "ib"), ("roce", "roce")):
-            rates = [p.rate_bits_per_s or 0.0 for p in info.nics if p.active and p.kind == kind]
+            rates = [p.rate_bits_per_s or 0.0 for p in sampled if p.active and p.kind == kind]
             if sum(rates) > 0:
                 peaks.append(LinkPeak(link, sum(rates) / 8))
     return tuple(peaks)

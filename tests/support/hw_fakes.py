@@ -151,10 +151,14 @@ def ib_port(
     rcv_words: int = 0,
     link_layer: str = "InfiniBand",
     rate: str = "400 Gb/sec (4X NDR)",
+    node_guid: str | None = None,
 ) -> Path:
     """Write (or update) an RDMA port under ``root/sys/class/infiniband``; counters in 4-byte
-    words. Returns the port directory."""
+    words; `node_guid` the device's (``b859:9f03:00d4:4f2a`` form). Returns the port directory."""
     path = root / "sys" / "class" / "infiniband" / device / "ports" / port
+    if node_guid is not None:
+        path.parents[1].mkdir(parents=True, exist_ok=True)
+        (path.parents[1] / "node_guid").write_text(f"{node_guid}\n")
     (path / "counters").mkdir(parents=True, exist_ok=True)
     (path / "rate").write_text(f"{rate}\n")
     (path / "state").write_text("4: ACTIVE\n")
@@ -165,11 +169,20 @@ def ib_port(
 
 
 def net_interface(
-    root: Path, name: str, *, tx_bytes: int = 0, rx_bytes: int = 0, physical: bool = True
+    root: Path,
+    name: str,
+    *,
+    tx_bytes: int = 0,
+    rx_bytes: int = 0,
+    physical: bool = True,
+    mac: str | None = None,
 ) -> Path:
-    """Write (or update) ``root/sys/class/net/<name>``; `physical` adds the ``device`` entry."""
+    """Write (or update) ``root/sys/class/net/<name>``; `physical` adds the ``device`` entry,
+    `mac` the ``address`` file."""
     path = root / "sys" / "class" / "net" / name
     (path / "statistics").mkdir(parents=True, exist_ok=True)
+    if mac is not None:
+        (path / "address").write_text(f"{mac}\n")
     if physical:
         (path / "device").mkdir(exist_ok=True)
     (path / "statistics" / "tx_bytes").write_text(f"{tx_bytes}\n")
