@@ -140,6 +140,7 @@ class Runtime:
             self.flops.close()
         with contextlib.suppress(Exception):
             self.analyser.close(0.5)
+        self.windows.close()
         if self.hardware is not None:
             self.hardware.stop()
 
@@ -351,8 +352,8 @@ def _window_schedule(
     log: RateLimitedLog,
 ) -> AlignedSchedule:
     """The schedule every rank follows: rank 0's options (handed out by the start-up gather),
-    decisions agreed on the job's store (docs/agent.md, "Profiled windows"). `own`: this rank's
-    `_schedule_values`."""
+    decisions taken by rank 0 and read by the others from the job's store (docs/agent.md,
+    "Profiled windows"). `own`: this rank's `_schedule_values`."""
     agreed = topology.agreed if topology.agreed and len(topology.agreed) == len(own) else own
     profile, first_step, first_offset, every_steps, every_s, window_steps, ratio = agreed
     if agreed != own:
@@ -391,6 +392,7 @@ def _window_schedule(
         step_offset=config.first_step - first_step,
         members=members,
         enabled=bool(profile),
+        decider=members == 1 or topology.rank == 0,  # alone, a rank decides for itself
     )
 
 

@@ -119,6 +119,14 @@ class WindowCoordinator:
                     "window-done", "mfuscope: could not tell other ranks a window is done (%s)", exc
                 )
         self._schedule.step_ended(step, self._view)
+        if self._schedule.missed:
+            self._log.info(
+                "window-late",
+                "mfuscope: profiled window at step %d skipped on this rank (rank 0's decision "
+                "arrived after it)",
+                self._schedule.missed.pop(),
+            )
+            self._schedule.missed.clear()
         if self._schedule.failure is not None and not self._schedule_failure_logged:
             self._schedule_failure_logged = True
             self._log.warning(
@@ -183,6 +191,11 @@ class WindowCoordinator:
         if outcome is None:
             return self._fail(self._awaiting, "analysis not finished at close")
         return self._resolve(outcome)
+
+    def close(self) -> None:
+        """At close, after the last window: stop following the schedule (rank 0 tells the other
+        ranks no decision will come). Never raises."""
+        self._schedule.close()
 
     def close_window(self) -> None:
         """At close: end a window left open by an interrupted loop and hand it to the analyser."""
