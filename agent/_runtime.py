@@ -393,6 +393,7 @@ def _window_schedule(
         members=members,
         enabled=bool(profile),
         decider=members == 1 or topology.rank == 0,  # alone, a rank decides for itself
+        on_missed=lambda why: log.info("window-late", "mfuscope: %s", why),
     )
 
 

@@ -119,14 +119,6 @@ class WindowCoordinator:
                     "window-done", "mfuscope: could not tell other ranks a window is done (%s)", exc
                 )
         self._schedule.step_ended(step, self._view)
-        if self._schedule.missed:
-            self._log.info(
-                "window-late",
-                "mfuscope: profiled window at step %d skipped on this rank (rank 0's decision "
-                "arrived after it)",
-                self._schedule.missed.pop(),
-            )
-            self._schedule.missed.clear()
         if self._schedule.failure is not None and not self._schedule_failure_logged:
             self._schedule_failure_logged = True
             self._log.warning(

@@ -188,6 +188,7 @@ class AlignedSchedule:
     the same number. `members`: how many ranks follow the schedule (each marks every window
     done, `window_done`). `enabled=False` (profiling off on rank 0): no window ever opens.
     `decider`: this rank takes the decisions (rank 0; a single process decides alone).
+    `on_missed`: told (a line for the log) of each window this rank learnt of too late.
     """
 
     def __init__(
@@ -199,6 +200,7 @@ class AlignedSchedule:
         members: int = 1,
         enabled: bool = True,
         decider: bool = True,
+        on_missed: Callable[[str], object] | None = None,
     ) -> None:
         self._params = params
         self._agreement = agreement
@@ -213,7 +215,8 @@ class AlignedSchedule:
         self._members = members
         self._done: int | None = None  # latest window this rank marked done
         self.failure: str | None = None  # why this rank left the agreement (None: it did not)
-        self.missed: list[int] = []  # starts this follower learnt of too late (to log)
+        self.missed = 0  # windows this follower learnt of too late
+        self._on_missed = on_missed
 
     @property
     def params(self) -> ScheduleParams:
@@ -315,7 +318,12 @@ class AlignedSchedule:
             if start > at:
                 self._start, self._check, self._next = start, None, None
             else:  # a follower that learnt of it too late: the others profile it, not this rank
-                self.missed.append(start + self._offset)
+                self.missed += 1
+                if self._on_missed is not None:
+                    self._on_missed(
+                        f"profiled window at step {start + self._offset} skipped on this rank "
+                        "(rank 0's decision arrived after it)"
+                    )
                 self._opened(start)
         else:
             # Decide afresh halfway there, and one lead before the answer at the latest: a

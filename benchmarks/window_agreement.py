@@ -163,7 +163,7 @@ class _Agent:
     def finish(self, record: RankRecord) -> None:
         record.arrived = dict(self.agreement.arrived)
         record.published = dict(self.agreement.published)
-        record.missed = len(self.schedule.missed)
+        record.missed = self.schedule.missed
         record.failure = self.schedule.failure
         self.schedule.close()
 

@@ -349,7 +349,8 @@ def test_a_follower_that_learns_a_start_too_late_skips_it_and_stays_aligned() ->
     # Decisions published at steps 5-11 reach the follower 3 steps late (past their lead).
     agreement = DelayedAgreement(lambda at: 3 if 5 <= at < 12 else 0)
     decider = AlignedSchedule(params, agreement, members=2)
-    follower = AlignedSchedule(params, agreement, members=2, decider=False)
+    missed: list[str] = []
+    follower = AlignedSchedule(params, agreement, members=2, decider=False, on_missed=missed.append)
     opened: dict[int, list[int]] = {0: [], 1: []}
     for step in range(60):
         agreement.now = step
@@ -358,7 +359,10 @@ def test_a_follower_that_learns_a_start_too_late_skips_it_and_stays_aligned() ->
                 opened[rank].append(step)
             schedule.window_done()  # as the coordinator does at every idle step
     assert opened[0] == [0, 10, 20, 30, 40, 50]
-    assert follower.missed == [10]  # decided at step 8, known at step 11
+    # decided at step 8, known at step 11
+    assert follower.missed == 1 and missed == [
+        "profiled window at step 10 skipped on this rank (rank 0's decision arrived after it)"
+    ]
     assert opened[1] == [0, 20, 30, 40, 50]  # the chain went on: every later window is shared
     assert follower.failure is None
 
