@@ -15,7 +15,7 @@ import logging
 import math
 import numbers
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -82,8 +82,11 @@ class Agent:
     ``Agent(job="llama-8b", collector_url="http://127.0.0.1:9464", model=model)`` then
     ``with agent.step(): ...`` around each training step and `close()` at the end. Every option
     of `AgentConfig` can be passed as a keyword or set as `MFUSCOPE_<NAME>` in the environment
-    (argument > environment > default). `model` (optional) lets the agent notice input shape
-    changes and recount FLOPs; `mesh` (a DeviceMesh, optional) names the parallelism axes.
+    (argument > environment > `derived` > default). `derived` (for framework integrations) maps
+    options to values the integration worked out (e.g. ``flops_per_step`` from the framework's
+    own count): they apply only where the user set neither an argument nor the environment
+    variable. `model` (optional) lets the agent notice input shape changes and recount FLOPs;
+    `mesh` (a DeviceMesh, optional) names the parallelism axes.
     Construction is collective when torch.distributed is initialised: every rank must create
     its Agent (one `all_gather_object` of host names).
     """
@@ -97,6 +100,7 @@ class Agent:
         flops_per_step: float | None = None,
         peak_flops: float | None = None,
         mesh: Any = None,
+        derived: Mapping[str, object] | None = None,
         **options: object,
     ) -> None:
         self._start(
@@ -110,10 +114,19 @@ class Agent:
             model=model,
             mesh=mesh,
             seams=Seams(),
+            derived=derived,
         )
 
-    def _start(self, options: dict[str, object], *, model: Any, mesh: Any, seams: Seams) -> None:
-        self.config = AgentConfig.resolve(options)
+    def _start(
+        self,
+        options: dict[str, object],
+        *,
+        model: Any,
+        mesh: Any,
+        seams: Seams,
+        derived: Mapping[str, object] | None = None,
+    ) -> None:
+        self.config = AgentConfig.resolve(options, derived=derived)
         self.health = HealthCounters()
         self._log = RateLimitedLog(self.config.log_interval_s, logger=seams.logger or LOGGER)
         self._step = self.config.first_step
@@ -337,5 +350,6 @@ def agent_with_seams(seams: Seams, job: str | None = None, **options: Any) -> Ag
     """
     agent = Agent.__new__(Agent)
     model, mesh = options.pop("model", None), options.pop("mesh", None)
-    agent._start({"job": job, **options}, model=model, mesh=mesh, seams=seams)
+    derived = options.pop("derived", None)
+    agent._start({"job": job, **options}, model=model, mesh=mesh, seams=seams, derived=derived)
     return agent

@@ -18,7 +18,7 @@ series is missing, not zero). Both boundaries are injected so tests run without 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -30,11 +30,14 @@ __all__ = [
     "NVLINK_TX",
     "THROTTLE_REASON_BITS",
     "CounterRead",
+    "NicDevice",
     "NicReader",
     "NvmlReader",
     "NvmlReading",
     "is_physical_netdev",
     "list_dir",
+    "nic_devices",
+    "nic_ids",
     "read_text_or_none",
 ]
 
@@ -105,23 +108,20 @@ class NvmlReading:
 
 
 class NvmlReader:
-    """Reads the rank's GPU: `device` is a `GpuRef` (found by UUID / PCI bus id,
-    `gpu_identity.nvml_handle`) or an NVML index. Construction raises if NVML cannot start or
-    the GPU cannot be found safely (the sampler then runs without GPU counters); reads never
-    raise. `found_by` says how the device was found (``uuid``, ``pci_bus_id``, ``index``)."""
+    """Reads the rank's GPU `device`, found by UUID / PCI bus id (`gpu_identity.nvml_handle`).
+    Construction raises if NVML cannot start or the GPU cannot be found safely (the sampler then
+    runs without GPU counters); reads never raise. `found_by` says how the device was found
+    (``uuid``, ``pci_bus_id``, ``index``)."""
 
-    def __init__(self, nvml: Any, device: int | GpuRef) -> None:
+    def __init__(self, nvml: Any, device: GpuRef) -> None:
         self._nvml = nvml
         nvml.nvmlInit()
-        if isinstance(device, GpuRef):
-            try:
-                self._handle, self.found_by = nvml_handle(nvml, device)
-            except Exception:
-                with contextlib.suppress(Exception):
-                    nvml.nvmlShutdown()
-                raise
-        else:
-            self._handle, self.found_by = nvml.nvmlDeviceGetHandleByIndex(device), "index"
+        try:
+            self._handle, self.found_by = nvml_handle(nvml, device)
+        except Exception:
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+            raise
         # Reads that failed on the first sample: unsupported here, never tried again.
         self._unsupported: set[str] = set()
         self._read_once = False
@@ -221,23 +221,65 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-class NicReader:
-    """Reads the node's RDMA ports and physical Ethernet interfaces under `sysfs_root`."""
+@dataclass(frozen=True)
+class NicDevice:
+    """One NIC whose counters can be read: an RDMA device (``kind`` ``rdma``: its ports'
+    counters) or a physical Ethernet interface no RDMA device owns (``ethernet``)."""
 
-    def __init__(self, sysfs_root: str | Path = "/") -> None:
-        root = Path(sysfs_root)
+    kind: str
+    name: str
+    path: Path  # /sys/class/infiniband/<dev> or /sys/class/net/<if>
+
+    @property
+    def nic_id(self) -> str:
+        """An id naming this NIC alike in every container of its node and on no other node: an
+        RDMA device's node GUID, an interface's MAC address; the device name where the hardware
+        id is missing or zero (unique on the node, which the id is scoped to)."""
+        if self.kind == "rdma":
+            guid = (read_text_or_none(self.path / "node_guid") or "").strip().lower()
+            return f"guid:{guid}" if guid.strip("0:") else f"rdma:{self.name}"
+        mac = (read_text_or_none(self.path / "address") or "").strip().lower()
+        return f"mac:{mac}" if mac.strip("0:") else f"net:{self.name}"
+
+
+def nic_devices(sysfs_root: str | Path = "/") -> list[NicDevice]:
+    """The node's NICs under `sysfs_root`: RDMA devices, then the physical Ethernet interfaces
+    that no RDMA device owns (a RoCE port's interface is counted by its RDMA device)."""
+    root = Path(sysfs_root)
+    found: list[NicDevice] = []
+    rdma_netdevs: set[str] = set()
+    for device in list_dir(root / "sys" / "class" / "infiniband"):
+        rdma_netdevs.update(p.name for p in list_dir(device / "device" / "net"))
+        found.append(NicDevice("rdma", device.name, device))
+    for netdev in list_dir(root / "sys" / "class" / "net"):
+        if netdev.name not in rdma_netdevs and is_physical_netdev(netdev):
+            found.append(NicDevice("ethernet", netdev.name, netdev))
+    return found
+
+
+def nic_ids(sysfs_root: str | Path = "/") -> dict[str, str]:
+    """Device name -> `NicDevice.nic_id` for the node's NICs."""
+    return {device.name: device.nic_id for device in nic_devices(sysfs_root)}
+
+
+class NicReader:
+    """Reads the node's RDMA ports and physical Ethernet interfaces under `sysfs_root`; with
+    `devices`, only the NICs of those names (the ones this rank samples for its node)."""
+
+    def __init__(
+        self, sysfs_root: str | Path = "/", devices: Collection[str] | None = None
+    ) -> None:
         self.ports: list[tuple[str, str, Path]] = []  # (link, name, counters directory)
-        rdma_netdevs: set[str] = set()
-        for device in list_dir(root / "sys" / "class" / "infiniband"):
-            rdma_netdevs.update(p.name for p in list_dir(device / "device" / "net"))
-            for port in list_dir(device / "ports"):
+        for nic in nic_devices(sysfs_root):
+            if devices is not None and nic.name not in devices:
+                continue
+            if nic.kind == "ethernet":
+                self.ports.append(("ethernet", nic.name, nic.path / "statistics"))
+                continue
+            for port in list_dir(nic.path / "ports"):
                 layer = (read_text_or_none(port / "link_layer") or "InfiniBand").strip().lower()
                 link = "roce" if layer == "ethernet" else "ib"
-                self.ports.append((link, f"{device.name}/{port.name}", port / "counters"))
-        for netdev in list_dir(root / "sys" / "class" / "net"):
-            if netdev.name in rdma_netdevs or not is_physical_netdev(netdev):
-                continue
-            self.ports.append(("ethernet", netdev.name, netdev / "statistics"))
+                self.ports.append((link, f"{nic.name}/{port.name}", port / "counters"))
 
     def read(self) -> dict[tuple[str, str, str], CounterRead]:
         """``(link, direction, port) -> counter``; unreadable files are left out."""

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from mfuscope.agent._announce import window_logger
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._hw_readers import nic_ids
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.collective_reader import CollectiveReader, build_collective_reader
 from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.gpu_identity import VISIBLE_DEVICES_ENV, GpuRef, current_gpu_ref, match_gpu
+from mfuscope.agent.gpu_identity import GpuRef, cuda_gpu_ref, match_gpu, runs_in_mig_mode
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.agent.kept_traces import TraceKeeper
 from mfuscope.agent.recompute import wrap_checkpoint
@@ -147,6 +148,7 @@ class Runtime:
             self.flops.close()
         with contextlib.suppress(Exception):
             self.analyser.close(0.5)
+        self.windows.close()
         if self.hardware is not None:
             self.hardware.stop()
         if self.collectives is not None:
@@ -180,10 +182,11 @@ def _topology(
     agree: tuple[Any, ...],
     node_name: str | None = None,
     axis_overrides: Mapping[str, str] | None = None,
+    nics: tuple[str, ...] = (),
 ) -> RankTopology:
     try:
         topology = discover_topology(
-            mesh, agree, node_name=node_name, axis_overrides=axis_overrides
+            mesh, agree, node_name=node_name, axis_overrides=axis_overrides, nics=nics
         )
         if topology.rank == 0:  # the same on every rank: said once, by rank 0
             for problem in topology.placement_problems:
@@ -226,9 +229,8 @@ def _device(model: Any, topology: RankTopology, log: RateLimitedLog, seams: Seam
             use_cuda = first.device.type == "cuda"
     index = torch.cuda.current_device() if use_cuda else topology.local_rank
     name = torch.cuda.get_device_name(index) if use_cuda else "cpu"
-    gpu = current_gpu_ref(index) if use_cuda else None
-    if gpu is None and seams.nvml is not None:  # tests: a fake NVML on a CPU-only machine
-        gpu = GpuRef(cuda_index=index, visible_devices=os.environ.get(VISIBLE_DEVICES_ENV))
+    # Tests: a fake NVML on a CPU-only machine stands in for the GPU of CUDA index `index`.
+    gpu = cuda_gpu_ref(index) if use_cuda or seams.nvml is not None else None
     links = facts = nvml_index = None
     try:
         from mfuscope.agent.detect import detect_hardware
@@ -257,19 +259,18 @@ def _device(model: Any, topology: RankTopology, log: RateLimitedLog, seams: Seam
 def _hardware(
     config: AgentConfig, device: _Device, topology: RankTopology, seams: Seams, log: RateLimitedLog
 ) -> HardwareSampler | None:
-    """The rank's counter sampler: its own GPU; the node's NICs from local rank 0 only."""
+    """The rank's counter sampler: its own GPU, and the node's NICs it samples for its node."""
     if not config.hardware_counters:
         return None
     from mfuscope.agent.detect import link_peaks
 
-    sample_nics = topology.local_rank == 0
+    nics = topology.nics_sampled(nic_ids(seams.sysfs_root or "/"))
     return build_hardware_sampler(
-        gpu_index=device.index if device.use_cuda or seams.nvml is not None else None,
         gpu=device.gpu,
-        sample_nics=sample_nics,
+        sample_nics=nics,
         log=log,
         link_peaks=link_peaks(
-            device.facts, -1 if device.nvml_index is None else device.nvml_index, nics=sample_nics
+            device.facts, -1 if device.nvml_index is None else device.nvml_index, nics=nics
         ),
         nvml=seams.nvml,
         sysfs_root=seams.sysfs_root or "/",
@@ -279,10 +280,9 @@ def _hardware(
 
 
 def _mig_enabled(device: _Device) -> bool:
-    """Whether NVML reports MIG mode on for this rank's GPU (then the peak is a slice's)."""
-    gpus = getattr(device.facts, "gpus", ()) or ()
-    gpu = next((g for g in gpus if g.index == device.index), None)
-    return bool(getattr(gpu, "mig_enabled", False))
+    """Whether NVML reports MIG mode on for this rank's GPU (then the peak is a slice's), the
+    GPU found by identity (docs/agent.md#gpu-identity), never by its CUDA index."""
+    return runs_in_mig_mode(getattr(device.facts, "gpus", ()) or (), device.gpu)
 
 
 def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[float | None, str]:
@@ -372,8 +372,8 @@ def _window_schedule(
     log: RateLimitedLog,
 ) -> AlignedSchedule:
     """The schedule every rank follows: rank 0's options (handed out by the start-up gather),
-    decisions agreed on the job's store (docs/agent.md, "Profiled windows"). `own`: this rank's
-    `_schedule_values`."""
+    decisions taken by rank 0 and read by the others from the job's store (docs/agent.md,
+    "Profiled windows"). `own`: this rank's `_schedule_values`."""
     agreed = topology.agreed if topology.agreed and len(topology.agreed) == len(own) else own
     profile, first_step, first_offset, every_steps, every_s, window_steps, ratio = agreed
     if agreed != own:
@@ -412,6 +412,8 @@ def _window_schedule(
         step_offset=config.first_step - first_step,
         members=members,
         enabled=bool(profile),
+        decider=members == 1 or topology.rank == 0,  # alone, a rank decides for itself
+        on_missed=lambda why: log.info("window-late", "mfuscope: %s", why),
     )
 
 
@@ -460,7 +462,9 @@ def build_runtime(
 ) -> Runtime:
     clock = seams.clock or time.monotonic
     schedule_values = _schedule_values(config)
-    topology = _topology(mesh, log, schedule_values, config.node_name, config.axis_overrides)
+    # The NICs this rank can read go into its node claim: one rank per NIC and node samples it.
+    nics = tuple(nic_ids(seams.sysfs_root or "/").values()) if config.hardware_counters else ()
+    topology = _topology(mesh, log, schedule_values, config.node_name, config.axis_overrides, nics)
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
     group_specs = _group_link_specs(config, device, topology)

@@ -1,41 +1,73 @@
 """The window schedule's `Agreement` on torch.distributed's key-value store (imports torch lazily).
 
 The store is the one the default process group was set up with (a `TCPStore` under torchrun or
-`env://`): every rank of the job already reaches it, and its `compare_set` is atomic on the
-server, which is all a first-writer-wins decision needs. Each operation is one round trip that
-waits for no other rank. Keys live under a prefix naming the launch (its incarnation), so a
-relaunch, whose ranks restart the schedule from its first window, never reads the old launch's
-answers.
+`env://`): every rank of the job already reaches it. `StoreAgreement` makes each operation one
+or a few round trips on the calling thread. `BackgroundAgreement` (what the agent uses) queues
+them to a thread of its own, so the training thread never waits on the store: at thousands of
+ranks the store's server answers one request at a time, and a round trip taken at a check step by
+every rank at once costs the last rank the whole queue (docs/agent.md, "Window agreement at
+scale"). Its thread talks to the server over a connection of its own (a second `TCPStore` client
+to the same server), so a follower's `get` that waits for the decider never holds up the
+connection torch.distributed itself uses. Keys live under a prefix naming the launch (its
+incarnation), so a relaunch, whose ranks restart the schedule from its first window, never reads
+the old launch's answers.
 """
 
 from __future__ import annotations
 
 import math
+import queue
+import threading
+import time
+from datetime import timedelta
 from typing import Any
 
 from mfuscope.agent.window_schedule import AgreementError
 
-__all__ = ["StoreAgreement", "default_store_agreement"]
+__all__ = ["BackgroundAgreement", "StoreAgreement", "default_store_agreement", "own_client"]
 
 # A maximum is kept with compare-and-set; concurrent raisers retry, each retry sees a new value.
 _RAISE_ATTEMPTS = 16
+# How long the background connection's `get` waits for a decision: a decider that has not reached
+# its check step in an hour has stopped training; the follower then stops profiling.
+_GET_TIMEOUT = timedelta(hours=1)
+# How often a decision is looked for on a store shared with torch.distributed.
+_POLL_S = 0.01
 
 
 class StoreAgreement:
-    """`Agreement` over a torch `Store` (anything with `compare_set`, `check` and `get`)."""
+    """`Agreement` over a torch `Store` (anything with `set`, `get`, `compare_set`, `add` and
+    `check`), every operation on the calling thread.
 
-    def __init__(self, store: Any, prefix: str) -> None:
+    `poll_s`: `wait_for` asks `check` this often instead of a `get` that waits for the key, for
+    a store shared with torch.distributed (a waiting `get` would hold its connection, and with
+    it any store operation of torch's, until the decider publishes).
+    """
+
+    def __init__(self, store: Any, prefix: str, poll_s: float | None = None) -> None:
         self._store = store
         self._prefix = prefix
+        self._poll_s = poll_s
 
-    def decide(self, key: str, offer: int) -> int:
-        # compare_set with expected "" sets the key only when it is absent, and returns the
-        # value the key holds afterwards: the first offer, whoever made it.
-        answer = self._call(lambda: self._store.compare_set(self._key(key), "", str(offer)))
-        try:
-            return int(answer)
-        except ValueError:
-            raise AgreementError(f"store key {key!r} holds {answer!r}, not a step") from None
+    def publish(self, key: str, value: int) -> None:
+        self._call(lambda: self._store.set(self._key(key), str(value)))
+
+    def fetch(self, key: str) -> None:
+        pass  # `fetched` asks the store itself
+
+    def fetched(self, key: str) -> int | None:
+        full = self._key(key)
+        if not self._call(lambda: self._store.check([full])):
+            return None  # never `get` an absent key here: that waits for it to appear
+        return _step(self._call(lambda: self._store.get(full)), key)
+
+    def wait_for(self, key: str) -> int:
+        """The value published under `key`, waiting for it (the store's own timeout)."""
+        if self._poll_s is not None:
+            while (found := self.fetched(key)) is None:
+                time.sleep(self._poll_s)
+            return found
+        return _step(self._call(lambda: self._store.get(self._key(key))), key)
 
     def raise_to(self, key: str, value: float) -> None:
         full = self._key(key)
@@ -56,6 +88,9 @@ class StoreAgreement:
             return None  # never `get` an absent key: that waits for it to appear
         return _number(self._call(lambda: self._store.get(full)), key)
 
+    def close(self) -> None:
+        pass
+
     def _swap(self, full_key: str, expected: str, wanted: str) -> str:
         """Set `full_key` to `wanted` if it still holds `expected`; what it holds afterwards."""
         result: str = self._call(lambda: self._store.compare_set(full_key, expected, wanted))
@@ -73,6 +108,97 @@ class StoreAgreement:
         return result.decode() if isinstance(result, bytes) else result
 
 
+class BackgroundAgreement:
+    """`Agreement` whose store operations run on a daemon thread, in the order they are asked.
+
+    `connect` makes the `StoreAgreement` the thread uses (called on the thread, at once, so
+    the connection is up long before the first decision). Calls from the training thread only
+    queue work or read what the thread has fetched: `fetched` answers from the values fetched
+    so far, `read` from the latest value read (and queues a refresh). The first failed
+    operation ends the agreement: every call after it raises `AgreementError` with its reason.
+    """
+
+    def __init__(self, connect: Any) -> None:
+        self._connect = connect
+        self._work: queue.SimpleQueue[tuple[str, str, Any] | None] = queue.SimpleQueue()
+        self._answers: dict[str, int] = {}
+        self._values: dict[str, float | None] = {}
+        self._reading: set[str] = set()  # keys with a refresh queued
+        self._failure: str | None = None
+        self._thread = threading.Thread(target=self._run, name="mfuscope-windows", daemon=True)
+        self._thread.start()
+
+    def publish(self, key: str, value: int) -> None:
+        self._queue("publish", key, value)
+
+    def fetch(self, key: str) -> None:
+        self._queue("fetch", key, None)
+
+    def fetched(self, key: str) -> int | None:
+        self._raise_failure()
+        return self._answers.get(key)
+
+    def raise_to(self, key: str, value: float) -> None:
+        self._queue("raise_to", key, value)
+
+    def count(self, key: str) -> None:
+        self._queue("count", key, None)
+
+    def read(self, key: str) -> float | None:
+        self._raise_failure()
+        if key not in self._reading:
+            self._reading.add(key)
+            self._queue("read", key, None)
+        return self._values.get(key)
+
+    def close(self) -> None:
+        """Let the thread finish what is queued and stop (it is a daemon: a `get` still waiting
+        for a decision never delays the interpreter's exit)."""
+        self._work.put(None)
+
+    def _queue(self, kind: str, key: str, value: Any) -> None:
+        self._raise_failure()
+        self._work.put((kind, key, value))
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise AgreementError(self._failure)
+
+    def _run(self) -> None:
+        try:
+            agreement: StoreAgreement = self._connect()
+        except Exception as exc:
+            self._failure = f"store: cannot connect: {type(exc).__name__}: {exc}"
+            return
+        while (item := self._work.get()) is not None:
+            kind, key, value = item
+            try:
+                self._do(agreement, kind, key, value)
+            except AgreementError as exc:
+                self._failure = str(exc)
+                return
+
+    def _do(self, agreement: StoreAgreement, kind: str, key: str, value: Any) -> None:
+        if kind == "publish":
+            agreement.publish(key, value)
+        elif kind == "fetch":
+            self._answers[key] = agreement.wait_for(key)
+        elif kind == "raise_to":
+            agreement.raise_to(key, value)
+        elif kind == "count":
+            agreement.count(key)
+        else:
+            self._reading.discard(key)  # a read asked for after this one queues another
+            self._values[key] = agreement.read(key)
+
+
+def _step(text: str, key: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise AgreementError(f"store key {key!r} holds {text!r}, not a step") from None
+
+
 def _number(text: str, key: str) -> float:
     try:
         value = float(text)
@@ -83,7 +209,35 @@ def _number(text: str, key: str) -> float:
     return value
 
 
-def default_store_agreement(incarnation: str) -> StoreAgreement | None:
+def own_client(store: Any) -> Any | None:
+    """A connection of its own to `store`'s server: a new `TCPStore` client for the `TCPStore`
+    under any `PrefixStore` wrappers; None for other kinds (a `FileStore`, a `HashStore`)."""
+    import torch.distributed as dist
+
+    base = store
+    while isinstance(base, dist.PrefixStore):
+        base = base.underlying_store
+    if not isinstance(base, dist.TCPStore):
+        return None
+    return dist.TCPStore(
+        base.host,
+        base.port,
+        is_master=False,
+        timeout=_GET_TIMEOUT,
+        use_libuv=bool(getattr(base, "libuvBackend", True)),
+    )
+
+
+def _connect(store: Any, prefix: str) -> StoreAgreement:
+    """The agreement's own connection to the job's store; a store without connections (a file)
+    is shared with torch.distributed, and then polled, never waited on."""
+    client = own_client(store)
+    if client is None:
+        return StoreAgreement(store, prefix, poll_s=_POLL_S)
+    return StoreAgreement(client, prefix)
+
+
+def default_store_agreement(incarnation: str) -> BackgroundAgreement | None:
     """The agreement on the default group's store, None when torch.distributed is not
     initialised or its store cannot be had (private but present since torch 1.x)."""
     import torch.distributed as dist
@@ -93,4 +247,5 @@ def default_store_agreement(incarnation: str) -> StoreAgreement | None:
     from torch.distributed import distributed_c10d as c10d
 
     store = c10d._get_default_store()
-    return StoreAgreement(store, f"mfuscope/windows/{incarnation}")
+    prefix = f"mfuscope/windows/{incarnation}"
+    return BackgroundAgreement(lambda: _connect(store, prefix))

@@ -184,6 +184,11 @@ class WindowCoordinator:
             return self._fail(self._awaiting, "analysis not finished at close")
         return self._resolve(outcome)
 
+    def close(self) -> None:
+        """At close, after the last window: stop following the schedule (rank 0 tells the other
+        ranks no decision will come). Never raises."""
+        self._schedule.close()
+
     def close_window(self) -> None:
         """At close: end a window left open by an interrupted loop and hand it to the analyser."""
         if self._open:

@@ -1,8 +1,9 @@
 """Agent configuration: one frozen dataclass, validated on construction.
 
-Precedence (as OpenTelemetry's SDK does it): an explicit argument, else the `MFUSCOPE_<FIELD>`
-environment variable (field name upper-cased, e.g. `MFUSCOPE_COLLECTOR_URL`), else the default.
-The environment lets operators retune or redirect an instrumented job without code changes.
+Precedence (`mfuscope.core.settings`): an explicit argument, else the `MFUSCOPE_<FIELD>`
+environment variable (field name upper-cased, e.g. `MFUSCOPE_COLLECTOR_URL`), else a value a
+framework integration derives, else the default. The environment lets operators retune or
+redirect an instrumented job without code changes, whoever constructs the agent.
 """
 
 from __future__ import annotations
@@ -192,25 +193,51 @@ class AgentConfig:
 
     @classmethod
     def resolve(
-        cls, arguments: Mapping[str, object], env: Mapping[str, str] | None = None
+        cls,
+        arguments: Mapping[str, object],
+        env: Mapping[str, str] | None = None,
+        derived: Mapping[str, object] | None = None,
     ) -> AgentConfig:
         """Build a config: `arguments` that are not None win, then `MFUSCOPE_*` in `env`
-        (default `os.environ`), then the defaults.
+        (default `os.environ`), then the `derived` values of an integration, then the defaults.
 
         Raises `ConfigError` for an unknown option name or a bad value (naming its source).
         """
         environ = os.environ if env is None else env
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(arguments) - set(fields))
+        unknown = sorted((set(arguments) | set(derived or {})) - set(fields))
         if unknown:
             raise ConfigError(unknown[0], f"unknown option; known: {', '.join(sorted(fields))}")
+        picked = pick_settings(fields, arguments, environ, derived)
         values: dict[str, Any] = {
             name: _coerce(name, fields[name].type, setting.value, setting.source)
-            for name, setting in pick_settings(fields, arguments, environ).items()
+            for name, setting in picked.items()
         }
         if "job" not in values:
             raise ConfigError("job", "required: pass job=... or set MFUSCOPE_JOB")
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ConfigError as exc:  # name where the bad value came from
+            source = picked[exc.field].source if exc.field in picked else exc.source
+            if source == exc.source:
+                raise
+            raise ConfigError(exc.field, exc.message, source) from None
+
+    @classmethod
+    def option(
+        cls, name: str, arguments: Mapping[str, object], env: Mapping[str, str] | None = None
+    ) -> Any:
+        """What the user set option `name` to, by argument or `MFUSCOPE_*` in `env` (default
+        `os.environ`), else its default: for an integration that derives a value only when the
+        user's options call for it. Raises `ConfigError` for an unknown name or a bad value."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if name not in fields:
+            raise ConfigError(name, f"unknown option; known: {', '.join(sorted(fields))}")
+        environ = os.environ if env is None else env
+        picked = pick_settings([name], arguments, environ).get(name)
+        if picked is None:
+            return fields[name].default
+        return _coerce(name, fields[name].type, picked.value, picked.source)
 
 
 def _coerce(name: str, type_name: object, raw: object, source: str) -> Any:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,8 +72,10 @@ class GpuInfo:
     uuid: str | None = None  # "GPU-..."
     pci_bus_id: str | None = None  # "00000000:3B:00.0"
     # NVML MIG mode (``nvmlDeviceGetMigMode``, current mode enabled): the rank then runs on a
-    # slice, whose peak is a share of this GPU's (`mfuscope.core.mig`).
+    # slice, whose peak is a share of this GPU's (`mfuscope.core.mig`). The slices' UUIDs
+    # (``MIG-...``) let a rank on a slice find this GPU by the UUID CUDA gives it.
     mig_enabled: bool = False
+    mig_uuids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,9 +113,11 @@ class HardwareInfo:
         """The first GPU's name (dtype-agnostic: look the peak up with `hardware.lookup_peak`)."""
         return self.gpus[0].name if self.gpus else None
 
-    def links_for(self, local_index: int = 0) -> DetectedLinks:
-        """The links GPU `local_index` uses, as plain data for `hardware.link_for_tier`."""
-        gpu = next((g for g in self.gpus if g.index == local_index), None)
+    def links_for(self, nvml_index: int = 0) -> DetectedLinks:
+        """The links of the GPU NVML numbers `nvml_index` (find a rank's with
+        `gpu_identity.match_gpu`, never from its CUDA index), as plain data for
+        `hardware.link_for_tier`."""
+        gpu = next((g for g in self.gpus if g.index == nvml_index), None)
         active = [p for p in self.nics if p.active and p.rate_bits_per_s]
         kinds = {p.kind for p in active}
         return DetectedLinks(
@@ -195,6 +199,7 @@ def _gpu(api: _Nvml, index: int, handle: Any) -> GpuInfo:
     pci = api.quiet("nvmlDeviceGetPciInfo", handle)
     bus_id = getattr(pci, "busId", None)
     mig = api.quiet("nvmlDeviceGetMigMode", handle)  # [current, pending]; absent without MIG
+    mig_enabled = isinstance(mig, (list, tuple)) and bool(mig) and mig[0] == _MIG_ENABLED
     return GpuInfo(
         index=index,
         name=_text(name) if name is not None else None,
@@ -204,8 +209,22 @@ def _gpu(api: _Nvml, index: int, handle: Any) -> GpuInfo:
         pcie_width=width if isinstance(width, int) and width > 0 else None,
         uuid=_text(uuid) if uuid else None,
         pci_bus_id=normalise_bus_id(_text(bus_id)) if bus_id else None,
-        mig_enabled=isinstance(mig, (list, tuple)) and bool(mig) and mig[0] == _MIG_ENABLED,
+        mig_enabled=mig_enabled,
+        mig_uuids=_mig_uuids(api, handle) if mig_enabled else (),
     )
+
+
+def _mig_uuids(api: _Nvml, handle: Any) -> tuple[str, ...]:
+    """The UUIDs of the MIG slices carved from the GPU (``nvmlDeviceGetMaxMigDeviceCount``
+    slots; an empty slot raises NotFound and is skipped)."""
+    slots = api.quiet("nvmlDeviceGetMaxMigDeviceCount", handle)
+    uuids = []
+    for slot in range(slots if isinstance(slots, int) else 0):
+        mig_handle = api.quiet("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+        uuid = None if mig_handle is None else api.quiet("nvmlDeviceGetUUID", mig_handle)
+        if uuid:
+            uuids.append(_text(uuid))
+    return tuple(uuids)
 
 
 def _pair(api: _Nvml, gpus: list[GpuInfo], handles: list[Any], i: int, j: int) -> str:
@@ -330,14 +349,18 @@ def detect_hardware(
     )
 
 
-def link_peaks(info: HardwareInfo | None, local_index: int, *, nics: bool) -> tuple[LinkPeak, ...]:
-    """Spec unidirectional bytes/s of the links whose counters the rank samples: its GPU's NVLink
-    (links up x per-link rate) and PCIe (generation x width), and with `nics` the sum over the
-    node's active InfiniBand / RoCE ports of each kind (rates in `mfuscope.core.links`)."""
+def link_peaks(
+    info: HardwareInfo | None, nvml_index: int, *, nics: bool | Collection[str]
+) -> tuple[LinkPeak, ...]:
+    """Spec unidirectional bytes/s of the links whose counters the rank samples: its GPU's
+    (NVML index `nvml_index`) NVLink (links up x per-link rate) and PCIe (generation x width),
+    and the sum over the active InfiniBand / RoCE ports of each kind (rates in
+    `mfuscope.core.links`) of the NICs it samples: `nics` True: all of the node's, else those
+    whose device names it lists."""
     if info is None:
         return ()
     peaks: list[LinkPeak] = []
-    gpu = next((g for g in info.gpus if g.index == local_index), None)
+    gpu = next((g for g in info.gpus if g.index == nvml_index), None)
     if gpu is not None:
         per_link = NVLINK_PER_LINK_BYTES_PER_S.get(gpu.nvlink_generation or 0)
         if per_link is not None and gpu.nvlink_links_up:
@@ -346,8 +369,9 @@ def link_peaks(info: HardwareInfo | None, local_index: int, *, nics: bool) -> tu
         if per_lane is not None and gpu.pcie_width:
             peaks.append(LinkPeak("pcie", per_lane * gpu.pcie_width))
     if nics:
+        sampled = [p for p in info.nics if nics is True or p.device in nics]
         for kind, link in (("infiniband", "ib"), ("roce", "roce")):
-            rates = [p.rate_bits_per_s or 0.0 for p in info.nics if p.active and p.kind == kind]
+            rates = [p.rate_bits_per_s or 0.0 for p in sampled if p.active and p.kind == kind]
             if sum(rates) > 0:
                 peaks.append(LinkPeak(link, sum(rates) / 8))
     return tuple(peaks)

@@ -19,16 +19,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "VISIBLE_DEVICES_ENV",
     "GpuRef",
+    "cuda_gpu_ref",
     "current_gpu_ref",
     "gpu_ref_from_properties",
     "match_gpu",
     "normalise_bus_id",
     "nvml_handle",
+    "runs_in_mig_mode",
 ]
 
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
@@ -59,6 +61,13 @@ class _GpuFacts(Protocol):
     def uuid(self) -> str | None: ...
     @property
     def pci_bus_id(self) -> str | None: ...
+    @property
+    def mig_enabled(self) -> bool: ...
+    @property
+    def mig_uuids(self) -> tuple[str, ...]: ...
+
+
+_G = TypeVar("_G", bound=_GpuFacts)
 
 
 def normalise_bus_id(text: str | None) -> str | None:
@@ -100,6 +109,14 @@ def gpu_ref_from_properties(
     )
 
 
+def cuda_gpu_ref(cuda_index: int, environ: Mapping[str, str] | None = None) -> GpuRef:
+    """The `GpuRef` of CUDA device `cuda_index`: with its UUID and bus id when torch can say,
+    else the bare index (which the lookups use only while ``CUDA_VISIBLE_DEVICES`` is unset)."""
+    env = os.environ if environ is None else environ
+    found = current_gpu_ref(cuda_index)
+    return found or GpuRef(cuda_index=cuda_index, visible_devices=env.get(VISIBLE_DEVICES_ENV))
+
+
 def current_gpu_ref(cuda_index: int | None = None) -> GpuRef | None:
     """The `GpuRef` of `cuda_index` (default: the current CUDA device); None when CUDA has not
     been initialised by the job (the agent never initialises CUDA itself) or cannot say."""
@@ -114,20 +131,32 @@ def current_gpu_ref(cuda_index: int | None = None) -> GpuRef | None:
         return None
 
 
+def _identity_keys(ref: GpuRef) -> list[tuple[str, str]]:
+    """The join of a CUDA device to an NVML device, in order: its UUID (and, for a MIG slice
+    whose bare UUID was read as ``GPU-``, the ``MIG-`` form), then its PCI bus id. The one rule
+    behind `nvml_handle` and `match_gpu`; after it, the CUDA index only while it is physical."""
+    keys: list[tuple[str, str]] = []
+    if ref.uuid:
+        keys.append(("uuid", ref.uuid))
+        if ref.uuid.startswith("GPU-"):
+            keys.append(("uuid", "MIG-" + ref.uuid[4:]))
+    bus = normalise_bus_id(ref.pci_bus_id)
+    if bus is not None:
+        keys.append(("pci_bus_id", bus))
+    return keys
+
+
+# nvidia-ml-py's Python names; the bus-id lookup calls NVML's nvmlDeviceGetHandleByPciBusId_v2.
+_NVML_LOOKUP = {"uuid": "nvmlDeviceGetHandleByUUID", "pci_bus_id": "nvmlDeviceGetHandleByPciBusId"}
+
+
 def nvml_handle(nvml: Any, ref: GpuRef) -> tuple[Any, str]:
     """The NVML handle of `ref`'s GPU and how it was found (``uuid``, ``pci_bus_id``, or
     ``index`` when the CUDA index had to stand in). Raises LookupError, saying why, when none
     is safe: the CUDA index is never used while ``CUDA_VISIBLE_DEVICES`` is set."""
     failures: list[str] = []
-    candidates: list[tuple[str, str, str]] = []
-    if ref.uuid:
-        candidates.append(("uuid", "nvmlDeviceGetHandleByUUID", ref.uuid))
-        if ref.uuid.startswith("GPU-"):  # a MIG slice's bare uuid reads as GPU- above
-            candidates.append(("uuid", "nvmlDeviceGetHandleByUUID", "MIG-" + ref.uuid[4:]))
-    if ref.pci_bus_id:
-        # nvidia-ml-py's Python name; it calls NVML's nvmlDeviceGetHandleByPciBusId_v2.
-        candidates.append(("pci_bus_id", "nvmlDeviceGetHandleByPciBusId", ref.pci_bus_id))
-    for how, fn_name, key in candidates:
+    for how, key in _identity_keys(ref):
+        fn_name = _NVML_LOOKUP[how]
         fn = getattr(nvml, fn_name, None)
         if fn is None:
             continue
@@ -144,20 +173,35 @@ def nvml_handle(nvml: Any, ref: GpuRef) -> tuple[Any, str]:
     )
 
 
-def match_gpu(gpus: Sequence[_GpuFacts], ref: GpuRef | None) -> _GpuFacts | None:
-    """The detected GPU that is `ref`'s: same UUID, else same PCI bus id, else (only with
-    ``CUDA_VISIBLE_DEVICES`` unset) the same index; None when no match is safe."""
+def _has_key(gpu: _GpuFacts, how: str, key: str) -> bool:
+    if how == "uuid":  # the GPU's own UUID, or one of its MIG slices' (the slice runs on it)
+        return gpu.uuid == key or key in gpu.mig_uuids
+    return normalise_bus_id(gpu.pci_bus_id) == key
+
+
+def match_gpu(gpus: Sequence[_G], ref: GpuRef | None) -> _G | None:
+    """The detected (NVML) GPU that is `ref`'s, by the keys of `nvml_handle` in the same order:
+    same UUID (a MIG slice's matches the GPU it is carved from), else same PCI bus id, else
+    (only with ``CUDA_VISIBLE_DEVICES`` unset) the same index; None when no match is safe."""
     if ref is None:
         return None
-    if ref.uuid:
-        found = next((g for g in gpus if g.uuid and g.uuid == ref.uuid), None)
-        if found is not None:
-            return found
-    bus = normalise_bus_id(ref.pci_bus_id)
-    if bus is not None:
-        found = next((g for g in gpus if normalise_bus_id(g.pci_bus_id) == bus), None)
+    for how, key in _identity_keys(ref):
+        found = next((g for g in gpus if _has_key(g, how, key)), None)
         if found is not None:
             return found
     if ref.index_is_physical:
         return next((g for g in gpus if g.index == ref.cuda_index), None)
     return None
+
+
+def runs_in_mig_mode(gpus: Sequence[_GpuFacts], ref: GpuRef | None) -> bool:
+    """Whether the rank's GPU (`match_gpu`) has MIG mode on, so its peak is a slice's. A GPU
+    that cannot be matched while some GPU of the node has MIG on counts as MIG too: its peak is
+    then unknown unless its name carries the slice's profile, never a whole GPU's that may be
+    another GPU's. No GPU (`ref` None): False."""
+    if ref is None:
+        return False
+    found = match_gpu(gpus, ref)
+    if found is not None:
+        return bool(found.mig_enabled)
+    return any(g.mig_enabled for g in gpus)

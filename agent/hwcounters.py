@@ -2,7 +2,8 @@
 
 Each rank samples its own GPU (NVML) so the device series line up with the rank's MFU and a
 throttled GPU is named by its rank; the node's NICs (sysfs) are shared by the ranks of a node, so
-only local rank 0 samples them and node traffic is counted once (docs/agent.md). The sampler turns
+each is sampled by one rank of its node (`node_identity.Placement.nic_readers`) and node traffic
+is counted once (docs/agent.md). The sampler turns
 raw reads into totals since it started (wrap-around handled in `counter_delta`) and keeps the
 latest gauges; `snapshot()` hands the transport thread a `HardwareCounters` record for the batch.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from mfuscope.agent._health import RateLimitedLog
@@ -200,41 +201,42 @@ class HardwareSampler:
 
 def build_hardware_sampler(
     *,
-    gpu_index: int | None,
-    sample_nics: bool,
+    gpu: GpuRef | None,
+    sample_nics: bool | Collection[str],
     log: RateLimitedLog,
-    gpu: GpuRef | None = None,
     link_peaks: tuple[LinkPeak, ...] = (),
     nvml: Any = None,
     sysfs_root: str = "/",
     clock: Callable[[], float] = time.monotonic,
     interval_s: float = DEFAULT_INTERVAL_S,
 ) -> HardwareSampler:
-    """A sampler for GPU `gpu_index` (None: no GPU) and, with `sample_nics`, the node's NICs.
+    """A sampler for the rank's GPU `gpu` (None: no GPU) and the node's NICs it samples
+    (`sample_nics`: True all, False none, else the device names of the NICs to read).
 
-    `gpu` says which physical GPU that CUDA index is (its UUID / PCI bus id); given, the NVML
-    device is found from it, never from the CUDA index while CUDA_VISIBLE_DEVICES is set
-    (docs/agent.md#gpu-identity). `nvml` defaults to the ``pynvml`` module; without a driver
-    the GPU counters are absent.
+    The NVML device is found from the GPU's UUID / PCI bus id, never from its CUDA index while
+    CUDA_VISIBLE_DEVICES is set (`gpu_identity.nvml_handle`, docs/agent.md#gpu-identity).
+    `nvml` defaults to the ``pynvml`` module; without a driver the GPU counters are absent.
     """
     reader: NvmlReader | None = None
-    if gpu_index is not None:
+    if gpu is not None:
         try:
             if nvml is None:
                 import pynvml
 
                 nvml = pynvml
-            reader = NvmlReader(nvml, gpu if gpu is not None else gpu_index)
-            if reader.found_by == "index" and gpu is not None:
+            reader = NvmlReader(nvml, gpu)
+            if reader.found_by == "index":
                 log.info(
                     "hw-nvml-index",
                     "mfuscope: NVML device taken by CUDA index %s (CUDA_VISIBLE_DEVICES unset, "
                     "no UUID or PCI bus id matched)",
-                    gpu_index,
+                    gpu.cuda_index,
                 )
         except Exception as exc:
             log.info("hw-nvml", "mfuscope: no GPU hardware counters (NVML: %r)", exc)
-    nics = NicReader(sysfs_root) if sample_nics else None
+    nics = None
+    if sample_nics:
+        nics = NicReader(sysfs_root, None if sample_nics is True else sample_nics)
     sampler = HardwareSampler(
         reader, nics, log=log, link_peaks=link_peaks, clock=clock, interval_s=interval_s
     )

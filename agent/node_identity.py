@@ -19,6 +19,14 @@ into others), so containers of one image on different hosts can share it.
 
 The host name stays a label; the node *label* is the node name when one is set, else the host
 name of the node's lowest rank (on bare metal: the node's host name).
+
+NIC counters belong to the node, not to a rank, so each NIC is sampled by one rank: a claim lists
+the ids of the NICs the rank can read (an RDMA device's node GUID, a physical interface's MAC:
+`mfuscope.agent._hw_readers.nic_ids`), and each (node, NIC id) goes to the lowest rank claiming
+it (`Placement.nic_readers`). Two pods of one node with host networking see the same NICs, so
+only the first samples them; pods given their own virtual functions (SR-IOV) see different ids
+and each samples its own; two machines behind one host name have different NICs, so both are
+sampled even when the host name is all that tells nodes apart.
 """
 
 from __future__ import annotations
@@ -53,18 +61,21 @@ class NodeClaim:
     node_name: str | None = None
     boot_id: str | None = None
     gpu_bus_id: str | None = None  # the rank's GPU, NVML's PCI bus id form; None without one
+    nics: tuple[str, ...] = ()  # ids of the NICs whose counters this rank can read
 
 
 @dataclass(frozen=True)
 class Placement:
     """The node of every rank (`nodes[r]`, None = unknown), the node label of every rank, the
-    kind of identity used for the whole job (``node_name``, ``boot_id`` or ``host``), and the
-    misconfigurations seen (one line each, for the log)."""
+    kind of identity used for the whole job (``node_name``, ``boot_id`` or ``host``), the
+    misconfigurations seen (one line each, for the log), and the ids of the NICs each rank
+    samples (`nic_readers[r]`; empty: none)."""
 
     nodes: tuple[str | None, ...]
     labels: tuple[str | None, ...]
     source: str
     problems: tuple[str, ...] = ()
+    nic_readers: tuple[frozenset[str], ...] = ()
 
 
 def _clean(value: str | None) -> str | None:
@@ -88,9 +99,11 @@ def local_claim(
     boot_id: Callable[[], str | None] = read_boot_id,
     hostname: Callable[[], str] = socket.gethostname,
     gpu_bus_id: str | None = None,
+    nics: tuple[str, ...] = (),
 ) -> NodeClaim:
     """This rank's claim. `node_name` is the agent's option (argument or ``MFUSCOPE_NODE_NAME``,
-    resolved by the config); without it ``NODE_NAME`` from `environ` (default `os.environ`)."""
+    resolved by the config); without it ``NODE_NAME`` from `environ` (default `os.environ`).
+    `nics`: the ids of the NICs this rank can read."""
     env = os.environ if environ is None else environ
     try:
         host = _clean(hostname())
@@ -101,6 +114,7 @@ def local_claim(
         node_name=_clean(node_name) or _clean(env.get(NODE_NAME_ENV)),
         boot_id=boot_id(),
         gpu_bus_id=_clean(gpu_bus_id),
+        nics=tuple(sorted({n for n in nics if n})),
     )
 
 
@@ -119,7 +133,27 @@ def place_ranks(claims: Sequence[NodeClaim | None]) -> Placement:
     labels = _labels(claims, nodes, source)
     problems = [*_mixed_names(claims, source), *_contradictions(claims, source)]
     problems.extend(_shared_gpus(claims, nodes, labels))
-    return Placement(tuple(nodes), tuple(labels), source, tuple(problems))
+    return Placement(
+        tuple(nodes), tuple(labels), source, tuple(problems), _nic_readers(claims, nodes)
+    )
+
+
+def _nic_readers(
+    claims: Sequence[NodeClaim | None], nodes: Sequence[str | None]
+) -> tuple[frozenset[str], ...]:
+    """For each rank, the NIC ids it is the lowest rank of its node to claim. A rank whose node
+    is unknown is a node of its own (it samples what it sees rather than nobody)."""
+    owner: dict[tuple[str, str], int] = {}
+    scopes = [node if node is not None else f"rank:{r}" for r, node in enumerate(nodes)]
+    for rank, claim in enumerate(claims):
+        for nic in claim.nics if claim is not None else ():
+            owner.setdefault((scopes[rank], nic), rank)
+    return tuple(
+        frozenset(n for n in claim.nics if owner[(scopes[rank], n)] == rank)
+        if claim is not None
+        else frozenset()
+        for rank, claim in enumerate(claims)
+    )
 
 
 def _labels(

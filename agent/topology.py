@@ -96,6 +96,9 @@ class RankTopology:
     placement_problems: tuple[str, ...] = ()
     # Rank 0's `agree` values from `discover_topology` (None: the ranks could not agree).
     agreed: tuple[Any, ...] | None = None
+    # Ids of the node's NICs this rank samples (`Placement.nic_readers`); None: the job's node
+    # claims are unknown, local rank 0 samples them all.
+    nics_read: frozenset[str] | None = None
 
     @property
     def axis_of_group_name(self) -> dict[str, str]:
@@ -134,6 +137,14 @@ class RankTopology:
                 ),
             )
         return Topology(groups=tuple(seen.values()))
+
+    def nics_sampled(self, nic_ids: Mapping[str, str]) -> tuple[str, ...]:
+        """Of this node's NICs (device name -> id, `_hw_readers.nic_ids`), the names of those
+        this rank samples: one rank per NIC and node; without the job's claims, local rank 0
+        samples them all."""
+        if self.nics_read is None:
+            return tuple(nic_ids) if self.local_rank == 0 else ()
+        return tuple(name for name, nic in nic_ids.items() if nic in self.nics_read)
 
     def ranks_on_own_node(self, group: GroupView) -> int:
         """How many of `group`'s ranks share this rank's node (at least 1: this rank). Nodes, not
@@ -179,6 +190,7 @@ def build_topology(
     """
     if not 0 <= rank < len(hosts):
         raise ValueError(f"rank {rank} outside a world of {len(hosts)}")
+    claimed = placement is not None
     if placement is None:
         placement = place_ranks([None if h is None else NodeClaim(host=h) for h in hosts])
     if len(placement.nodes) != len(hosts):
@@ -219,6 +231,7 @@ def build_topology(
         node=placement.labels[rank] or hosts[rank] or "unknown",
         node_source=placement.source,
         placement_problems=placement.problems,
+        nics_read=placement.nic_readers[rank] if claimed and placement.nic_readers else None,
     )
 
 
@@ -294,20 +307,23 @@ def discover_topology(
     agree: tuple[Any, ...] | None = None,
     node_name: str | None = None,
     axis_overrides: Mapping[str, str] | None = None,
+    nics: tuple[str, ...] = (),
 ) -> RankTopology:
     """Rank, local rank, host and node of every rank, groups and the launch's incarnation;
     collective on the default group. Rank 0's `agree` values ride along and come back as
     `agreed` on every rank (the profiled-window schedule's parameters).
 
     Every rank must call it (the Agent does, at construction). `node_name` is the agent's
-    ``node_name`` option (docs/definitions.md#node-identity). Without torch.distributed
-    initialised it describes a single process from the `RANK`/`LOCAL_RANK` environment.
+    ``node_name`` option (docs/definitions.md#node-identity); `nics` the ids of the NICs this
+    rank can read (`_hw_readers.nic_ids`), which decide the NICs it samples (`nics_read`).
+    Without torch.distributed initialised it describes a single process from the
+    `RANK`/`LOCAL_RANK` environment.
     """
     import torch.distributed as dist
     from mfuscope.agent.gpu_identity import current_gpu_ref
 
     gpu = current_gpu_ref()
-    claim = local_claim(node_name=node_name, gpu_bus_id=gpu.pci_bus_id if gpu else None)
+    claim = local_claim(node_name=node_name, gpu_bus_id=gpu.pci_bus_id if gpu else None, nics=nics)
     if not (dist.is_available() and dist.is_initialized()):
         rank = _env_int("RANK", 0)
         world = max(_env_int("WORLD_SIZE", 1), rank + 1)
@@ -321,7 +337,12 @@ def discover_topology(
             incarnation=new_incarnation(),
             placement=place_ranks(claims),
         )
-        return dataclasses.replace(alone, agreed=agree if world == 1 else None)
+        # Several processes that cannot see each other's claims: local rank 0 samples the NICs.
+        return dataclasses.replace(
+            alone,
+            agreed=agree if world == 1 else None,
+            nics_read=alone.nics_read if world == 1 else None,
+        )
     rank = dist.get_rank()
     world = dist.get_world_size()
     gathered: list[Any] = [None] * world

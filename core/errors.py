@@ -49,11 +49,12 @@ class TraceError(InputError):
 
 class ConfigError(InputError):
     """A bad agent configuration value. `field` names the option, `source` where it came from
-    (``argument`` or the environment variable's name)."""
+    (``argument``, the environment variable's name, or ``derived``: an integration's value)."""
 
     def __init__(self, field: str, message: str, source: str = "argument") -> None:
         super().__init__(f"mfuscope agent option {field!r} ({source}): {message}")
         self.field = field
+        self.message = message
         self.source = source
 
 

@@ -1,8 +1,14 @@
 """Settings from arguments and the environment, resolved one way for the agent and the collector.
 
-Precedence, as OpenTelemetry's SDK does it: an explicit argument (not None), else the environment
-variable ``MFUSCOPE_<NAME>`` (the setting's name upper-cased), else the caller's default. The
-caller passes the environment in, so nothing here reads it.
+Precedence, as OpenTelemetry's SDK does it, with one more level for the framework integrations:
+
+1. an explicit argument (not None) from the user;
+2. the environment variable ``MFUSCOPE_<NAME>`` (the setting's name upper-cased);
+3. a value an integration derives (e.g. FLOPs per step from the framework's own count, a job
+   name from the run's name): a better default, never a reason to ignore what the user set;
+4. the caller's default.
+
+The caller passes the environment in, so nothing here reads it.
 
 Environment text converts to the setting's annotated type: ``1/true/yes/on`` and
 ``0/false/no/off`` for booleans, numbers for int and float, and an empty value means "not set"
@@ -17,6 +23,7 @@ from collections.abc import Iterable, Mapping
 import msgspec
 
 __all__ = [
+    "DERIVED",
     "ENV_PREFIX",
     "Setting",
     "env_name",
@@ -32,16 +39,19 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
 
+DERIVED = "derived"
+
+
 class Setting(msgspec.Struct, frozen=True):
-    """A value as given and where it came from: ``argument`` or the environment variable's name
-    (then `value` is the variable's text)."""
+    """A value as given and where it came from: ``argument``, the environment variable's name
+    (then `value` is the variable's text) or ``derived`` (an integration's value)."""
 
     value: object
     source: str
 
     @property
     def from_env(self) -> bool:
-        return self.source != "argument"
+        return self.source.startswith(ENV_PREFIX)
 
 
 # SI suffixes of the command lines' quantities (B: billions, as in "70B" parameters).
@@ -65,17 +75,24 @@ def env_name(setting: str) -> str:
 
 
 def pick_settings(
-    names: Iterable[str], arguments: Mapping[str, object], env: Mapping[str, str]
+    names: Iterable[str],
+    arguments: Mapping[str, object],
+    env: Mapping[str, str],
+    derived: Mapping[str, object] | None = None,
 ) -> dict[str, Setting]:
     """For each of `names`: the argument when given (not None), else ``MFUSCOPE_<NAME>`` from
-    `env`; names with neither are left out (the caller's default applies)."""
+    `env`, else the `derived` value (not None); names with none are left out (the caller's
+    default applies)."""
     picked: dict[str, Setting] = {}
     for name in names:
         argument = arguments.get(name)
+        fallback = (derived or {}).get(name)
         if argument is not None:
             picked[name] = Setting(argument, "argument")
         elif env_name(name) in env:
             picked[name] = Setting(env[env_name(name)], env_name(name))
+        elif fallback is not None:
+            picked[name] = Setting(fallback, DERIVED)
     return picked
 
 

@@ -11,7 +11,6 @@ when training ends. Imports the agent (and so torch) only when training starts.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,8 +27,9 @@ def framework_missing(package: str, extra: str) -> ImportError:
 class AgentDriver:
     """Holds the agent options until training starts, then the `Agent` and the open step.
 
-    `agent_options` are `Agent(...)` keywords (docs/agent.md); environment variables
-    `MFUSCOPE_<NAME>` still apply to anything not passed.
+    `agent_options` are `Agent(...)` keywords (docs/agent.md). Precedence, for every option:
+    the user's keyword > `MFUSCOPE_<NAME>` > what the integration derives > the default
+    (`mfuscope.core.settings`).
     """
 
     def __init__(self, agent_options: Mapping[str, Any]) -> None:
@@ -41,19 +41,24 @@ class AgentDriver:
     def in_step(self) -> bool:
         return self._step is not None
 
+    def option(self, name: str) -> Any:
+        """What the user set option `name` to (keyword, else `MFUSCOPE_<NAME>`, else the
+        default), for deriving a value only when the user's options call for it."""
+        from mfuscope.agent.config import AgentConfig
+
+        return AgentConfig.option(name, self.options)
+
     def start(self, *, model: Any, default_job: str | None, **framework: Any) -> None:
-        """Create the Agent (on every rank: collective). `framework` holds keywords the
-        integration derives (e.g. `flops_per_step`); the user's own options win over them, and
-        `default_job` is used only when neither `job=` nor MFUSCOPE_JOB is set."""
+        """Create the Agent (on every rank: collective). `framework` holds options the
+        integration derives (e.g. `flops_per_step`) and `default_job` the job name it derives:
+        both apply only where the user set neither the keyword nor the environment variable."""
         if self.agent is not None:
             return
         from mfuscope.agent import Agent
 
-        options = {**framework, **self.options}
-        if options.get("job") is None and not os.environ.get("MFUSCOPE_JOB") and default_job:
-            options["job"] = default_job
-        options.setdefault("model", model)
-        self.agent = Agent(**options)
+        derived = {**framework, "job": default_job}
+        options = {"model": model, **self.options}
+        self.agent = Agent(**options, derived=derived)
 
     def begin_step(self) -> None:
         """Open a step unless one is open (the first micro-batch of an optimizer step)."""

@@ -42,8 +42,9 @@ class MfuscopeCallback(TrainerCallback):  # type: ignore[misc]
 
     ``job`` defaults to the Trainer's ``run_name`` when neither ``job=`` nor MFUSCOPE_JOB is
     set. FLOPs are counted by the agent on the first step (attention included) unless
-    ``flops_per_step`` is given; with ``count_flops=False`` and ``seq_len`` (tokens per
-    sequence) transformers' own estimate is used instead (`estimated_flops_per_step`).
+    ``flops_per_step`` (or MFUSCOPE_FLOPS_PER_STEP) is given; with ``count_flops=False`` (or
+    MFUSCOPE_COUNT_FLOPS=0) and ``seq_len`` (tokens per sequence) transformers' own estimate is
+    used instead (`estimated_flops_per_step`).
     """
 
     def __init__(self, *, seq_len: int | None = None, **agent_options: Any) -> None:
@@ -58,14 +59,16 @@ class MfuscopeCallback(TrainerCallback):  # type: ignore[misc]
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         model = kwargs.get("model")
         derived: dict[str, Any] = {}
-        options = self._driver.options
-        counting_off = options.get("count_flops") is False
-        if counting_off and options.get("flops_per_step") is None and self._seq_len:
+        driver = self._driver
+        # count_flops=False (keyword or MFUSCOPE_COUNT_FLOPS=0) asks for the estimate; FLOPs the
+        # user gave (keyword or MFUSCOPE_FLOPS_PER_STEP) need none.
+        wanted = driver.option("count_flops") is False and driver.option("flops_per_step") is None
+        if wanted and self._seq_len:
             if not hasattr(model, "num_parameters"):
                 raise ValueError("seq_len= needs a transformers PreTrainedModel (num_parameters)")
             derived["flops_per_step"] = estimated_flops_per_step(model, args, self._seq_len)
         default_job = args.run_name or Path(str(args.output_dir)).name or None
-        self._driver.start(model=model, default_job=default_job, **derived)
+        driver.start(model=model, default_job=default_job, **derived)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._driver.begin_step()

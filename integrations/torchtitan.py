@@ -39,21 +39,18 @@ def flops_per_step(trainer: Any) -> float:
 def instrument(trainer: Any, **agent_options: Any) -> Any:
     """Create this rank's `Agent` for a built torchtitan ``Trainer`` and wrap its ``train_step``.
 
-    Collective: call it on every rank. ``agent_options`` are `Agent(...)` keywords (and
-    MFUSCOPE_* variables still apply); ``flops_per_step`` defaults to MFUSCOPE_FLOPS_PER_STEP,
-    else `flops_per_step(trainer)`, and ``job`` to MFUSCOPE_JOB, else "torchtitan". Returns the
-    Agent; close it after training.
+    Collective: call it on every rank. ``agent_options`` are `Agent(...)` keywords; for each
+    option the keyword wins, then MFUSCOPE_<NAME>, then what this glue derives: ``flops_per_step``
+    from `flops_per_step(trainer)` and ``job`` "torchtitan". Returns the Agent; close it after
+    training.
     """
-    import os
-
     from mfuscope.agent import Agent
+    from mfuscope.agent.config import AgentConfig
 
-    options = dict(agent_options)
-    if options.get("flops_per_step") is None and not os.environ.get("MFUSCOPE_FLOPS_PER_STEP"):
-        options["flops_per_step"] = flops_per_step(trainer)
-    if options.get("job") is None and not os.environ.get("MFUSCOPE_JOB"):
-        options["job"] = "torchtitan"
-    agent = Agent(**options)
+    derived: dict[str, Any] = {"job": "torchtitan"}
+    if AgentConfig.option("flops_per_step", agent_options) is None:  # not given by the user
+        derived["flops_per_step"] = flops_per_step(trainer)
+    agent = Agent(**agent_options, derived=derived)
     original = trainer.train_step
 
     @functools.wraps(original)

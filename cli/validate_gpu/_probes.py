@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mfuscope.cli.validate_gpu._report import (
     CollectiveSeen,
@@ -33,30 +33,29 @@ __all__ = [
     "detect",
     "matmul_rate",
     "nccl_collectives",
+    "nvml_view",
     "profiled_window",
     "training",
 ]
+
+if TYPE_CHECKING:
+    from mfuscope.agent.gpu_identity import GpuRef
 
 _BUCKETS = ("compute_s", "recompute_s", "exposed_comm_s", "other_s", "bubble_s")
 
 
 def detect() -> Detection:
-    """Device name from torch and NVML, and its dense bf16 peak from the hardware table."""
+    """The current CUDA device's name from torch and from NVML (the NVML device found by the
+    CUDA device's UUID / PCI bus id, never by its CUDA index: docs/agent.md#gpu-identity), and
+    its dense bf16 peak from the hardware table (a slice's share when NVML says MIG is on)."""
     import torch
+    from mfuscope.agent.gpu_identity import cuda_gpu_ref
     from mfuscope.core.hardware import resolve_peak
 
-    name = torch.cuda.get_device_name(0)
-    nvml_name: str | None = None
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        raw = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-        nvml_name = raw.decode() if isinstance(raw, bytes) else str(raw)
-        pynvml.nvmlShutdown()
-    except Exception as exc:  # NVML is optional: the report says why it is missing
-        nvml_name = f"unavailable ({type(exc).__name__})"
-    lookup = resolve_peak(name, "bf16")
+    index = torch.cuda.current_device()
+    name = torch.cuda.get_device_name(index)
+    nvml_name, mig = nvml_view(cuda_gpu_ref(index))
+    lookup = resolve_peak(name, "bf16", mig=mig)
     return Detection(
         torch_name=name,
         nvml_name=nvml_name,
@@ -65,6 +64,25 @@ def detect() -> Detection:
         peak_message=lookup.message,
         gpu_count=torch.cuda.device_count(),
     )
+
+
+def nvml_view(gpu: GpuRef, nvml: Any = None) -> tuple[str, bool]:
+    """NVML's name of `gpu` (or why it is unavailable) and whether it runs in MIG mode, by the
+    agent's own join of a CUDA device to its NVML device (`gpu_identity.match_gpu`). `nvml`:
+    an object with pynvml's functions (default: ``pynvml``)."""
+    from mfuscope.agent.detect import detect_hardware
+    from mfuscope.agent.gpu_identity import match_gpu, runs_in_mig_mode
+
+    facts = detect_hardware(nvml=nvml)
+    found = match_gpu(facts.gpus, gpu)
+    mig = runs_in_mig_mode(facts.gpus, gpu)
+    if found is not None and found.name:
+        return found.name, mig
+    if facts.gpus:
+        why = f"no NVML GPU matches CUDA device {gpu.cuda_index} by UUID or PCI bus id"
+    else:  # NVML's own reason (no library, no driver, no GPU), not the NIC lines
+        why = next((r for r in facts.reasons if "NVML" in r), "NVML found no GPU")
+    return f"unavailable ({why})", mig
 
 
 def matmul_rate(size: int, repeats: int) -> MatmulProbe:
@@ -352,16 +370,17 @@ def _delta(after: int | None, before: int | None) -> int | None:
 
 
 def counters(*, seconds: float, gigabytes: int) -> CounterProbe:
-    """The agent's hardware-counter sampler on GPU 0: memory busy idle and during `seconds` of
-    device-to-device copies, and PCIe bytes around `gigabytes` GiB copied host -> device."""
+    """The agent's hardware-counter sampler on the current GPU: memory busy idle and during
+    `seconds` of device-to-device copies, and PCIe bytes around `gigabytes` GiB copied host ->
+    device."""
     import torch
     from mfuscope.agent._health import RateLimitedLog
+    from mfuscope.agent.gpu_identity import cuda_gpu_ref
     from mfuscope.agent.hwcounters import build_hardware_sampler
 
     log = RateLimitedLog(60.0, logger=logging.getLogger("mfuscope.validate"))
-    sampler = build_hardware_sampler(
-        gpu_index=torch.cuda.current_device(), sample_nics=False, log=log, interval_s=0.1
-    )
+    gpu = cuda_gpu_ref(torch.cuda.current_device())
+    sampler = build_hardware_sampler(gpu=gpu, sample_nics=False, log=log, interval_s=0.1)
     sampler.start()
     try:
         time.sleep(1.5)

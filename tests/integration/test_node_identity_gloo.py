@@ -4,6 +4,9 @@
   is inter-node, and rank 0 reports once that the kernel's boot id says otherwise.
 - Each rank runs in its own UTS namespace with its own host name (as two pods on one node do),
   no node name set: the shared kernel boot id puts both on one node, so the group is intra-node.
+
+Both ranks are local rank 0 (each "pod" or "node" runs its own launcher) and see the same fake
+node's NICs (a sysfs tree): on one node only rank 0 samples them, on two nodes both do.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from mfuscope.core.schema import ReportBatch, batch_from_json
+
+from tests.support.hw_fakes import ib_port
 
 JOB = Path(__file__).resolve().parents[1] / "support" / "node_identity_job.py"
 UNSHARE = ["unshare", "--uts", "--map-root-user"]
@@ -45,11 +50,14 @@ def _run(
         # name resolves nowhere.
         "GLOO_SOCKET_IFNAME": "lo",
     }
+    sysfs = tmp_path / "node"
+    ib_port(sysfs, "mlx5_0", node_guid="b859:9f03:00d4:4f2a")
     procs = []
     for rank in range(2):
-        env = base | {"RANK": str(rank)} | env_of_rank[rank]
+        env = base | {"RANK": str(rank), "LOCAL_RANK": "0"} | env_of_rank[rank]
         out = tmp_path / f"rank{rank}.jsonl"
         command = [*prefix_of_rank[rank], sys.executable, str(JOB), "--jsonl", str(out)]
+        command += ["--sysfs-root", str(sysfs)]
         procs.append(
             subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         )
@@ -70,6 +78,15 @@ def _run(
     return batches, outputs
 
 
+def _nic_samplers(batches: list[ReportBatch]) -> list[int]:
+    """The ranks whose batches carry the node's InfiniBand counters."""
+    return [
+        b.rank
+        for b in batches
+        if b.hardware is not None and any(x.link == "ib" for x in b.hardware.links)
+    ]
+
+
 def _world_tiers(batches: list[ReportBatch]) -> list[tuple[str, bool]]:
     tiers = []
     for batch in batches:
@@ -86,6 +103,7 @@ def test_node_names_make_one_host_two_nodes(tmp_path: Path) -> None:
     assert batches[0].host == batches[1].host == socket.gethostname()
     assert [b.node for b in batches] == ["n0", "n1"]
     assert _world_tiers(batches) == [("inter_node", True), ("inter_node", True)]
+    assert _nic_samplers(batches) == [0, 1]  # two nodes: each samples its NICs
     # Same kernel, different node names: reported once, by rank 0.
     assert "name different nodes" in outputs[0]
     assert "name different nodes" not in outputs[1]
@@ -110,3 +128,5 @@ def test_two_pods_on_one_node_share_it_by_boot_id(tmp_path: Path) -> None:
     # Both on the node of rank 0 (the node label is its host name), one tier: intra-node.
     assert [b.node for b in batches] == ["pod-0", "pod-0"]
     assert _world_tiers(batches) == [("intra_node", False), ("intra_node", False)]
+    # Two pods, each with its local rank 0, on one node: its NICs are sampled once.
+    assert _nic_samplers(batches) == [0]

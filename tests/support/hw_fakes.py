@@ -151,10 +151,14 @@ def ib_port(
     rcv_words: int = 0,
     link_layer: str = "InfiniBand",
     rate: str = "400 Gb/sec (4X NDR)",
+    node_guid: str | None = None,
 ) -> Path:
     """Write (or update) an RDMA port under ``root/sys/class/infiniband``; counters in 4-byte
-    words. Returns the port directory."""
+    words; `node_guid` the device's (``b859:9f03:00d4:4f2a`` form). Returns the port directory."""
     path = root / "sys" / "class" / "infiniband" / device / "ports" / port
+    if node_guid is not None:
+        path.parents[1].mkdir(parents=True, exist_ok=True)
+        (path.parents[1] / "node_guid").write_text(f"{node_guid}\n")
     (path / "counters").mkdir(parents=True, exist_ok=True)
     (path / "rate").write_text(f"{rate}\n")
     (path / "state").write_text("4: ACTIVE\n")
@@ -165,11 +169,20 @@ def ib_port(
 
 
 def net_interface(
-    root: Path, name: str, *, tx_bytes: int = 0, rx_bytes: int = 0, physical: bool = True
+    root: Path,
+    name: str,
+    *,
+    tx_bytes: int = 0,
+    rx_bytes: int = 0,
+    physical: bool = True,
+    mac: str | None = None,
 ) -> Path:
-    """Write (or update) ``root/sys/class/net/<name>``; `physical` adds the ``device`` entry."""
+    """Write (or update) ``root/sys/class/net/<name>``; `physical` adds the ``device`` entry,
+    `mac` the ``address`` file."""
     path = root / "sys" / "class" / "net" / name
     (path / "statistics").mkdir(parents=True, exist_ok=True)
+    if mac is not None:
+        (path / "address").write_text(f"{mac}\n")
     if physical:
         (path / "device").mkdir(exist_ok=True)
     (path / "statistics" / "tx_bytes").write_text(f"{tx_bytes}\n")
@@ -182,11 +195,37 @@ class NodeGpusNvml(CounterNvml):
     """`CounterNvml` for a node of `count` GPUs in NVML's (PCI) order: GPU i has UUID
     ``GPU-0000000i-...`` and PCI bus id ``00000000:{0x18 + 0x10 i}:00.0`` (made-up, in NVML's
     formats); handles are NVML indices. The lookups by UUID and bus id raise like NVML's
-    ``NVMLError_NotFound`` for an unknown key; `lookups` records every handle lookup."""
+    ``NVMLError_NotFound`` for an unknown key; `lookups` records every handle lookup.
+
+    The GPUs in `mig_gpus` have MIG mode on with two slices each (UUIDs `mig_uuid_of`; a slice's
+    handle is ``(gpu, slot)``); `pcie_widths[i]` is GPU i's PCIe width, so link facts show
+    which GPU they came from."""
 
     count: int = 4
     lookups: list[tuple[str, Any]] = field(default_factory=list)
     handles_read: set[int] = field(default_factory=set)  # handles the counter reads went to
+    mig_gpus: set[int] = field(default_factory=set)
+    pcie_widths: tuple[int, ...] = (16, 16, 16, 16)
+
+    @staticmethod
+    def mig_uuid_of(index: int, slot: int) -> str:
+        return f"MIG-{index:08x}-{slot:04x}-2222-3333-444444444444"
+
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
+        if handle in self.mig_gpus:
+            return [1, 1]
+        return super().nvmlDeviceGetMigMode(handle)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
+        return 7 if handle in self.mig_gpus else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, slot: int) -> tuple[int, int]:
+        if handle not in self.mig_gpus or slot >= 2:
+            raise FakeNvmlError("Not Found")
+        return (handle, slot)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int) -> int:
+        return self.pcie_widths[handle]
 
     @staticmethod
     def uuid_of(index: int) -> str:
@@ -219,7 +258,9 @@ class NodeGpusNvml(CounterNvml):
                 return index
         raise FakeNvmlError("Not Found")
 
-    def nvmlDeviceGetUUID(self, handle: int) -> str:
+    def nvmlDeviceGetUUID(self, handle: int | tuple[int, int]) -> str:
+        if isinstance(handle, tuple):
+            return self.mig_uuid_of(*handle)
         return self.uuid_of(handle)
 
     def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
@@ -237,10 +278,10 @@ class NodeGpusNvml(CounterNvml):
     def nvmlDeviceGetP2PStatus(self, a: int, b: int, index: int) -> int:
         return 0
 
-    def properties_of(self, index: int) -> Any:
+    def properties_of(self, index: int, slot: int | None = None) -> Any:
         """What ``torch.cuda.get_device_properties`` says of the CUDA device that is NVML GPU
-        `index` (torch prints the UUID without the ``GPU-`` prefix; PCI ids are integers)."""
+        `index` (or its MIG slice `slot`; a slice has its parent's PCI ids). torch prints the
+        UUID without its ``GPU-`` / ``MIG-`` prefix; PCI ids are integers."""
         bus = 0x18 + 0x10 * index
-        return SimpleNamespace(
-            uuid=self.uuid_of(index)[4:], pci_domain_id=0, pci_bus_id=bus, pci_device_id=0
-        )
+        uuid = self.uuid_of(index) if slot is None else self.mig_uuid_of(index, slot)
+        return SimpleNamespace(uuid=uuid[4:], pci_domain_id=0, pci_bus_id=bus, pci_device_id=0)

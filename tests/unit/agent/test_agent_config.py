@@ -98,3 +98,26 @@ def test_environment_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("MFUSCOPE_PROFILE_STEPS", "5")
     config = AgentConfig.resolve({})
     assert (config.job, config.profile_steps) == ("from-os", 5)
+
+
+def test_derived_values_fill_in_only_what_the_user_left_unset() -> None:
+    derived = {"job": "from-framework", "flops_per_step": 1e12, "profile_steps": 7}
+    env = {"MFUSCOPE_FLOPS_PER_STEP": "3e12"}
+    config = AgentConfig.resolve({"profile_steps": 2}, env=env, derived=derived)
+    # argument > environment > derived > default
+    assert (config.job, config.flops_per_step, config.profile_steps) == ("from-framework", 3e12, 2)
+    with pytest.raises(ConfigError) as caught:
+        AgentConfig.resolve({"job": "j"}, env={}, derived={"profile_steps": 0})
+    assert (caught.value.field, caught.value.source) == ("profile_steps", "derived")
+    with pytest.raises(ConfigError, match="unknown option"):
+        AgentConfig.resolve({"job": "j"}, env={}, derived={"no_such_option": 1})
+
+
+def test_option_is_what_the_user_set_or_the_default() -> None:
+    assert AgentConfig.option("count_flops", {}, env={"MFUSCOPE_COUNT_FLOPS": "0"}) is False
+    assert AgentConfig.option("count_flops", {"count_flops": True}, env={}) is True
+    assert AgentConfig.option("count_flops", {}, env={}) is True  # the default
+    assert AgentConfig.option("flops_per_step", {}, env={"MFUSCOPE_FLOPS_PER_STEP": "5"}) == 5.0
+    assert AgentConfig.option("flops_per_step", {"flops_per_step": None}, env={}) is None
+    with pytest.raises(ConfigError, match="unknown option"):
+        AgentConfig.option("no_such_option", {}, env={})

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 from mfuscope.agent._health import RateLimitedLog
+from mfuscope.agent._hw_readers import nic_ids
 from mfuscope.agent.detect import detect_hardware, link_peaks
+from mfuscope.agent.gpu_identity import GpuRef
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.core.hwcounters import HardwareCounters, LinkPeak
 from mfuscope.core.links import PCIE_PER_LANE_BYTES_PER_S
@@ -40,7 +42,7 @@ def _sampler(
     nvml: CounterNvml | None, clock: Clock, root: Path | None = None, *, nics: bool = False
 ) -> HardwareSampler:
     return build_hardware_sampler(
-        gpu_index=0 if nvml is not None else None,
+        gpu=GpuRef(0) if nvml is not None else None,
         sample_nics=nics,
         log=_log(),
         nvml=nvml,
@@ -224,7 +226,7 @@ def test_snapshot_lists_peaks_only_for_links_it_counts(tmp_path: Path) -> None:
     )
     assert link_peaks(info, 0, nics=False) == peaks[:2]
     sampler = build_hardware_sampler(
-        gpu_index=0, sample_nics=False, log=_log(), nvml=nvml, link_peaks=peaks, clock=Clock()
+        gpu=GpuRef(0), sample_nics=False, log=_log(), nvml=nvml, link_peaks=peaks, clock=Clock()
     )
     record = sampler.snapshot()
     assert record is not None
@@ -234,7 +236,7 @@ def test_snapshot_lists_peaks_only_for_links_it_counts(tmp_path: Path) -> None:
 def test_sampler_thread_samples_and_stops() -> None:
     nvml = CounterNvml()
     sampler = build_hardware_sampler(
-        gpu_index=0, sample_nics=False, log=_log(), nvml=nvml, interval_s=0.01
+        gpu=GpuRef(0), sample_nics=False, log=_log(), nvml=nvml, interval_s=0.01
     )
     sampler.start()
     nvml.nvlink_kib = {"tx": 1, "rx": 0}
@@ -245,3 +247,42 @@ def test_sampler_thread_samples_and_stops() -> None:
     sampler.stop()
     assert nvml.shut_down
     assert _links(sampler.snapshot())[("nvlink", "tx")] == 1024
+
+
+def test_nic_ids_name_each_nic_alike_in_every_container_of_the_node(tmp_path: Path) -> None:
+    ib_port(tmp_path, "mlx5_0", node_guid="B859:9F03:00D4:4F2A")
+    ib_port(tmp_path, "mlx5_1", node_guid="0000:0000:0000:0000")  # a VF never given a GUID
+    ib_port(tmp_path, "mlx5_2")  # no node_guid file
+    net_interface(tmp_path, "eth0", mac="08:C0:EB:11:22:33")
+    net_interface(tmp_path, "eth1")
+    net_interface(tmp_path, "veth9", physical=False, mac="aa:bb:cc:dd:ee:ff")
+    assert nic_ids(tmp_path) == {
+        "mlx5_0": "guid:b859:9f03:00d4:4f2a",
+        "mlx5_1": "rdma:mlx5_1",
+        "mlx5_2": "rdma:mlx5_2",
+        "eth0": "mac:08:c0:eb:11:22:33",
+        "eth1": "net:eth1",
+    }
+
+
+def test_a_rank_reads_only_the_nics_placed_on_it(tmp_path: Path) -> None:
+    clock = Clock()
+    ib_port(tmp_path, "mlx5_0", xmit_words=0)
+    ib_port(tmp_path, "mlx5_1", xmit_words=0)
+    net_interface(tmp_path, "eth0")
+    sampler = build_hardware_sampler(
+        gpu=None, sample_nics=("mlx5_1",), log=_log(), sysfs_root=str(tmp_path), clock=clock
+    )
+    sampler.sample()  # the baseline
+    ib_port(tmp_path, "mlx5_0", xmit_words=1000)
+    ib_port(tmp_path, "mlx5_1", xmit_words=10)
+    clock.now += 1.0
+    sampler.sample()
+    assert _links(sampler.snapshot())[("ib", "tx")] == 40  # mlx5_1's 10 words, not mlx5_0's
+    assert ("ethernet", "tx") not in _links(sampler.snapshot())
+    info = detect_hardware(nvml=None, sysfs_root=tmp_path)
+    both = link_peaks(info, 0, nics=True)
+    one = link_peaks(info, 0, nics=("mlx5_1",))
+    assert [(p.link, p.bytes_per_s) for p in both] == [("ib", 100e9)]  # two NDR ports
+    assert [(p.link, p.bytes_per_s) for p in one] == [("ib", 50e9)]
+    assert link_peaks(info, 0, nics=()) == ()

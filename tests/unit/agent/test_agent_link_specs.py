@@ -10,6 +10,7 @@ from mfuscope.agent._health import RateLimitedLog
 from mfuscope.agent._runtime import _Device, _group_link_specs, _peak
 from mfuscope.agent.config import AgentConfig, ConfigError
 from mfuscope.agent.detect import detect_hardware
+from mfuscope.agent.gpu_identity import GpuRef
 from mfuscope.agent.topology import GroupSpec, build_topology
 from mfuscope.core.schema import batch_from_json
 
@@ -118,10 +119,12 @@ def test_nvml_mig_mode_makes_the_peak_a_slice_peak(tmp_path: Path) -> None:
     log = RateLimitedLog(60.0)
     config = AgentConfig(job="j", dtype="bf16")
     # the name carries no profile: unknown, not the whole H100's 989.4 TFLOP/s
-    plain = _Device(name=H100, use_cuda=True, links=None, facts=facts)
+    plain = _Device(name=H100, use_cuda=True, links=None, facts=facts, gpu=GpuRef(0))
     assert _peak(config, plain, log) == (None, "unknown")
     # with the profile in the name (as CUDA names a MIG device): 3/7 of 989.4e12
-    sliced = _Device(name=H100 + " MIG 3g.40gb", use_cuda=True, links=None, facts=facts)
+    sliced = _Device(
+        name=H100 + " MIG 3g.40gb", use_cuda=True, links=None, facts=facts, gpu=GpuRef(0)
+    )
     peak, source = _peak(config, sliced, log)
     assert source == "spec" and peak == pytest.approx(989.4e12 * 3 / 7)
     no_mig = detect_hardware(nvml=CounterNvml(), sysfs_root=tmp_path)

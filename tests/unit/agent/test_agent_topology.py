@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from mfuscope.agent.topology import GroupSpec, axis_of_group, build_topology, new_incarnation
 
@@ -115,8 +117,31 @@ def test_rank_0_values_ride_the_start_up_gather_and_the_store_agreement_works() 
         assert topology.agreed == (True, 100, 10)
         agreement = default_store_agreement(topology.incarnation)
         assert agreement is not None
-        assert agreement.decide("start/1/12", 20) == 20
-        assert agreement.decide("start/1/12", 30) == 20
+        agreement.publish("start/1/12", 20)
+        agreement.fetch("start/1/12")
+        deadline = time.monotonic() + 30
+        while agreement.fetched("start/1/12") is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert agreement.fetched("start/1/12") == 20
+        agreement.close()
     finally:
         dist.destroy_process_group()
     assert default_store_agreement("any") is None  # no process group: no store
+
+
+def test_the_agreement_talks_to_a_tcp_store_over_a_connection_of_its_own() -> None:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from mfuscope.agent._store_agreement import own_client
+
+    server = dist.TCPStore(
+        "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30)
+    )
+    wrapped = dist.PrefixStore("default_pg", dist.PrefixStore("elastic", server))
+    client = own_client(wrapped)
+    assert isinstance(client, dist.TCPStore) and client is not server
+    assert (client.host, client.port) == (server.host, server.port)
+    client.set("k", "v")
+    assert server.get("k") == b"v"
+    assert own_client(dist.HashStore()) is None  # nothing to connect to

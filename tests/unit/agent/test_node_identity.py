@@ -136,3 +136,66 @@ def test_boot_id_file(tmp_path: Path) -> None:
     path.write_text(BOOT_A + "\n")
     assert read_boot_id(str(path)) == BOOT_A
     assert read_boot_id(str(tmp_path / "missing")) is None
+
+
+# The NICs a rank can read, by id: two HCAs and a physical Ethernet port (host networking).
+NODE_NICS = ("guid:b859:9f03:00d4:4f2a", "guid:b859:9f03:00d4:4f2b", "mac:08:c0:eb:11:22:33")
+NIC_NAMES = dict(zip(("mlx5_0", "mlx5_1", "eth0"), NODE_NICS, strict=True))
+
+
+def _sampled(claims: list[NodeClaim], local_ranks: list[int]) -> list[tuple[str, ...]]:
+    """The NIC device names each rank's sampler reads (`RankTopology.nics_sampled`)."""
+    placement = place_ranks(claims)
+    hosts = [c.host for c in claims]
+    return [
+        build_topology(
+            rank=rank, local_rank=local, hosts=hosts, groups=[], placement=placement
+        ).nics_sampled(NIC_NAMES)
+        for rank, local in enumerate(local_ranks)
+    ]
+
+
+def test_two_pods_on_one_node_sample_its_nics_once() -> None:
+    # Two pods of 2 ranks with host networking: both pods' local rank 0 see the node's NICs.
+    claims = [NodeClaim(f"pod-{r // 2}", boot_id=BOOT_A, nics=NODE_NICS) for r in range(4)]
+    assert _sampled(claims, [0, 1, 0, 1]) == [("mlx5_0", "mlx5_1", "eth0"), (), (), ()]
+
+
+def test_two_nodes_each_sample_their_own_nics() -> None:
+    boots = [BOOT_A, BOOT_A, BOOT_B, BOOT_B]
+    claims = [NodeClaim(f"node-{r // 2}", boot_id=b, nics=NODE_NICS) for r, b in enumerate(boots)]
+    all_nics = ("mlx5_0", "mlx5_1", "eth0")
+    assert _sampled(claims, [0, 1, 0, 1]) == [all_nics, (), all_nics, ()]
+
+
+def test_pods_with_their_own_virtual_functions_each_sample_theirs() -> None:
+    # SR-IOV: each pod sees its own VF (its own GUID); the node's other NICs are not visible.
+    claims = [
+        NodeClaim("pod-0", boot_id=BOOT_A, nics=(NODE_NICS[0],)),
+        NodeClaim("pod-1", boot_id=BOOT_A, nics=(NODE_NICS[1],)),
+    ]
+    assert _sampled(claims, [0, 0]) == [("mlx5_0",), ("mlx5_1",)]
+
+
+def test_two_machines_behind_one_host_name_both_sample() -> None:
+    # No boot id (a restricted /proc): the host name is all that places ranks, and both machines
+    # are called "trainer"; their HCAs still differ, so neither machine goes uncounted.
+    claims = [
+        NodeClaim("trainer", nics=(NODE_NICS[0],)),
+        NodeClaim("trainer", nics=(NODE_NICS[1],)),
+    ]
+    placement = place_ranks(claims)
+    assert placement.source == "host" and placement.nodes[0] == placement.nodes[1]
+    assert _sampled(claims, [0, 0]) == [("mlx5_0",), ("mlx5_1",)]
+
+
+def test_without_the_jobs_claims_local_rank_zero_samples() -> None:
+    # No placement (the agent could not gather claims): the old rule stands in.
+    for local, expected in ((0, ("mlx5_0", "mlx5_1", "eth0")), (1, ())):
+        topology = build_topology(rank=local, local_rank=local, hosts=["a", "a"], groups=[])
+        assert topology.nics_read is None
+        assert topology.nics_sampled(NIC_NAMES) == expected
+    claim = local_claim(
+        boot_id=lambda: BOOT_A, hostname=lambda: "a", nics=(NODE_NICS[1], "", NODE_NICS[0])
+    )
+    assert claim.nics == (NODE_NICS[0], NODE_NICS[1])  # sorted, blanks dropped

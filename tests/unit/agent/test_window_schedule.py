@@ -1,15 +1,18 @@
-"""The aligned window schedule: ranks with different views still open windows on the same steps,
-and the overhead budget of the most expensive rank holds."""
+"""The aligned window schedule: rank 0 decides, the other ranks read its decisions off the
+training thread, every rank opens windows on the same steps, and the overhead budget of the most
+expensive rank holds."""
 
 from __future__ import annotations
 
 import itertools
 import random
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from mfuscope.agent._store_agreement import StoreAgreement
+from mfuscope.agent._store_agreement import BackgroundAgreement, StoreAgreement
 from mfuscope.agent.window_schedule import (
     Agreement,
     AgreementError,
@@ -75,14 +78,15 @@ def _ranks(
     step_s: float = 0.05,
     analysis_steps: int = 3,
 ) -> list[SimRank]:
+    """Simulated ranks, rank 0 (the first) deciding."""
     return [
         SimRank(
-            AlignedSchedule(params, agreement, members=len(costs)),
+            AlignedSchedule(params, agreement, members=len(costs), decider=rank == 0),
             cost_s=cost,
             step_s=step_s,
             analysis_steps=analysis_steps,
         )
-        for cost in costs
+        for rank, cost in enumerate(costs)
     ]
 
 
@@ -103,7 +107,7 @@ def test_ranks_with_different_costs_open_the_same_windows_within_the_largest_bud
     assert len(starts) >= 10 and starts[0] == 10
     # Every gap, the first included, is the largest budget: the first check (a window's last
     # step) offers the 20-step cadence, but each window's cost is in 3 steps later, so the
-    # confirming check before the offered start postpones it to the budget.
+    # next check, halfway there, postpones it to the budget.
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert all(gap >= 160 for gap in gaps), gaps
     # ... and not much more than the budget asks (the postponement lands on the budget itself)
@@ -136,15 +140,15 @@ def test_a_failed_window_and_a_slow_analysis_on_one_rank_move_nobody_apart() -> 
     # this rank's analyses take 15 steps (longer than the 10-step cadence) and its second
     # window fails (no cost)
     slow = SimRank(
-        AlignedSchedule(params, agreement, members=2),
+        AlignedSchedule(params, agreement, members=2, decider=False),
         cost_s=0.0,
         analysis_steps=15,
         fail_windows={4},
     )
     _simulate([fast, slow], 200, params.window_steps, seed=3)
     assert fast.opened == slow.opened
-    # windows were postponed while the slow rank's analysis was out (whoever offered first),
-    # so no window opened while one of its analyses was still running
+    # windows were postponed while the slow rank's analysis was out (the deciding rank's own
+    # were done long before), so no window opened while one of its analyses was still running
     for start in slow.opened[1:]:
         earlier = [s for s in slow.opened if s < start]
         assert start > earlier[-1] + params.window_steps - 1 + 15
@@ -158,20 +162,22 @@ def test_ranks_numbering_steps_from_different_origins_profile_the_same_training_
     agreement = LocalAgreement()
     rank0 = SimRank(AlignedSchedule(params, agreement, members=2), cost_s=0.0)
     rank1 = SimRank(
-        AlignedSchedule(params, agreement, step_offset=1000, members=2), cost_s=0.0, offset=1000
+        AlignedSchedule(params, agreement, step_offset=1000, members=2, decider=False),
+        cost_s=0.0,
+        offset=1000,
     )
     _simulate([rank0, rank1], 60, params.window_steps)
     assert rank0.opened == [3, 10, 17, 24, 31, 38, 45, 52, 59]
     assert rank1.opened == [1000 + s for s in rank0.opened]
 
 
-def test_the_cheap_rank_asking_first_still_offers_the_costly_rank_s_budget() -> None:
+def test_the_cheap_deciding_rank_still_offers_the_costly_rank_s_budget() -> None:
     params = ScheduleParams(
         first_window_step=0, every_steps=10, every_s=1e9, window_steps=1, max_overhead_ratio=1.0
     )
     agreement = LocalAgreement()
-    cheap = AlignedSchedule(params, agreement, members=2)
-    costly = AlignedSchedule(params, agreement, members=2)
+    cheap = AlignedSchedule(params, agreement, members=2)  # rank 0: it decides
+    costly = AlignedSchedule(params, agreement, members=2, decider=False)
     cheap_view = RankView(step_s=1.0, cost_s=0.5)  # 1 s steps; its window cost 0.5 s
     for schedule in (cheap, costly):
         schedule.step_ended(0, lambda: cheap_view)  # window 0; the first check: cadence, 10
@@ -180,7 +186,6 @@ def test_the_cheap_rank_asking_first_still_offers_the_costly_rank_s_budget() -> 
     costly.window_done()
     opened = []
     for step in range(1, 40):
-        # the cheap rank always asks first; the costly one would offer the same
         for schedule in (cheap, costly):
             if schedule.opens_at(step):
                 opened.append(step)
@@ -197,9 +202,10 @@ def test_decisions_follow_a_slower_step_time_for_a_cadence_in_seconds() -> None:
     schedule.step_ended(0, lambda: RankView(step_s=0.1))
     schedule.window_done()
     opened = [step for step in range(1, 100) if _ended(schedule, step, RankView(step_s=1.0))]
-    # planned for step 100; the check halfway (step 50) sees 1 s steps, 20 s overdue: opens at
-    # once, and from there every 20 steps (a stale plan is corrected within half its gap)
-    assert opened == [51, 71, 91]
+    # planned for step 100; the check halfway (step 50) sees 1 s steps, 20 s overdue: opens as
+    # soon as a decision can (two steps on: the lead the other ranks read it in), and from
+    # there every 20 steps (a stale plan is corrected within half its gap)
+    assert opened == [52, 72, 92]
 
 
 def _ended(schedule: AlignedSchedule, step: int, view: RankView) -> bool:
@@ -212,7 +218,7 @@ def _ended(schedule: AlignedSchedule, step: int, view: RankView) -> bool:
 
 
 class BrokenAgreement(LocalAgreement):
-    def decide(self, key: str, offer: int) -> int:
+    def publish(self, key: str, value: int) -> None:
         raise AgreementError("store: connection refused")
 
 
@@ -263,13 +269,15 @@ def test_bad_parameters_are_refused(bad: dict[str, float]) -> None:
         ScheduleParams(**values)  # type: ignore[arg-type]
 
 
-def test_store_agreement_keeps_the_first_offer_and_the_largest_cost() -> None:
+def test_store_agreement_publishes_decisions_and_keeps_the_largest_cost() -> None:
     import torch.distributed as dist
 
     store = dist.HashStore()
     one, two = StoreAgreement(store, "p"), StoreAgreement(store, "p")
-    assert one.decide("start/1/5", 20) == 20
-    assert two.decide("start/1/5", 40) == 20
+    assert two.fetched("start/1/5") is None  # not published yet: no wait
+    one.publish("start/1/5", 20)
+    assert two.fetched("start/1/5") == 20
+    assert two.wait_for("start/1/5") == 20
     assert one.read("cost/0") is None
     one.raise_to("cost/0", 0.25)
     two.raise_to("cost/0", 0.5)
@@ -282,7 +290,7 @@ def test_store_agreement_keeps_the_first_offer_and_the_largest_cost() -> None:
         one.read("cost/1")
     store.set("p/start/2/9", "garbage")
     with pytest.raises(AgreementError, match="not a step"):
-        one.decide("start/2/9", 12)
+        one.fetched("start/2/9")
 
 
 class CountingAgreement(LocalAgreement):
@@ -290,9 +298,9 @@ class CountingAgreement(LocalAgreement):
         super().__init__()
         self.decisions = 0
 
-    def decide(self, key: str, offer: int) -> int:
+    def publish(self, key: str, value: int) -> None:
         self.decisions += 1
-        return super().decide(key, offer)
+        super().publish(key, value)
 
 
 def test_step_time_noise_keeps_the_cadence_in_about_log2_gap_decisions_per_window() -> None:
@@ -312,3 +320,173 @@ def test_step_time_noise_keeps_the_cadence_in_about_log2_gap_decisions_per_windo
     assert len(gaps) == 3 and all(940 <= gap <= 1060 for gap in gaps), opened
     # about log2(1000) = 10 decisions per window, not one per step of drift
     assert agreement.decisions <= 3 * 12, agreement.decisions
+
+
+class DelayedAgreement(LocalAgreement):
+    """Followers see a decision only `delay(step)` steps after the decider published it."""
+
+    def __init__(self, delay: Callable[[int], int]) -> None:
+        super().__init__()
+        self.now = 0
+        self.delay = delay
+        self.published_at: dict[str, int] = {}
+
+    def publish(self, key: str, value: int) -> None:
+        self.published_at[key] = self.now
+        super().publish(key, value)
+
+    def fetched(self, key: str) -> int | None:
+        at = self.published_at.get(key)
+        if at is None or self.now - at < self.delay(at):
+            return None
+        return super().fetched(key)
+
+
+def test_a_follower_that_learns_a_start_too_late_skips_it_and_stays_aligned() -> None:
+    params = ScheduleParams(
+        first_window_step=0, every_steps=10, every_s=1e9, window_steps=1, max_overhead_ratio=1.0
+    )
+    # Decisions published at steps 5-11 reach the follower 3 steps late (past their lead).
+    agreement = DelayedAgreement(lambda at: 3 if 5 <= at < 12 else 0)
+    decider = AlignedSchedule(params, agreement, members=2)
+    missed: list[str] = []
+    follower = AlignedSchedule(params, agreement, members=2, decider=False, on_missed=missed.append)
+    opened: dict[int, list[int]] = {0: [], 1: []}
+    for step in range(60):
+        agreement.now = step
+        for rank, schedule in enumerate((decider, follower)):
+            if _ended(schedule, step, RankView(step_s=1.0)):
+                opened[rank].append(step)
+            schedule.window_done()  # as the coordinator does at every idle step
+    assert opened[0] == [0, 10, 20, 30, 40, 50]
+    # decided at step 8, known at step 11
+    assert follower.missed == 1 and missed == [
+        "profiled window at step 10 skipped on this rank (rank 0's decision arrived after it)"
+    ]
+    assert opened[1] == [0, 20, 30, 40, 50]  # the chain went on: every later window is shared
+    assert follower.failure is None
+
+
+def test_a_decider_that_stops_stops_its_followers() -> None:
+    params = ScheduleParams(
+        first_window_step=0, every_steps=10, every_s=1e9, window_steps=1, max_overhead_ratio=1.0
+    )
+    agreement = LocalAgreement()
+    decider = AlignedSchedule(params, agreement, members=2)
+    follower = AlignedSchedule(params, agreement, members=2, decider=False)
+    for step in range(3):
+        _ended(decider, step, RankView(step_s=1.0))
+        _ended(follower, step, RankView(step_s=1.0))
+    decider.close()  # training ended on rank 0 while a decision was pending
+    for step in range(3, 20):
+        assert not _ended(follower, step, RankView(step_s=1.0))
+    assert follower.failure == "rank 0 stopped deciding profiled windows"
+
+
+class RecordingStore:
+    """A `HashStore` that records the thread of every operation."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.store = dist.HashStore()
+        self.threads: set[int] = set()
+
+    def __getattr__(self, name: str) -> Callable[..., object]:
+        method = getattr(self.store, name)
+
+        def call(*args: object) -> object:
+            self.threads.add(threading.get_ident())
+            return method(*args)
+
+        return call
+
+
+def _until(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+class PublishedKeys(BackgroundAgreement):
+    def __init__(self, connect: Callable[[], StoreAgreement]) -> None:
+        super().__init__(connect)
+        self.keys: list[str] = []
+
+    def publish(self, key: str, value: int) -> None:
+        self.keys.append(key)
+        super().publish(key, value)
+
+
+def test_background_agreement_keeps_every_store_operation_off_the_training_thread() -> None:
+    store = RecordingStore()
+    params = ScheduleParams(
+        first_window_step=0, every_steps=6, every_s=1e9, window_steps=1, max_overhead_ratio=1.0
+    )
+    decider = PublishedKeys(lambda: StoreAgreement(store, "p"))
+    follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
+    ranks = [
+        AlignedSchedule(params, agreement, members=2, decider=agreement is decider)
+        for agreement in (decider, follower)
+    ]
+    opened: dict[int, list[int]] = {0: [], 1: []}
+    for step in range(40):
+        for rank, schedule in enumerate(ranks):
+            if _ended(schedule, step, RankView(step_s=1.0)):
+                opened[rank].append(step)
+            schedule.record_cost(0, 0.5)
+        # A step takes longer than a fetch: each decision reaches the follower within its lead
+        # (the late path is tested with `DelayedAgreement`).
+        _until(lambda: all(follower.fetched(key) is not None for key in decider.keys))
+    assert opened[0] == opened[1] == [0, 6, 12, 18, 24, 30, 36]
+    assert store.threads and threading.get_ident() not in store.threads
+    for schedule in ranks:
+        schedule.close()
+
+
+def test_background_agreement_fetches_waits_reads_and_fails_off_the_caller() -> None:
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    decider = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
+    follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
+    follower.fetch("start/1/4")  # its thread waits for the key
+    assert follower.fetched("start/1/4") is None
+    decider.publish("start/1/4", 12)
+    _until(lambda: follower.fetched("start/1/4") == 12)
+    decider.raise_to("cost/0", 0.5)
+    decider.count("done/0")
+    _until(lambda: follower.read("cost/0") == 0.5 and follower.read("done/0") == 1)
+    broken = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
+    store.set("p/start/2/9", "garbage")
+    broken.fetch("start/2/9")
+    with pytest.raises(AgreementError, match="not a step"):
+        _until(lambda: broken.fetched("start/2/9") and False, timeout_s=30.0)
+    unreachable = BackgroundAgreement(lambda: 1 / 0)  # it connects at once, on its thread
+    with pytest.raises(AgreementError, match="cannot connect"):
+        _until(lambda: unreachable.read("x") and False, timeout_s=30.0)
+    for agreement in (decider, follower, broken, unreachable):
+        agreement.close()
+
+
+def test_a_store_shared_with_torch_is_polled_for_a_decision_never_waited_on() -> None:
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+
+    class NoWaitStore:
+        """The shared store, whose `get` of an absent key would hold torch's connection."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(store, name)
+
+        def get(self, key: str) -> bytes:
+            assert store.check([key]), "a get that waits"
+            return store.get(key)
+
+    polled = StoreAgreement(NoWaitStore(), "p", poll_s=0.001)
+    later = threading.Timer(0.05, lambda: StoreAgreement(store, "p").publish("start/1/3", 5))
+    later.start()
+    assert polled.wait_for("start/1/3") == 5
+    later.join()

@@ -1,4 +1,5 @@
-"""Settings precedence (argument > MFUSCOPE_* > default) and environment text conversion."""
+"""Settings precedence (argument > MFUSCOPE_* > an integration's derived value > default) and
+environment text conversion."""
 
 from __future__ import annotations
 
@@ -11,6 +12,18 @@ def test_argument_beats_environment_beats_default() -> None:
     picked = pick_settings(["a", "b", "c"], {"a": "arg-a", "b": None}, env)
     assert picked == {"a": Setting("arg-a", "argument"), "b": Setting("env-b", "MFUSCOPE_B")}
     assert picked["b"].from_env and not picked["a"].from_env
+
+
+def test_a_derived_value_ranks_below_argument_and_environment() -> None:
+    env = {"MFUSCOPE_B": "env-b"}
+    derived = {"a": "derived-a", "b": "derived-b", "c": "derived-c", "d": None}
+    picked = pick_settings(["a", "b", "c", "d"], {"a": "arg-a"}, env, derived)
+    assert picked == {
+        "a": Setting("arg-a", "argument"),
+        "b": Setting("env-b", "MFUSCOPE_B"),
+        "c": Setting("derived-c", "derived"),
+    }  # "d": nobody set it, the caller's default applies
+    assert not picked["c"].from_env
 
 
 @pytest.mark.parametrize(

@@ -65,3 +65,38 @@ def test_one_step_per_optimizer_step_and_the_models_estimate(tmp_path: Path) -> 
     got = reports(tmp_path / "r.jsonl")
     assert [r.step for r in got] == [0, 1, 2]
     assert {r.model_flops for r in got} == {6.0 * params * tokens}
+
+
+def _started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], **options: Any
+) -> Any:
+    """The agent a callback starts with `options` under `env` (then closed)."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    callback = MfuscopeCallback(
+        seq_len=SEQ_LEN, profile=False, hardware_counters=False, peak_flops=1e11, **options
+    )
+    args = SimpleNamespace(
+        run_name="the-run", output_dir=str(tmp_path), per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+    )  # fmt: skip
+    callback.on_train_begin(args, None, None, model=tiny_gpt2())
+    agent = callback.agent
+    callback.on_train_end(args, None, None)
+    return agent
+
+
+def test_user_options_then_environment_then_the_models_estimate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    estimate = 6.0 * (LAYERS * (12 * WIDTH**2 + 13 * WIDTH) + 2 * WIDTH) * 4 * SEQ_LEN
+    # MFUSCOPE_COUNT_FLOPS=0 asks for the estimate as count_flops=False does; run_name is the job
+    agent = _started(tmp_path, monkeypatch, {"MFUSCOPE_COUNT_FLOPS": "0"})
+    assert (agent.config.flops_per_step, agent.config.job) == (estimate, "the-run")
+    # the user's MFUSCOPE_FLOPS_PER_STEP and MFUSCOPE_JOB win over what the callback derives
+    env = {"MFUSCOPE_FLOPS_PER_STEP": "123", "MFUSCOPE_JOB": "env-job"}
+    agent = _started(tmp_path, monkeypatch, env, count_flops=False)
+    assert (agent.config.flops_per_step, agent.config.job) == (123.0, "env-job")
+    # and the user's keywords win over the environment
+    agent = _started(tmp_path, monkeypatch, env, count_flops=False, flops_per_step=7.0, job="arg")
+    assert (agent.config.flops_per_step, agent.config.job) == (7.0, "arg")

@@ -49,3 +49,25 @@ def test_an_exception_closes_the_agent_and_an_open_step(tmp_path: Path) -> None:
     assert [
         r.step for line in path.read_text().splitlines() for r in batch_from_json(line).reports
     ] == [0]
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "job"),
+    [
+        ({}, {}, "logged"),  # derived: the logger's name
+        ({}, {"MFUSCOPE_JOB": "env"}, "env"),
+        ({"job": "arg"}, {"MFUSCOPE_JOB": "env"}, "arg"),
+    ],
+)
+def test_user_options_then_environment_then_the_loggers_name(
+    options: dict[str, str], env: dict[str, str], job: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MFUSCOPE_FLOPS_PER_STEP", "9")
+    callback = MfuscopeCallback(profile=False, hardware_counters=False, peak_flops=1e11, **options)
+    trainer = SimpleNamespace(global_step=0, logger=SimpleNamespace(name="logged"))
+    callback.on_train_start(trainer, None)
+    agent = callback.agent
+    callback.on_train_end(trainer, None)
+    assert (agent.config.job, agent.config.flops_per_step) == (job, 9.0)

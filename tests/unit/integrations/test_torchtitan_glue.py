@@ -88,3 +88,30 @@ def test_train_is_instrumented_on_entry_and_closed_on_exit(
     train(trainer)
     got = reports(tmp_path / "env.jsonl")  # written by close(): the agent was closed
     assert [(r.step, r.model_flops) for r in got] == [(0, 500 * 48.0), (1, 500 * 48.0)]
+
+
+@pytest.mark.parametrize(
+    ("options", "env", "flops", "job"),
+    [
+        ({}, {}, 1000 * 48.0, "torchtitan"),  # derived: torchtitan's count, the glue's name
+        ({}, {"MFUSCOPE_FLOPS_PER_STEP": "123", "MFUSCOPE_JOB": "env"}, 123.0, "env"),
+        (
+            {"flops_per_step": 7.0, "job": "arg"},
+            {"MFUSCOPE_FLOPS_PER_STEP": "123", "MFUSCOPE_JOB": "env"},
+            7.0,
+            "arg",
+        ),
+    ],
+)
+def test_user_options_then_environment_then_derived_values(
+    options: dict[str, Any],
+    env: dict[str, str],
+    flops: float,
+    job: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    agent = glue.instrument(StandInTrainer(1000), hardware_counters=False, **AGENT, **options)
+    agent.close()
+    assert (agent.config.flops_per_step, agent.config.job) == (flops, job)
