@@ -11,8 +11,8 @@ remote-writes to VictoriaMetrics every 15 s; vmalert evaluates the project's rul
 - ingest: rows remote-written into VictoriaMetrics per second (vmagent's and vmalert's), and the
   active series (`vm_cache_entries{type="storage/hour_metric_ids"}`);
 - CPU (cores) and resident memory (MiB, the largest seen) of victoria-metrics, vmagent, vmalert;
-- vmalert: seconds each rule group takes to evaluate its rules once (a group's rules run one
-  after another, the groups side by side; every 15 s);
+- vmalert: the mean seconds of one pass over each rule group (a group's rules run one
+  after another, the groups side by side, every 15 s) and the passes it had to skip;
 - the fleet dashboard's queries (every panel and variable, `$job` = All) on the query API: the
   median of 5 instant queries each, and of 3 range queries over the last 10 min at a 15 s step.
 
@@ -26,6 +26,7 @@ fleet size, then a Markdown table.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import statistics
@@ -36,7 +37,6 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +60,24 @@ VM_DIR = ROOT / "deploy" / "fleet" / "victoriametrics"
 GPUS_PER_NODE = 8
 NODES_PER_JOB = 128  # jobs of 1,024 GPUs
 INTERVAL = "15s"
+
+
+def parse_seconds(duration: str) -> float:
+    """`15s` -> 15.0 (the few durations used here)."""
+    return float(duration.removesuffix("s"))
+
+
 _SAMPLE = re.compile(rb"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
 _COUNTER = re.compile(rb"(_total|_bucket|_count|_sum)$")
 
 
 class Sidecars:
-    """Synthetic node sidecars: the same exposition for every node, under its own job name, the
-    counters grown by 1 % of their value at each scrape (gauges as they are). The node is the
-    loopback address a scrape connects to."""
+    """Synthetic node sidecars: the same exposition for every node, under its job's name, the
+    counters grown by 1 % of their value every interval (gauges as they are). The node is the
+    loopback address a scrape connects to. One asyncio thread serves every scrape from bodies
+    rendered once per interval and job, so that the simulator stays light beside the store."""
 
-    def __init__(self, text: bytes, nodes: int) -> None:
+    def __init__(self, text: bytes, nodes: int, interval_s: float) -> None:
         self.nodes = nodes
         self.lines: list[tuple[bytes, float, bool]] = []  # (text before the value, value, counter)
         for line in text.splitlines():
@@ -80,60 +88,78 @@ class Sidecars:
             name, labels, value = match.groups()
             prefix = name + (labels or b"") + b" "
             self.lines.append((prefix, float(value), bool(_COUNTER.search(name))))
-        self.by_job: dict[int, list[tuple[bytes, float, bool]]] = {}  # the lines, job renamed
-        self.scrapes = [0] * nodes
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("0.0.0.0", free_port()), self._handler())
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.jobs = (nodes + NODES_PER_JOB - 1) // NODES_PER_JOB
+        self.bodies = self._render(0)
+        self.scrapes = 0
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        self.done = asyncio.Event()
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(interval_s, started), daemon=True)
+        self.thread.start()
+        started.wait(10)
 
     @staticmethod
     def address(node: int) -> str:
         return f"127.0.{node // 250 + 1}.{node % 250 + 1}"
 
-    def render(self, node: int) -> bytes:
-        with self.lock:
-            scrapes = self.scrapes[node]
-            self.scrapes[node] += 1
-            lines = self.by_job.get(node // NODES_PER_JOB)
-            if lines is None:
-                job = f'job="train-{node // NODES_PER_JOB:03d}"'.encode()
-                lines = [(re.sub(rb'job="[^"]*"', job, p), v, c) for p, v, c in self.lines]
-                self.by_job[node // NODES_PER_JOB] = lines
-        growth = 1.0 + 0.01 * scrapes
-        return b"".join(
-            prefix
-            if prefix.startswith(b"#")
-            else prefix + repr(value * growth if counter else value).encode() + b"\n"
-            for prefix, value, counter in lines
-        )
+    def _render(self, tick: int) -> list[bytes]:
+        """Every job's body at `tick` intervals after the start."""
+        growth = 1.0 + 0.01 * tick
+        bodies = []
+        for job in range(self.jobs):
+            label = f'job="train-{job:03d}"'.encode()
+            bodies.append(
+                b"".join(
+                    prefix
+                    if prefix.startswith(b"#")
+                    else re.sub(rb'job="[^"]*"', label, prefix)
+                    + repr(value * growth if counter else value).encode()
+                    + b"\n"
+                    for prefix, value, counter in self.lines
+                )
+            )
+        return bodies
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        sidecars = self
+    def _run(self, interval_s: float, started: threading.Event) -> None:
+        async def main() -> None:
+            # Bound to every address (the nodes are 127.0.x.y); other peers are refused.
+            server = await asyncio.start_server(self._serve, "0.0.0.0", self.port)
+            started.set()
+            async with server:
+                tick = 0
+                while True:
+                    try:
+                        await asyncio.wait_for(self.done.wait(), interval_s)
+                        return
+                    except asyncio.TimeoutError:
+                        tick += 1
+                        self.bodies = self._render(tick)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if not self.client_address[0].startswith("127."):  # bound to every address
-                    self.send_error(403)
-                    return
-                _, _, third, fourth = self.connection.getsockname()[0].split(".")
-                node = (int(third) - 1) * 250 + int(fourth) - 1
-                body = sidecars.render(node) if 0 <= node < sidecars.nodes else b""
-                self.send_response(200 if body else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        self.loop.run_until_complete(main())
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-        return Handler
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer, local = writer.get_extra_info("peername")[0], writer.get_extra_info("sockname")[0]
+        _, _, third, fourth = local.split(".")
+        node = (int(third) - 1) * 250 + int(fourth) - 1
+        try:
+            if not peer.startswith("127.") or not 0 <= node < self.nodes:
+                return
+            while True:  # keep-alive: one request after the other
+                await reader.readuntil(b"\r\n\r\n")
+                body = self.bodies[node // NODES_PER_JOB]
+                self.scrapes += 1
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the scraper closed the connection
+        finally:
+            writer.close()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loop.call_soon_threadsafe(self.done.set)
+        self.thread.join(timeout=30)
 
 
 def _metrics(url: str) -> dict[str, float]:
@@ -146,6 +172,28 @@ def _metrics(url: str) -> dict[str, float]:
         if match:
             name, labels, value = match.groups()
             out[(name + (labels or b"")).decode()] = float(value)
+    return out
+
+
+def _group_passes(vmalert_url: str) -> dict[str, tuple[float, float, float]]:
+    """vmalert's rule groups: (seconds spent in passes, passes, passes missed) so far."""
+    metrics = _metrics(vmalert_url)
+    out: dict[str, tuple[float, float, float]] = {}
+    for key, value in metrics.items():
+        match = re.match(r'vmalert_iteration_duration_seconds_sum\{group="([^"]+)"', key)
+        if match:
+            group = match.group(1)
+            count = next(
+                v
+                for k, v in metrics.items()
+                if k.startswith(f'vmalert_iteration_duration_seconds_count{{group="{group}"')
+            )
+            missed = next(
+                v
+                for k, v in metrics.items()
+                if k.startswith(f'vmalert_iteration_missed_total{{group="{group}"')
+            )
+            out[group] = (value, count, missed)
     return out
 
 
@@ -267,7 +315,7 @@ def _start_layout(home: Path, sidecars: Sidecars, nodes: int) -> dict[str, Serve
 
 def measure(text: bytes, gpus: int, warmup_s: float, measure_s: float, tmp: Path) -> dict[str, Any]:
     nodes = gpus // GPUS_PER_NODE
-    sidecars = Sidecars(text, nodes)
+    sidecars = Sidecars(text, nodes, parse_seconds(INTERVAL))
     home = tmp / f"gpus-{gpus}"
     servers: dict[str, Server] = {}
     try:
@@ -276,6 +324,7 @@ def measure(text: bytes, gpus: int, warmup_s: float, measure_s: float, tmp: Path
         time.sleep(warmup_s)
         rows = 'vm_rows_inserted_total{type="promremotewrite"}'
         before, started = _metrics(vm.url)[rows], time.monotonic()
+        passes_before = _group_passes(servers["vmalert"].url)
         cpu_before = {name: _usage(s.process.pid)[0] for name, s in servers.items()}
         rss = dict.fromkeys(servers, 0.0)
         while time.monotonic() - started < measure_s:
@@ -288,24 +337,23 @@ def measure(text: bytes, gpus: int, warmup_s: float, measure_s: float, tmp: Path
             name: (_usage(s.process.pid)[0] - cpu_before[name]) / elapsed
             for name, s in servers.items()
         }
-        with urllib.request.urlopen(f"{servers['vmalert'].url}/api/v1/rules", timeout=30) as r:
-            groups = json.load(r)["data"]["groups"]
-        # A group's rules run one after another, the groups side by side.
-        group_s = {g["name"]: sum(rule["evaluationTime"] for rule in g["rules"]) for g in groups}
-        slowest_rule = max(
-            ((rule["name"], rule["evaluationTime"]) for g in groups for rule in g["rules"]),
-            key=lambda item: item[1],
-        )
+        passes = _group_passes(servers["vmalert"].url)
+        group_s = {  # mean seconds of one pass over a group's rules, while measuring
+            group: (passes[group][0] - passes_before[group][0])
+            / max(1.0, passes[group][1] - passes_before[group][1])
+            for group in passes
+        }
+        missed = sum(passes[g][2] - passes_before[g][2] for g in passes)
         return {
             "gpus": gpus,
             "nodes": nodes,
-            "sidecar_scrapes": sum(sidecars.scrapes),
+            "sidecar_scrapes": sidecars.scrapes,
             "ingest_rows_per_s": (own[rows] - before) / elapsed,
             "active_series": own['vm_cache_entries{type="storage/hour_metric_ids"}'],
             "cpu_cores": cpu,
             "rss_mib": rss,
             "vmalert_group_pass_s": group_s,
-            "vmalert_slowest_rule": slowest_rule,
+            "vmalert_passes_missed": missed,
             **_query_latency(vm.url),
         }
     finally:
@@ -317,7 +365,7 @@ def measure(text: bytes, gpus: int, warmup_s: float, measure_s: float, tmp: Path
 def _table(results: list[dict[str, Any]]) -> str:
     rows = [
         "| GPUs | sidecars | active series | ingest samples/s | VictoriaMetrics RSS MiB "
-        "| CPU cores (VM / vmagent / vmalert) | slowest rule group, one pass s "
+        "| CPU cores (VM / vmagent / vmalert) | slowest rule group, one pass s (passes missed) "
         "| fleet dashboard, instant (sum / slowest) s "
         "| fleet dashboard, 10 min range (sum / slowest) s |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -328,7 +376,8 @@ def _table(results: list[dict[str, Any]]) -> str:
             f"| {r['gpus']:,} | {r['nodes']:,} | {r['active_series']:,.0f} | "
             f"{r['ingest_rows_per_s']:,.0f} | {r['rss_mib']['victoria-metrics']:,.0f} | "
             f"{cpu['victoria-metrics']:.2f} / {cpu['vmagent']:.2f} / {cpu['vmalert']:.2f} | "
-            f"{max(r['vmalert_group_pass_s'].values()):.2f} | {r['instant_total_s']:.2f} / "
+            f"{max(r['vmalert_group_pass_s'].values()):.2f} ({r['vmalert_passes_missed']:.0f}) | "
+            f"{r['instant_total_s']:.2f} / "
             f"{r['instant_slowest'][1]:.3f} | {r['range_total_s']:.2f} / "
             f"{r['range_slowest'][1]:.3f} |"
         )

@@ -22,10 +22,12 @@ with n = ceil(F / i). The second operand is "E held through `for` (n + 1 evaluat
 the alert fired) at some evaluation of the last K": while it is there, the alert keeps firing
 with E's last value (what Prometheus shows in `$value` while it keeps an alert firing). On the
 evaluation grid (vmalert aligns its query times to the group's interval, and subqueries align
-their steps likewise) this fires and resolves at the same evaluations as Prometheus, with one
-difference: Prometheus restarts the K countdown whenever E returns during it, even for less
-than `for`; here only a return that holds through `for` restarts it. No `ALERTS` series is read
-back, so the result does not depend on how soon vmalert's own writes become visible.
+their steps likewise; VictoriaMetrics' -search.latencyOffset, 30 s by default, moves query times
+off the grid, which can move the end of a hold by one evaluation) this fires and resolves at the
+same evaluations as Prometheus, with one difference: Prometheus restarts the K countdown
+whenever E returns during it, even for less than `for`; here only a return that holds through
+`for` restarts it. No `ALERTS` series is read back, so the result does not depend on how soon
+vmalert's own writes become visible.
 
 The rewritten group gets `interval: i` (unless it sets its own), so the expression and the
 cadence it assumes cannot drift apart. Needs PyYAML.

@@ -255,8 +255,10 @@ def _unix(timestamp: str) -> float:
 def _train_and_scrape(
     stack: Stack, collector: Any, tmp_path: Path, wait_until: Callable[..., None]
 ) -> None:
-    """Run the job; start vmagent once every family in `FAMILIES` exists and the job has run as
-    long again (no counter is born, and none is young, inside the compared window)."""
+    """Run the job; start vmagent once every family in `FAMILIES` exists and the job has run
+    twice as many steps again: no counter is born inside the compared window, and each one's
+    first sample there is large against its increase, so that Prometheus extrapolates every
+    counter alike (by half an interval) and ratios of them are MetricsQL's."""
     job = start_job(
         tmp_path,
         "--duration-s", str(JOB_S),
@@ -281,9 +283,9 @@ def _train_and_scrape(
         )
         born = _collector_steps(collector.url)
         wait_until(
-            lambda: job.poll() is not None or _collector_steps(collector.url) >= 2 * born,
+            lambda: job.poll() is not None or _collector_steps(collector.url) >= 3 * born,
             30,
-            f"the job to reach {2 * born:.0f} rank-steps",
+            f"the job to reach {3 * born:.0f} rank-steps",
         )
         assert job.poll() is None, log.read_text(errors="replace")[-3000:]
         stack.start_vmagent(collector.address)
