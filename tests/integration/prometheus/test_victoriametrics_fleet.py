@@ -12,7 +12,7 @@ evaluates the shipped rules itself, so the two rule engines are compared on iden
   increases over the same samples, as long as the window holds no counter's birth: near it
   Prometheus extrapolates each counter towards its own zero, MetricsQL does not
   (docs/fleet.md#metricsql-and-the-rules), so scraping starts once the counters exist and have
-  grown for a while;
+  grown for a while, and the comparison waits until Prometheus extrapolates them all alike;
 - every query of the fleet and job dashboards runs on VictoriaMetrics' query API, instant and
   over a range, and the core panels return the job;
 - an alert (a rejected batch) reaches Alertmanager and its webhook.
@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[3]
 VM_DIR = ROOT / "deploy" / "fleet" / "victoriametrics"
 JOB = "vm-fleet"
 JOB_S = 14.0  # seconds of training
+SCRAPE_AFTER_S = 6.0  # from the first steps at the collector to the first scrape
 CLUSTER = "cluster-a"
 # The families the compared rules read: they exist before scraping starts.
 FAMILIES = (
@@ -68,6 +69,17 @@ FAMILIES = (
     "mfuscope_model_flops_total",
     "mfuscope_step_component_seconds_total",
     "mfuscope_collective_bus_bytes_total",
+)
+# The counters the compared rules (`RATIOS`) read.
+COMPARED_COUNTERS = (
+    "mfuscope_model_flops_total",
+    "mfuscope_hardware_flops_total",
+    "mfuscope_peak_flop_seconds_total",
+    "mfuscope_step_seconds_total",
+    "mfuscope_steps_total",
+    "mfuscope_step_component_seconds_total",
+    "mfuscope_collective_bus_bytes_total",
+    "mfuscope_collective_sized_seconds_total",
 )
 # vmalert's cadence. A rule that reads another's recorded series (job:mfuscope_elementwise_...
 # reads job:mfuscope_mfu:...) must find the previous evaluation's sample searchable, about a
@@ -255,10 +267,9 @@ def _unix(timestamp: str) -> float:
 def _train_and_scrape(
     stack: Stack, collector: Any, tmp_path: Path, wait_until: Callable[..., None]
 ) -> None:
-    """Run the job; start vmagent once every family in `FAMILIES` exists and the job has run
-    twice as many steps again: no counter is born inside the compared window, and each one's
-    first sample there is large against its increase, so that Prometheus extrapolates every
-    counter alike (by half an interval) and ratios of them are MetricsQL's."""
+    """Run the job; start vmagent once every family in `FAMILIES` exists and the job has
+    trained for `SCRAPE_AFTER_S` (no counter is born inside the compared window, and each
+    one's first sample there is large against its increase: see `_extrapolated_alike`)."""
     job = start_job(
         tmp_path,
         "--duration-s", str(JOB_S),
@@ -274,19 +285,20 @@ def _train_and_scrape(
     log = tmp_path / "job.log"
     try:
         wait_until(
+            lambda: job.poll() is not None or _collector_steps(collector.url) > 0,
+            90,
+            "the job's first steps at the collector",
+        )
+        first_steps = time.monotonic()
+        wait_until(
             lambda: (
                 job.poll() is not None
                 or set(FAMILIES) <= {family for family, _ in _collector_series(collector.url)}
             ),
-            90,
+            60,
             "the job's first analysed window at the collector",
         )
-        born = _collector_steps(collector.url)
-        wait_until(
-            lambda: job.poll() is not None or _collector_steps(collector.url) >= 3 * born,
-            30,
-            f"the job to reach {3 * born:.0f} rank-steps",
-        )
+        time.sleep(max(0.0, first_steps + SCRAPE_AFTER_S - time.monotonic()))
         assert job.poll() is None, log.read_text(errors="replace")[-3000:]
         stack.start_vmagent(collector.address)
         assert job.wait(timeout=120) == 0, log.read_text(errors="replace")[-3000:]
@@ -294,6 +306,29 @@ def _train_and_scrape(
         if job.poll() is None:
             job.kill()
             job.wait()
+
+
+def _extrapolated_alike(store_url: str) -> bool:
+    """Whether Prometheus extrapolates every counter of `COMPARED_COUNTERS` in the store alike.
+
+    For a series younger than the window, Prometheus extends the increase from its n samples by
+    half an interval at the start, unless the counter would reach zero sooner: when
+    first / increase * (n - 1) < 1.1 it extends by that time to zero instead, a different
+    amount per counter, and a ratio of two counters moves (promql/functions.go,
+    extrapolatedRate). MetricsQL never extrapolates. Every constant sample after the job ends
+    adds to n; four are left out here for the samples newer than the compared time."""
+    match = "|".join(COMPARED_COUNTERS)
+    selector = f'{{__name__=~"{match}", job="{JOB}"}}'
+    with urllib.request.urlopen(
+        f"{store_url}/api/v1/export?{urllib.parse.urlencode({'match[]': selector})}", timeout=10
+    ) as response:
+        series = [json.loads(line) for line in response.read().decode().splitlines()]
+    for one in series:
+        values = one["values"]
+        increase = values[-1] - values[0]
+        if increase > 0 and values[0] / increase * (len(values) - 5) < 1.1:
+            return False
+    return bool(series)
 
 
 def _settle(stack: Stack, collector: Any, wait_until: Callable[..., None]) -> float:
@@ -307,6 +342,11 @@ def _settle(stack: Stack, collector: Any, wait_until: Callable[..., None]) -> fl
             30,
             f"{steps} == {final} in {url}",
         )
+    wait_until(
+        lambda: _extrapolated_alike(stack.vm.url),
+        60,
+        "enough samples for Prometheus to extrapolate every compared counter alike",
+    )
     settled = time.time() - LAG_S
     wait_until(
         lambda: all(_unix(r["lastEvaluation"]) > settled + 2 for r in stack.rules()),
