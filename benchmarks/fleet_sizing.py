@@ -11,7 +11,8 @@ scrapes it every second. Measured, with and without per-rank labels:
   per job whatever its size) and per-node ones (``instance:`` straggler series and the raw
   families the fleet dashboard lists), counted on the edge Prometheus.
 
-The fleet table (docs/fleet.md#sizing) is arithmetic on these: nodes = GPUs / 8.
+docs/fleet.md#sizing lists these per node; `fleet_victoriametrics.py` serves this sidecar text
+(`sidecar_exposition`) for every node of a synthetic fleet and measures the central store.
 
     .venv/bin/python benchmarks/fleet_sizing.py            # ~40 s; needs prometheus on PATH
 """
@@ -28,6 +29,8 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,14 +77,42 @@ def _query(url: str, expr: str) -> float:
     return float(result[0]["value"][1]) if result else 0.0
 
 
-def measure(per_rank: bool, seconds: float, tmp: Path) -> dict[str, Any]:
+@contextmanager
+def fed_sidecar(per_rank: bool, tmp: Path) -> Iterator[str]:
+    """A real collector (HOST:PORT) fed the 8 ranks' batches, one step per second, while inside."""
     addr_file = tmp / f"collector-{per_rank}"
     cmd = [sys.executable, "-m", "mfuscope.cli", "collector", "--listen", "127.0.0.1:0"]
     cmd += ["--address-file", str(addr_file), "--rate-limit", "0"]
     cmd += ["--per-rank-labels"] if per_rank else []
     collector = _start(cmd, addr_file)
     addr = addr_file.read_text().strip()
+    stop = threading.Event()
+    feeder = threading.Thread(target=_feed, args=(addr, stop), daemon=True)
+    feeder.start()
+    try:
+        yield addr
+    finally:
+        stop.set()
+        feeder.join(timeout=10)
+        collector.terminate()
+        collector.wait(timeout=30)
 
+
+def sidecar_exposition(per_rank: bool, seconds: float, tmp: Path) -> bytes:
+    """One node sidecar's `/metrics` text after `seconds` of feeding."""
+    with fed_sidecar(per_rank, tmp) as addr:
+        time.sleep(seconds)
+        with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as response:
+            text: bytes = response.read()
+    return text
+
+
+def measure(per_rank: bool, seconds: float, tmp: Path) -> dict[str, Any]:
+    with fed_sidecar(per_rank, tmp) as addr:
+        return _measure_edge(addr, per_rank, seconds, tmp)
+
+
+def _measure_edge(addr: str, per_rank: bool, seconds: float, tmp: Path) -> dict[str, Any]:
     edge: dict[str, Any] = yaml.safe_load((ROOT / "deploy/fleet/edge-prometheus.yml").read_text())
     (remote,) = edge.pop("remote_write")
     (keep,) = [r for r in remote["write_relabel_configs"] if r["action"] == "keep"]
@@ -103,10 +134,7 @@ def measure(per_rank: bool, seconds: float, tmp: Path) -> dict[str, Any]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    stop = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(addr, stop), daemon=True)
     try:
-        feeder.start()
         time.sleep(seconds)
         with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as response:
             text = response.read()
@@ -121,11 +149,8 @@ def measure(per_rank: bool, seconds: float, tmp: Path) -> dict[str, Any]:
             "kept_per_node": _query(url, f'count({{__name__=~"{keep["regex"]}"}})') - job_level,
         }
     finally:
-        stop.set()
-        feeder.join(timeout=10)
-        for proc in (prometheus, collector):
-            proc.terminate()
-            proc.wait(timeout=30)
+        prometheus.terminate()
+        prometheus.wait(timeout=30)
 
 
 def main() -> int:

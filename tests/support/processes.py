@@ -3,11 +3,12 @@ its output in a log file, stop it for sure, and poll its readiness endpoint. Std
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import urllib.request
 from pathlib import Path
 
-__all__ = ["http_ready", "spawn", "stop"]
+__all__ = ["free_port", "http_ready", "spawn", "stop"]
 
 
 def spawn(
@@ -28,6 +29,14 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (another process can take it before it is bound)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def http_ready(url: str) -> bool:

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import processes
 from tests.support.processes import http_ready, spawn, stop
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -132,13 +132,6 @@ def promtool() -> str:
 @pytest.fixture(scope="session")
 def prometheus_binary() -> str:
     return _binary("prometheus")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for(
@@ -256,7 +249,7 @@ def start_prometheus(
         content = config if config is not None else prometheus_config(targets, **options)
         config_file.write_text(yaml.safe_dump(content), encoding="utf-8")
         for _attempt in range(5):  # the probed free port can be taken before Prometheus binds
-            port = _free_port()
+            port = processes.free_port()
             log = home / f"prometheus-{port}.log"
             command = [
                 prometheus_binary,
@@ -323,7 +316,7 @@ def dashboard_and_rule_promql() -> Callable[[str], list[PromQLSource]]:
 @pytest.fixture(scope="session")
 def free_port() -> Callable[[], int]:
     """A port free on 127.0.0.1 now (another process can take it before it is bound)."""
-    return _free_port
+    return processes.free_port
 
 
 @pytest.fixture(scope="session")

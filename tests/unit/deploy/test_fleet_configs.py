@@ -66,3 +66,19 @@ def test_thanos_hashring_and_mimir_config_are_well_formed() -> None:
     mimir = _yaml("mimir.yml")
     assert mimir["server"]["http_listen_port"] == 9009
     assert mimir["limits"]["max_global_series_per_user"] > 0
+
+
+def test_the_victoriametrics_edge_scrapes_and_forwards_as_the_prometheus_agent_does() -> None:
+    """vmagent's files (deploy/fleet/victoriametrics/) are edge-agent.yml's scrape job and
+    keep-list, so the rules and both dashboards find the same series on either central store."""
+    agent = _yaml("edge-agent.yml")
+    vmagent = _yaml("victoriametrics/vmagent-scrape.yml")
+    assert vmagent["scrape_configs"] == agent["scrape_configs"]
+    assert vmagent["global"]["scrape_interval"] == agent["global"]["scrape_interval"]
+    (agent_keep,) = agent["remote_write"][0]["write_relabel_configs"]
+    (vmagent_keep,) = _yaml("victoriametrics/vmagent-remote-write.yml")
+    assert vmagent_keep == agent_keep
+    kept = re.compile(f"^(?:{vmagent_keep['regex']})$")
+    raw = {n for n in _fleet_dashboard_series() if n.startswith("mfuscope_")}
+    assert raw and all(kept.match(n) for n in raw | {"up"})
+    assert not kept.match("go_goroutines")
