@@ -14,7 +14,6 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
 __all__ = ["DEFAULT_DURATION_S", "DEFAULT_OUT", "JOB", "OUTPUTS", "add_arguments", "run"]
 
@@ -70,11 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-report", action="store_true", help="skip the HTML report")
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM/SIGHUP stop the demo exactly like Ctrl-C."""
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def _prepare_out(out: Path) -> None:
     if out.exists() and not (out / MARKER).exists() and any(out.iterdir()):
         raise ValueError(
@@ -103,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"mfuscope demo: {exc}", file=sys.stderr)
         return 2
+    from mfuscope.cli.demo import _interrupt
     from mfuscope.cli.demo._run import DemoRun
 
-    previous = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # SIGTERM and SIGHUP stop the demo exactly like Ctrl-C.
+    restore = _interrupt.install()
     demo = DemoRun(args, JOB, DEFAULT_LISTEN)
     try:
         return demo.run()
@@ -118,6 +114,4 @@ def run(args: argparse.Namespace) -> int:
         try:
             demo.close()
         finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            restore()

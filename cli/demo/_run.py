@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mfuscope.cli.demo import _interrupt
 from mfuscope.cli.demo._agent_tail import AgentTail
 from mfuscope.cli.demo._live_view import DemoState, render, status_line
 from mfuscope.cli.demo._procs import Child, Supervisor
@@ -210,6 +211,7 @@ class DemoRun:
     ) -> None:
         next_poll = 0.0
         while job.running():
+            _interrupt.check()
             self._apply(events)
             now = time.monotonic()
             self.state.elapsed_s = now - self.started
@@ -274,6 +276,7 @@ class DemoRun:
         self.note(f"training done; still serving {where}: press Ctrl-C to finish")
         try:
             while True:
+                _interrupt.check()
                 time.sleep(POLL_EVERY_S)
                 self._poll_summary()
         except KeyboardInterrupt:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mfuscope.cli.demo import _interrupt
 from mfuscope.cli.demo._procs import Child, Supervisor
 from mfuscope.core.errors import MfuscopeError
 
@@ -55,6 +56,7 @@ def _tail(path: Path, lines: int = 15) -> str:
 def _wait(child: Child, ready: Callable[[], bool], what: str, log: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not ready():
+        _interrupt.check()
         if not child.running():
             raise ServiceError(f"{what} exited with code {child.popen.returncode}:\n{_tail(log)}")
         if time.monotonic() > deadline:

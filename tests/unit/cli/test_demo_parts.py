@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +206,26 @@ def test_the_agent_tail_tells_measured_from_carried_as_lines_arrive(tmp_path: Pa
         "latest window at step 4 (4 steps / 0.4 s ago); 1 window measured 2 rank-steps, "
         "4 carry a window's breakdown"
     )
+
+
+def test_a_stopping_signal_whose_exception_was_dropped_still_stops_the_demo() -> None:
+    # Python drops an exception raised while the main thread runs a finalizer; the demo's wait
+    # loops call check() each turn, so the signal still ends them.
+    import signal
+
+    from mfuscope.cli.demo import _interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    restore = _interrupt.install()
+    try:
+        _interrupt.check()  # nothing received: no exception
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        with contextlib.suppress(KeyboardInterrupt):  # raised, then dropped by its catcher
+            handler(signal.SIGTERM, None)
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            _interrupt.check()
+    finally:
+        restore()
+    _interrupt.check()  # restored and forgotten
+    assert signal.getsignal(signal.SIGTERM) is before
