@@ -195,6 +195,7 @@ def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     finally:
         if demo.poll() is None:
             demo.kill()
+            demo.communicate()  # reaped and its pipes closed: a failure here stays here
     assert demo.returncode == 130, err
     assert "interrupted: stopped training job, collector" in err
     _assert_nothing_left(marker, tmp_path)
