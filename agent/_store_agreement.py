@@ -7,10 +7,18 @@ them to a thread of its own, so the training thread never waits on the store: at
 ranks the store's server answers one request at a time, and a round trip taken at a check step by
 every rank at once costs the last rank the whole queue (docs/agent.md, "Window agreement at
 scale"). Its thread talks to the server over a connection of its own (a second `TCPStore` client
-to the same server), so a follower's `get` that waits for the decider never holds up the
-connection torch.distributed itself uses. Keys live under a prefix naming the launch (its
-incarnation), so a relaunch, whose ranks restart the schedule from its first window, never reads
-the old launch's answers.
+to the same server), so its requests never queue behind, or hold up, torch.distributed's own.
+Keys live under a prefix naming the launch (its incarnation), so a relaunch, whose ranks restart
+the schedule from its first window, never reads the old launch's answers.
+
+The thread never blocks in the store: a follower looks for the decision with `check` (which
+answers at once), sleeping between looks with a growing back-off, and `close` stops it and joins
+it. A thread left inside a blocking store call (a waiting `get`) when the interpreter exits is
+fatal: if the call returns during finalisation, Python ends the thread with `pthread_exit`, whose
+forced unwinding through PyTorch's binding (a destructor re-taking the GIL, implicitly noexcept)
+calls `std::terminate` ("terminate called without an active exception") and the training process
+aborts at its very end. A timed `wait` would bound the call, but PyTorch logs two warnings at
+every timeout.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -28,11 +37,21 @@ __all__ = ["BackgroundAgreement", "StoreAgreement", "default_store_agreement", "
 
 # A maximum is kept with compare-and-set; concurrent raisers retry, each retry sees a new value.
 _RAISE_ATTEMPTS = 16
-# How long the background connection's `get` waits for a decision: a decider that has not reached
-# its check step in an hour has stopped training; the follower then stops profiling.
-_GET_TIMEOUT = timedelta(hours=1)
-# How often a decision is looked for on a store shared with torch.distributed.
+# How long a follower looks for a decision: a decider that has not reached its check step in an
+# hour has stopped training; the follower then stops profiling.
+_DECISION_TIMEOUT_S = 3600.0
+# Store operations of the agent's own connection (all answer at once) give up after this long.
+_OPERATION_TIMEOUT = timedelta(minutes=5)
+# A follower looks for a decision first after _FIRST_LOOK_S, then twice as long after each miss,
+# at most _LAST_LOOK_S apart: a few requests per follower when the decider publishes within tens
+# of milliseconds (the usual case: it decides at the same check step), one a second per follower
+# when it is late, and none when the agent closes.
+_FIRST_LOOK_S = 0.005
+_LAST_LOOK_S = 1.0
+# How often a decision is looked for on a store shared with torch.distributed (synchronous use).
 _POLL_S = 0.01
+# How long `close` waits for the thread to finish what is queued (publications: one round trip).
+_CLOSE_TIMEOUT_S = 5.0
 
 
 class StoreAgreement:
@@ -116,10 +135,20 @@ class BackgroundAgreement:
     queue work or read what the thread has fetched: `fetched` answers from the values fetched
     so far, `read` from the latest value read (and queues a refresh). The first failed
     operation ends the agreement: every call after it raises `AgreementError` with its reason.
+    `clock` and `sleep` (seconds; `sleep` returns True when woken to stop) are seams for tests.
     """
 
-    def __init__(self, connect: Any) -> None:
+    def __init__(
+        self,
+        connect: Any,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], bool] | None = None,
+    ) -> None:
         self._connect = connect
+        self._clock = clock
+        self._stopping = threading.Event()
+        self._sleep = sleep or self._stopping.wait
         self._work: queue.SimpleQueue[tuple[str, str, Any] | None] = queue.SimpleQueue()
         self._answers: dict[str, int] = {}
         self._values: dict[str, float | None] = {}
@@ -151,10 +180,14 @@ class BackgroundAgreement:
             self._queue("read", key, None)
         return self._values.get(key)
 
-    def close(self) -> None:
-        """Let the thread finish what is queued and stop (it is a daemon: a `get` still waiting
-        for a decision never delays the interpreter's exit)."""
+    def close(self, timeout_s: float = _CLOSE_TIMEOUT_S) -> None:
+        """Finish what is queued (a decider's last publications), stop looking for decisions,
+        and join the thread, waiting at most `timeout_s`: no store call of its may still run when
+        the interpreter exits (module docstring)."""
         self._work.put(None)
+        self._stopping.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
 
     def _queue(self, kind: str, key: str, value: Any) -> None:
         self._raise_failure()
@@ -182,7 +215,7 @@ class BackgroundAgreement:
         if kind == "publish":
             agreement.publish(key, value)
         elif kind == "fetch":
-            self._answers[key] = agreement.wait_for(key)
+            self._look_for(agreement, key)
         elif kind == "raise_to":
             agreement.raise_to(key, value)
         elif kind == "count":
@@ -190,6 +223,19 @@ class BackgroundAgreement:
         else:
             self._reading.discard(key)  # a read asked for after this one queues another
             self._values[key] = agreement.read(key)
+
+    def _look_for(self, agreement: StoreAgreement, key: str) -> None:
+        """Look for the decision under `key` until it is there, the agent closes, or the decider
+        is an hour late (the agreement then fails: the follower stops profiling)."""
+        deadline = self._clock() + _DECISION_TIMEOUT_S
+        pause = _FIRST_LOOK_S
+        while (found := agreement.fetched(key)) is None:
+            if self._clock() > deadline:
+                raise AgreementError(f"no decision under {key!r} within {_DECISION_TIMEOUT_S} s")
+            if self._sleep(pause):
+                return  # closing: the thread ends with the queue's stop mark
+            pause = min(2 * pause, _LAST_LOOK_S)
+        self._answers[key] = found
 
 
 def _step(text: str, key: str) -> int:
@@ -223,7 +269,7 @@ def own_client(store: Any) -> Any | None:
         base.host,
         base.port,
         is_master=False,
-        timeout=_GET_TIMEOUT,
+        timeout=_OPERATION_TIMEOUT,
         use_libuv=bool(getattr(base, "libuvBackend", True)),
     )
 

@@ -490,3 +490,43 @@ def test_a_store_shared_with_torch_is_polled_for_a_decision_never_waited_on() ->
     later.start()
     assert polled.wait_for("start/1/3") == 5
     later.join()
+
+
+def test_closing_a_follower_still_looking_for_a_decision_ends_its_thread() -> None:
+    # A thread left in a store call when the interpreter exits can abort the process at its end
+    # (std::terminate from the binding's forced unwinding), so close() must end it: the
+    # follower only ever makes calls that answer at once, and sleeps between them.
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
+    follower.fetch("start/1/4")  # no decider ever publishes it
+    time.sleep(0.05)
+    started = time.monotonic()
+    follower.close(timeout_s=10.0)
+    assert not follower._thread.is_alive()
+    assert time.monotonic() - started < 5.0  # woken at once, not at the end of a back-off
+    assert follower.fetched("start/1/4") is None
+
+
+def test_a_decider_an_hour_late_fails_the_agreement() -> None:
+    import torch.distributed as dist
+
+    now = [0.0]
+    naps: list[float] = []
+
+    def nap(seconds: float) -> bool:
+        naps.append(seconds)
+        now[0] += seconds
+        return False
+
+    store = dist.HashStore()
+    follower = BackgroundAgreement(
+        lambda: StoreAgreement(store, "p"), clock=lambda: now[0], sleep=nap
+    )
+    follower.fetch("start/1/4")
+    with pytest.raises(AgreementError, match="no decision"):
+        _until(lambda: follower.fetched("start/1/4") and False, timeout_s=60.0)
+    assert naps[:3] == [0.005, 0.01, 0.02] and max(naps) == 1.0  # backs off to one look a second
+    assert 3600.0 < now[0] < 3602.0
+    follower.close()
