@@ -138,10 +138,15 @@ def waterfall_rules() -> list[Rule | Section]:
         ),
         Rule(
             n.WATERFALL_5M,
-            q.waterfall_slices(q.RATE_5M, n.MFU_5M),
+            q.waterfall(
+                selector(n.STEP_FRACTION_5M, 'component!="compute"'),
+                n.ELEMENTWISE_5M,
+                n.KERNEL_INEFFICIENCY_5M,
+            ),
             "Every slice of 1 - MFU in one series per slice (component: each bucket but compute, "
-            "exposed_comm per axis and tier, elementwise, kernel_inefficiency): with MFU they sum "
-            "to 1, and a new bucket shows here without a new rule.",
+            "elementwise, kernel_inefficiency): with MFU they sum to 1, and a new bucket shows "
+            "here without a new rule. Built from the series above, which are evaluated anyway, "
+            "rather than from the counters again: it runs every evaluation on every job.",
         ),
     ]
 

@@ -66,6 +66,7 @@ __all__ = [
     "step_seconds",
     "tier_spec",
     "utilization",
+    "waterfall",
     "waterfall_slices",
 ]
 
@@ -214,11 +215,22 @@ def kernel_inefficiency(
     return f"{compute_fraction} - {match}{mfu_expr} - {match}{elementwise}"
 
 
+def waterfall(bucket_slices: str, elementwise: str, rest: str) -> str:
+    """Every slice of ``1 - MFU`` as one vector labelled ``component``
+    (docs/definitions.md#mfu-waterfall): `bucket_slices`, the fractions of each bucket but
+    compute (labelled by bucket), then `elementwise` and `rest` (``kernel_inefficiency``),
+    labelled here. With the MFU of the same window they sum to 1."""
+    return (
+        f"({bucket_slices})"
+        f' or label_replace({elementwise}, "component", "{ELEMENTWISE_SLICE}", "", "")'
+        f' or label_replace({rest}, "component", "{KERNEL_INEFFICIENCY_SLICE}", "", "")'
+    )
+
+
 def waterfall_slices(window: Window, mfu_expr: str, by: Sequence[str] = JOB) -> str:
-    """Every slice of ``1 - MFU`` over the window as one vector labelled ``component``
-    (docs/definitions.md#mfu-waterfall): each bucket but compute (``exposed_comm`` also per
-    ``axis`` and ``tier``), then ``elementwise`` (while a class split is reported) and
-    ``kernel_inefficiency``. With `mfu_expr` (the MFU of the same window) they sum to 1."""
+    """`waterfall` over the window from the counters: each bucket but compute (``exposed_comm``
+    also per ``axis`` and ``tier``), ``elementwise`` (while a class split is reported) and
+    ``kernel_inefficiency``; `mfu_expr` is the MFU of the same window."""
     per = ("component", "axis", "tier")
     buckets = bucket_fraction(window, by, per, part='component!="compute"')
     elementwise = elementwise_fraction(window, by)
@@ -226,11 +238,7 @@ def waterfall_slices(window: Window, mfu_expr: str, by: Sequence[str] = JOB) -> 
     rest = kernel_inefficiency(
         compute, mfu_expr, f"({elementwise_slice(window, mfu_expr, by)})", by
     )
-    return (
-        f"({buckets})"
-        f' or label_replace({elementwise}, "component", "{ELEMENTWISE_SLICE}", "", "")'
-        f' or label_replace({rest}, "component", "{KERNEL_INEFFICIENCY_SLICE}", "", "")'
-    )
+    return waterfall(buckets, elementwise, rest)
 
 
 def mean_step_seconds(window: Window, by: Sequence[str] = JOB, matchers: str = "") -> str:

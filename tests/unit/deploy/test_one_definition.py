@@ -72,6 +72,7 @@ _CALLS: dict[str, list[Callable[[], str]]] = {
     "elementwise_slice": [lambda: q.elementwise_slice(W, R)],
     "kernel_efficiency": [lambda: q.kernel_efficiency(R, R)],
     "kernel_inefficiency": [lambda: q.kernel_inefficiency(R, R, R)],
+    "waterfall": [lambda: q.waterfall(R, R, R)],
     "waterfall_slices": [lambda: q.waterfall_slices(W, R)],
     "mean_step_seconds": [lambda: q.mean_step_seconds(W)],
     "own_step_seconds": [lambda: q.own_step_seconds(W, ("job",))],
