@@ -11,22 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from mfuscope.core.bandwidth import busbw_efficiency
 from mfuscope.core.hardware import PeakLookup
 from mfuscope.core.mfu import StepBuckets, mfu_waterfall
 from mfuscope.core.trace.options import trace_tier_specs
 from mfuscope.core.trace.result import RankAnalysis
+from mfuscope.core.vocabulary import COMPONENTS, SLICE_TITLES
 
 __all__ = ["missing_value_reasons", "of_spec", "peak_words", "waterfall_line"]
-
-_SLICE_LABELS = {
-    "exposed_comm": "exposed comm",
-    "bubble_pipeline": "pipeline bubble",
-    "bubble_idle": "idle",
-    "recompute": "recompute",
-    "other": "other",
-    "elementwise": "unfused kernels",
-    "kernel_inefficiency": "kernel inefficiency",
-}
 
 
 def peak_words(lookup: PeakLookup) -> str:
@@ -94,10 +86,8 @@ def missing_value_reasons(
 
 def of_spec(rank: RankAnalysis, tier: str, busbw_bytes_per_s: float | None) -> str:
     """Bus bandwidth as a share of the tier's spec (`-` when either is unknown)."""
-    spec = trace_tier_specs(rank.device).get(tier)
-    if busbw_bytes_per_s is None or spec is None:
-        return "      -"
-    return f"{busbw_bytes_per_s / spec:7.1%}"
+    efficiency = busbw_efficiency(busbw_bytes_per_s, trace_tier_specs(rank.device).get(tier))
+    return "      -" if efficiency is None else f"{efficiency:7.1%}"
 
 
 def waterfall_line(steps: Sequence[int], rank: RankAnalysis) -> str | None:
@@ -107,13 +97,8 @@ def waterfall_line(steps: Sequence[int], rank: RankAnalysis) -> str | None:
     if not rank.steps or any(s.mfu is None for s in rank.steps):
         return None
     total = math.fsum
-    buckets = StepBuckets(
-        compute_s=total(s.compute_s for s in rank.steps),
-        recompute_s=total(s.recompute_s for s in rank.steps),
-        exposed_comm_s=total(s.exposed_comm_s for s in rank.steps),
-        other_s=total(s.other_s for s in rank.steps),
-        bubble_pipeline_s=total(s.bubble_pipeline_s for s in rank.steps),
-        bubble_idle_s=total(s.bubble_idle_s for s in rank.steps),
+    buckets = StepBuckets.of(
+        {c: total(getattr(s, f"{c}_s") for s in rank.steps) for c in COMPONENTS},
         elementwise_s=total(
             min(s.compute_classes.elementwise_norm_reduce, s.compute_s)
             for s in rank.steps
@@ -127,7 +112,7 @@ def waterfall_line(steps: Sequence[int], rank: RankAnalysis) -> str | None:
     except ValueError:  # model FLOPs but no compute time: no honest split
         return None
     slices = " - ".join(
-        f"{_SLICE_LABELS[name]} {fraction:.1%}"
+        f"{SLICE_TITLES[name]} {fraction:.1%}"
         for name, fraction in waterfall.slices().items()
         if abs(fraction) >= 5e-4
     )

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from mfuscope.core.bandwidth import busbw_bytes_per_s
+from mfuscope.core.bandwidth import aggregate_busbw_bytes_per_s, bus_factor
 from mfuscope.core.errors import TraceError
 from mfuscope.core.settings import env_name, parse_mapping, parse_quantity
 from mfuscope.core.trace.trace_io import (
@@ -36,6 +36,7 @@ from mfuscope.core.trace.trace_io import (
     gc_paused,
     scan_trace,
 )
+from mfuscope.core.vocabulary import COMPONENTS, SLICE_TITLES
 
 if TYPE_CHECKING:
     from mfuscope.core.hardware import PeakLookup
@@ -309,16 +310,18 @@ def _format_rank(
     sources = sorted({s.window_source for s in rank.steps})
     if sources != [WINDOW_PROFILER_STEP]:
         out.append(f"  windows: {', '.join(window_words.get(s, s) for s in sources)}")
+    # One column per bucket, in the vocabulary's order, each as wide as its title.
+    widths = {c: max(len(SLICE_TITLES[c]), 7) for c in COMPONENTS}
     out.append(
-        "  step    wall ms  compute  recomp  exp.comm   other  bubble  (pipe / idle)"
-        "  overlap ms     MFU     HFU"
+        "  step    wall ms  "
+        + "  ".join(f"{SLICE_TITLES[c]:>{widths[c]}}" for c in COMPONENTS)
+        + "  overlap ms     MFU     HFU"
     )
     for s in rank.steps:
         w = s.wall_s
+        buckets = "  ".join(f"{_pct(getattr(s, f'{c}_s'), w):>{widths[c]}}" for c in COMPONENTS)
         out.append(
-            f"  {s.step:>4} {w * 1e3:10.3f}   {_pct(s.compute_s, w)}  {_pct(s.recompute_s, w)}"
-            f"    {_pct(s.exposed_comm_s, w)}  {_pct(s.other_s, w)}  {_pct(s.bubble_s, w)}"
-            f"  ({_pct(s.bubble_pipeline_s, w)}/{_pct(s.bubble_idle_s, w)})"
+            f"  {s.step:>4} {w * 1e3:10.3f}  {buckets}"
             f"  {s.overlapped_comm_s * 1e3:10.3f}  {_ratio(s.mfu)}  {_ratio(s.hfu)}"
         )
     by_class: dict[str, float] = defaultdict(float)
@@ -354,10 +357,11 @@ def _format_rank(
         groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][4] or -1)
     ):
         total = math.fsum(times)
+        # The calls of one size, summed: Σ bus bytes / Σ t (docs/definitions.md#aggregating-busbw).
         rate = (
             None
-            if size is None or n is None or total <= 0
-            else busbw_bytes_per_s(op, n, len(times) * size, total)
+            if size is None or n is None
+            else aggregate_busbw_bytes_per_s(len(times) * size * bus_factor(op, n), total)
         )
         busbw = "         -" if rate is None else f"{rate / 1e9:10.3f}"
         spec = of_spec(rank, tier, rate)

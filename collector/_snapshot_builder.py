@@ -27,6 +27,7 @@ from mfuscope.collector.snapshot import (
     Straggler,
     TierPeak,
 )
+from mfuscope.core.bandwidth import aggregate_busbw_bytes_per_s, busbw_efficiency
 from mfuscope.core.hangs import RankComm, find_hangs
 from mfuscope.core.mfu import utilization
 from mfuscope.core.schema import AgentHealth
@@ -104,11 +105,12 @@ def _by_kind(sums: _Sums, kind: Kind) -> list[tuple[tuple[str, ...], tuple[float
 
 def _latest(sums: _Sums, peaks: dict[tuple[str, str], float], config: StateConfig) -> LatestWindow:
     def busbw(acc: CollectiveAcc) -> float | None:
-        return acc.bus_bytes / acc.sized_seconds if acc.sized_seconds > 0 else None
+        # A profiled window's samples count bus bytes only for calls of known size and group
+        # size, and exactly those calls' seconds in `sized_seconds`: the one busbw aggregation.
+        return aggregate_busbw_bytes_per_s(acc.bus_bytes, acc.sized_seconds)
 
     def efficiency(bw: float | None, axis: str, tier: str) -> float | None:
-        peak = peaks.get((axis, tier))
-        return bw / peak if bw is not None and peak else None
+        return busbw_efficiency(bw, peaks.get((axis, tier)))
 
     collectives = []
     for (op, axis, tier), values in _by_kind(sums, Kind.OP):

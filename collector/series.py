@@ -29,6 +29,7 @@ from mfuscope.collector.snapshot import (
     JobSnapshot,
     SeriesTotals,
 )
+from mfuscope.core.vocabulary import COMPONENTS
 from mfuscope.exporters.model import HistogramSample, MetricFamily, MetricKind, Sample
 
 __all__ = ["REJECT_REASONS", "metric_families"]
@@ -213,8 +214,8 @@ def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         "mfuscope_step_component_seconds_total",
         "counter",
         "s",
-        "step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, "
-        "bubble_idle); axis and tier set on exposed_comm, axis pp on bubble_pipeline, seconds",
+        f"step time per bucket ({', '.join(COMPONENTS)}); axis and tier set on exposed_comm, "
+        "axis pp on bubble_pipeline, seconds",
         (*b.who_labels, "component", "axis", "tier"),
         [
             Sample((*b.who(j.job, t), c.component, c.axis, c.tier), c.seconds, t.start_unix_ns)

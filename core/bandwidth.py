@@ -9,6 +9,11 @@ docs/definitions.md#bus-bandwidth and docs/definitions.md#alpha-beta-model.
   can be compared with a link's unidirectional peak regardless of group size n:
   all_reduce ``2(n-1)/n`` (a reduce-scatter then an all-gather, each moving (n-1)/n of S per rank);
   all_gather, reduce_scatter, all_to_all ``(n-1)/n``; broadcast, reduce, send, recv ``1``.
+- Over many calls (ranks, ops, sizes, time) busbw is aggregated one way: the summed bus bytes
+  over the summed seconds of the calls whose size and group size are known
+  (`aggregate_busbw_bytes_per_s`, docs/definitions.md#aggregating-busbw), what the recording
+  rules compute from the collector's counters (`mfuscope.core.promql.quantities.busbw`).
+- ``efficiency = busbw / spec`` of the group's tier (`busbw_efficiency`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from mfuscope.core.vocabulary import COLLECTIVE_OPS
 
 __all__ = [
     "LinkModel",
+    "aggregate_busbw_bytes_per_s",
     "algbw_bytes_per_s",
     "bus_factor",
     "busbw_bytes_per_s",
+    "busbw_efficiency",
     "ideal_transfer_s",
 ]
 
@@ -49,6 +56,27 @@ def algbw_bytes_per_s(size_bytes: float, seconds: float) -> float:
 def busbw_bytes_per_s(op: str, group_size: int, size_bytes: float, seconds: float) -> float:
     """``busbw = algbw * bus_factor(op, n)`` in bytes/s."""
     return algbw_bytes_per_s(size_bytes, seconds) * bus_factor(op, group_size)
+
+
+def aggregate_busbw_bytes_per_s(bus_bytes: float, seconds: float) -> float | None:
+    """busbw of a set of calls, bytes/s: ``Σ S_i * factor_i / Σ t_i`` over the calls whose size
+    and group size are known (`bus_bytes` their summed bus bytes, `seconds` their summed
+    durations), whichever ranks, ops, sizes and times they span. That is the time-weighted mean of
+    the calls' busbw, and a ratio of sums, so it adds up exactly across ranks and collectors;
+    calls of unknown size are left out of both sums, or they would pull busbw down. None when no
+    such call took any time."""
+    if not seconds > 0:
+        return None
+    return bus_bytes / seconds
+
+
+def busbw_efficiency(busbw: float | None, spec_bytes_per_s: float | None) -> float | None:
+    """``busbw / spec``: the share of the tier's unidirectional link rate the calls reached
+    (docs/definitions.md#bandwidth-efficiency). None when either is unknown (a spec of 0 is
+    unknown: no rate is invented)."""
+    if busbw is None or spec_bytes_per_s is None or not spec_bytes_per_s > 0:
+        return None
+    return busbw / spec_bytes_per_s
 
 
 class LinkModel(msgspec.Struct, frozen=True):

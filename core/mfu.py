@@ -36,8 +36,10 @@ For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device o
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import msgspec
+from mfuscope.core.vocabulary import COMPONENTS, WATERFALL_SLICES
 
 __all__ = [
     "MfuWaterfall",
@@ -122,7 +124,9 @@ def hfu(model_flops: float, recompute_flops: float, peak_flops: float, wall_s: f
 
 
 class StepBuckets(msgspec.Struct, frozen=True):
-    """One window split into the step buckets, in seconds; they sum to the window."""
+    """One window split into the step buckets, in seconds; they sum to the window. One field
+    ``<bucket>_s`` per bucket of `mfuscope.core.vocabulary.COMPONENTS` (a test checks), which
+    everything else here iterates."""
 
     compute_s: float
     recompute_s: float = 0.0
@@ -145,18 +149,20 @@ class StepBuckets(msgspec.Struct, frozen=True):
                 f"elementwise_s {self.elementwise_s} s is part of compute_s {self.compute_s} s"
             )
 
+    @classmethod
+    def of(cls, seconds: Mapping[str, float], elementwise_s: float = 0.0) -> StepBuckets:
+        """From seconds per bucket name (a missing bucket is 0 s)."""
+        fields = {f"{c}_s": float(seconds.get(c, 0.0)) for c in COMPONENTS}
+        return cls(**fields, elementwise_s=elementwise_s)
+
+    def seconds(self, component: str) -> float:
+        """The seconds of bucket `component`."""
+        value: float = getattr(self, f"{component}_s")
+        return value
+
     @property
     def window_s(self) -> float:
-        return math.fsum(
-            (
-                self.compute_s,
-                self.recompute_s,
-                self.exposed_comm_s,
-                self.other_s,
-                self.bubble_pipeline_s,
-                self.bubble_idle_s,
-            )
-        )
+        return math.fsum(self.seconds(c) for c in COMPONENTS)
 
 
 class MfuWaterfall(msgspec.Struct, frozen=True):
@@ -185,16 +191,8 @@ class MfuWaterfall(msgspec.Struct, frozen=True):
         return self.bubble_pipeline + self.bubble_idle
 
     def slices(self) -> dict[str, float]:
-        """The slices of ``1 - MFU`` by name (for dashboards and tables)."""
-        return {
-            "exposed_comm": self.exposed_comm,
-            "bubble_pipeline": self.bubble_pipeline,
-            "bubble_idle": self.bubble_idle,
-            "recompute": self.recompute,
-            "other": self.other,
-            "elementwise": self.elementwise,
-            "kernel_inefficiency": self.kernel_inefficiency,
-        }
+        """The slices of ``1 - MFU`` by name, in `WATERFALL_SLICES` order (for tables)."""
+        return {name: getattr(self, name) for name in WATERFALL_SLICES}
 
 
 def mfu_waterfall(model_flops: float, peak_flops: float, buckets: StepBuckets) -> MfuWaterfall:
@@ -212,15 +210,13 @@ def mfu_waterfall(model_flops: float, peak_flops: float, buckets: StepBuckets) -
     # f_compute * (1 - efficiency) == f_compute - MFU; written so it also holds without compute.
     kernel_slice = buckets.compute_s / window - mfu_value
     elementwise = buckets.elementwise_s / window
+    # Every bucket but compute is a slice of its own: its fraction of the window.
+    fractions = {c: buckets.seconds(c) / window for c in COMPONENTS if c != "compute"}
     return MfuWaterfall(
         mfu=mfu_value,
-        exposed_comm=buckets.exposed_comm_s / window,
-        bubble_pipeline=buckets.bubble_pipeline_s / window,
-        bubble_idle=buckets.bubble_idle_s / window,
-        recompute=buckets.recompute_s / window,
-        other=buckets.other_s / window,
         kernel_inefficiency=kernel_slice - elementwise,
         kernel_efficiency=efficiency,
         window_s=window,
         elementwise=elementwise,
+        **fractions,
     )

@@ -13,21 +13,26 @@ from __future__ import annotations
 
 __all__ = [
     "AXIS_UNKNOWN",
+    "BUBBLE_COMPONENTS",
     "COLLECTIVE_OPS",
     "COMPONENTS",
+    "ELEMENTWISE_SLICE",
     "FRAMEWORK_AXIS_NAMES",
     "KERNEL_CLASSES",
+    "KERNEL_INEFFICIENCY_SLICE",
     "LINK_SPEC_SOURCES",
     "LINK_SPEC_UNKNOWN",
     "P2P_OPS",
     "PEAK_SOURCES",
     "PIPELINE_AXIS",
+    "SLICE_TITLES",
     "TENSOR_AXIS",
     "TIERS",
     "TIER_INTER_NODE",
     "TIER_INTRA_NODE",
     "TIER_UNKNOWN",
     "WAITING_COMPONENTS",
+    "WATERFALL_SLICES",
     "WORLD_AXIS",
     "axis_from_description",
     "canonical_axis",
@@ -47,6 +52,35 @@ COMPONENTS: tuple[str, ...] = (
 # The buckets in which a rank waits on its peers rather than doing its own work (the rest of the
 # step, `bubble_idle` included, is the rank's own time: see `core.stragglers`).
 WAITING_COMPONENTS: frozenset[str] = frozenset({"exposed_comm", "bubble_pipeline"})
+# The buckets in which the device runs nothing: together they are the bubble.
+BUBBLE_COMPONENTS: tuple[str, ...] = ("bubble_pipeline", "bubble_idle")
+
+# The slices of ``1 - MFU`` (docs/definitions.md#mfu-waterfall), in the order they are shown (the
+# order of the waterfall's formula): every bucket but compute, then compute's shortfall from peak
+# in two parts, the unfused / memory-bound kernels and the rest. The core waterfall, the report
+# and the CLI iterate this; the recording rules and dashboards take every bucket but compute.
+ELEMENTWISE_SLICE = "elementwise"
+KERNEL_INEFFICIENCY_SLICE = "kernel_inefficiency"
+WATERFALL_SLICES: tuple[str, ...] = (
+    "exposed_comm",
+    "bubble_pipeline",
+    "bubble_idle",
+    "recompute",
+    "other",
+    ELEMENTWISE_SLICE,
+    KERNEL_INEFFICIENCY_SLICE,
+)
+# How the buckets and slices are named for people (CLI tables, the live view, the report).
+SLICE_TITLES: dict[str, str] = {
+    "compute": "compute",
+    "recompute": "recompute",
+    "exposed_comm": "exposed comm",
+    "other": "other",
+    "bubble_pipeline": "pipeline bubble",
+    "bubble_idle": "idle",
+    ELEMENTWISE_SLICE: "unfused kernels",
+    KERNEL_INEFFICIENCY_SLICE: "kernel inefficiency",
+}
 
 TIER_INTRA_NODE = "intra_node"
 TIER_INTER_NODE = "inter_node"

@@ -14,6 +14,7 @@ from typing import Any
 
 from mfuscope.cli.demo._agent_tail import BreakdownStatus
 from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO, is_straggler
+from mfuscope.core.vocabulary import COMPONENTS, SLICE_TITLES
 from rich.columns import Columns
 from rich.console import Group, RenderableType
 from rich.panel import Panel
@@ -30,14 +31,18 @@ __all__ = [
     "straggler_text",
 ]
 
-# (summary component key, label, style); the bucket order of docs/definitions.md#step-buckets.
-BUCKET_STYLES: tuple[tuple[str, str, str], ...] = (
-    ("compute", "compute", "blue"),
-    ("recompute", "recompute", "magenta"),
-    ("exposed_comm", "exposed comm", "red"),
-    ("other", "other", "yellow"),
-    ("bubble_pipeline", "pipeline bubble", "dark_orange"),
-    ("bubble_idle", "idle", "grey50"),
+_STYLES = {
+    "compute": "blue",
+    "recompute": "magenta",
+    "exposed_comm": "red",
+    "other": "yellow",
+    "bubble_pipeline": "dark_orange",
+    "bubble_idle": "grey50",
+}
+# (summary component key, label, style) of every bucket, in the vocabulary's order
+# (docs/definitions.md#step-buckets); a bucket without a colour of its own is drawn white.
+BUCKET_STYLES: tuple[tuple[str, str, str], ...] = tuple(
+    (c, SLICE_TITLES[c], _STYLES.get(c, "white")) for c in COMPONENTS
 )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from mfuscope.cli.report._content import PLOT_NAMES, ReportContent
 from mfuscope.core.aggregate.decompose import segment_label
 from mfuscope.core.aggregate.run import RunData
+from mfuscope.core.bandwidth import busbw_efficiency
 from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
 from mfuscope.core.vocabulary import COMPONENTS
 
@@ -249,7 +250,7 @@ def _tier_tables(content: ReportContent) -> list[str]:
                 p.calls,
                 f"{p.seconds_per_call * 1e6:.1f} µs",
                 _si(p.busbw_bytes_per_s, "B/s"),
-                _pct(p.busbw_bytes_per_s / spec_of[p.axis]) if p.axis in spec_of else "–",
+                _pct(busbw_efficiency(p.busbw_bytes_per_s, spec_of.get(p.axis))),
             ]
             for p in tier.points
         ]

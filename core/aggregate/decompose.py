@@ -29,7 +29,7 @@ from mfuscope.core.aggregate.coverage import is_measured
 from mfuscope.core.aggregate.run import RankRun, RunData
 from mfuscope.core.mfu import StepBuckets, mfu_waterfall, utilization
 from mfuscope.core.schema import StepReport
-from mfuscope.core.vocabulary import COMPONENTS, KERNEL_CLASSES
+from mfuscope.core.vocabulary import COMPONENTS, KERNEL_CLASSES, WATERFALL_SLICES
 
 __all__ = [
     "RankDecomposition",
@@ -49,9 +49,6 @@ KERNEL_INEFFICIENCY = "kernel inefficiency"
 # ``elementwise`` slice): shown apart, it is the share kernel fusion can win back.
 UNFUSED_KERNELS = "unfused kernels"
 _ELEMENTWISE_CLASS = KERNEL_CLASSES[2]  # elementwise_norm_reduce
-# Waterfall order (docs/definitions.md#mfu-waterfall): exposed communication, bubble,
-# recompute, other, then kernels.
-_WATERFALL_ORDER = ("exposed_comm", "bubble_pipeline", "bubble_idle", "recompute", "other")
 
 
 def segment_label(component: str, axis: str = "", tier: str = "") -> str:
@@ -196,13 +193,8 @@ def job_waterfall(run: RunData) -> Waterfall | None:
     core = mfu_waterfall(
         math.fsum(s.model_flops for _, s in samples),
         mean_peak,
-        StepBuckets(
-            compute_s=per_component["compute"],
-            recompute_s=per_component["recompute"],
-            exposed_comm_s=per_component["exposed_comm"],
-            other_s=per_component["other"],
-            bubble_pipeline_s=per_component["bubble_pipeline"],
-            bubble_idle_s=per_component["bubble_idle"],
+        StepBuckets.of(
+            per_component,
             elementwise_s=min(elementwise_s, per_component["compute"]),  # equal, to rounding
         ),
     )
@@ -210,7 +202,7 @@ def job_waterfall(run: RunData) -> Waterfall | None:
     keys_per_component = Counter(COMPONENTS[k[0]] for k in seconds)
     keys = sorted(
         (k for k in seconds if COMPONENTS[k[0]] != "compute"),
-        key=lambda k: (_WATERFALL_ORDER.index(COMPONENTS[k[0]]), k),
+        key=lambda k: (WATERFALL_SLICES.index(COMPONENTS[k[0]]), k),
     )
     slices = [
         WaterfallSlice(

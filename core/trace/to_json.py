@@ -22,6 +22,7 @@ from mfuscope.core.trace.result import (
     RankAnalysis,
     StepDecomposition,
 )
+from mfuscope.core.vocabulary import COMPONENTS
 
 __all__ = ["ANALYSIS_SCHEMA", "analysis_to_json"]
 
@@ -58,13 +59,8 @@ def _waterfall(step: StepDecomposition) -> dict[str, float] | None:
     elementwise = (
         0.0 if step.compute_classes is None else step.compute_classes.elementwise_norm_reduce
     )
-    buckets = StepBuckets(
-        compute_s=step.compute_s,
-        recompute_s=step.recompute_s,
-        exposed_comm_s=step.exposed_comm_s,
-        other_s=step.other_s,
-        bubble_pipeline_s=step.bubble_pipeline_s,
-        bubble_idle_s=step.bubble_idle_s,
+    buckets = StepBuckets.of(
+        {c: getattr(step, f"{c}_s") for c in COMPONENTS},
         elementwise_s=min(elementwise, step.compute_s),
     )
     try:

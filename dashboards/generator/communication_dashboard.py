@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from _common import (
+    JOB,
     JOB_AXIS_TIER,
     Query,
     Row,
@@ -15,6 +16,8 @@ from _common import (
 )
 from breakdown_age import breakdown_age_panel
 from fleet_dashboard import EFFICIENCY_BANDS, EXPOSED_BANDS
+from mfuscope.core.promql import names as n
+from mfuscope.core.promql import quantities as q
 
 __all__ = ["UID", "build"]
 
@@ -23,10 +26,10 @@ UID = "mfuscope-communication"
 _SELECTOR = f"{{{JOB_AXIS_TIER}}}"
 # The recording rules' latest figures: the 5 min ratio where collectives are timed on every step,
 # else the latest profiled window's, held for up to 1 h (docs/operations.md).
-_EFFICIENCY = "job_op_axis_tier:mfuscope_collective_busbw_efficiency:last1h_ratio_rate5m"
-_BUSBW = "job_op_axis_tier:mfuscope_collective_busbw_bytes_per_second:last1h_ratio_rate5m"
-_MEAN_BYTES = "job_op_axis_tier:mfuscope_collective_mean_bytes:last1h_ratio_rate5m"
-_OVERLAPPED = "job_axis_tier:mfuscope_collective_overlapped:last1h_ratio_rate5m"
+_EFFICIENCY = n.EFFICIENCY_LATEST
+_BUSBW = n.BUSBW_LATEST
+_MEAN_BYTES = n.MEAN_MESSAGE_BYTES_LATEST
+_OVERLAPPED = n.COLLECTIVE_OVERLAP_LATEST
 
 BUSBW_MEANING = (
     "Bus bandwidth as nccl-tests defines it: busbw = (size S / time) × bus factor, factor "
@@ -55,11 +58,7 @@ def _bandwidth_row() -> Row:
                 "Bps",
                 [
                     Query(f"{_BUSBW}{_SELECTOR}", "{{job}} {{op}} {{axis}}/{{tier}}"),
-                    Query(
-                        "max by (job, tier) "
-                        f"(mfuscope_tier_peak_bandwidth_bytes_per_second{_SELECTOR})",
-                        "spec {{job}} {{tier}}",
-                    ),
+                    Query(q.tier_spec(matchers=JOB_AXIS_TIER), "spec {{job}} {{axis}}/{{tier}}"),
                 ],
                 min_value=0,
                 dashed_series_regex="^spec .*",
@@ -122,11 +121,7 @@ def _bandwidth_row() -> Row:
                     Query(f"{_BUSBW}{_SELECTOR}", instant=True, table=True),
                     Query(f"{_EFFICIENCY}{_SELECTOR}", instant=True, table=True),
                     Query(f"{_MEAN_BYTES}{_SELECTOR}", instant=True, table=True),
-                    Query(
-                        f"job_op_axis_tier:mfuscope_collective_bytes:rate5m{_SELECTOR}",
-                        instant=True,
-                        table=True,
-                    ),
+                    Query(f"{n.COLLECTIVE_BYTES_5M}{_SELECTOR}", instant=True, table=True),
                 ],
                 renames={
                     "job": "Job",
@@ -153,7 +148,6 @@ def _bandwidth_row() -> Row:
 
 
 def _exposure_row() -> Row:
-    components = "mfuscope_step_component_seconds_total"
     return Row(
         "Exposure and traffic",
         [
@@ -165,9 +159,12 @@ def _exposure_row() -> Row:
                 "percentunit",
                 [
                     Query(
-                        f"sum by (job, axis, tier) (rate({components}{{{JOB_AXIS_TIER}, "
-                        'component="exposed_comm"}[$__rate_interval])) / on (job) group_left () '
-                        f'sum by (job) (rate({components}{{job=~"$job"}}[$__rate_interval]))',
+                        q.bucket_fraction(
+                            q.DASHBOARD_RATE,
+                            per=("axis", "tier"),
+                            matchers=JOB,
+                            part='component="exposed_comm", axis=~"$axis", tier=~"$tier"',
+                        ),
                         "{{job}} {{axis}}/{{tier}}",
                     )
                 ],

@@ -18,6 +18,9 @@ from _common import (
     table_panel,
     timeseries_panel,
 )
+from mfuscope.core.promql import names as n
+from mfuscope.core.promql import quantities as q
+from mfuscope.core.promql.syntax import total
 
 __all__ = ["UID", "build"]
 
@@ -66,9 +69,14 @@ def _now_row() -> Row:
                 "both).",
                 "percentunit",
                 Query(
-                    f"sum(job:mfuscope_model_flops:rate5m{{{JOB}}}"
-                    f" and on (job) job:mfuscope_peak_flop_seconds:rate5m{{{JOB}}} > 0)"
-                    f" / sum(job:mfuscope_peak_flop_seconds:rate5m{{{JOB}}})"
+                    q.utilization(
+                        total(
+                            f"{n.MODEL_FLOPS_5M}{{{JOB}}}"
+                            f" and on (job) {n.PEAK_FLOP_SECONDS_5M}{{{JOB}}} > 0",
+                            (),
+                        ),
+                        total(f"{n.PEAK_FLOP_SECONDS_5M}{{{JOB}}}", ()),
+                    )
                 ),
                 thresholds=MFU_BANDS,
             ),

@@ -23,6 +23,8 @@ from breakdown_age import breakdown_age_panel
 from fleet_dashboard import EXPOSED_BANDS, MFU_BANDS, MFU_MEANING, REGRESSION_BANDS
 from hangs_row import hangs_row
 from hardware_rows import hardware_rows
+from mfuscope.core.promql import names as n
+from mfuscope.core.promql import quantities as q
 
 __all__ = ["UID", "build"]
 
@@ -34,9 +36,9 @@ STRAGGLER_BANDS = [(None, GREEN), (1.10, AMBER), (1.20, RED)]
 REPORT_AGE_BANDS = [(None, GREEN), (30, AMBER), (90, RED), (120, "dark-red")]
 RESTART_BANDS = [(None, GREEN), (1, AMBER), (3, RED)]
 
-_COMPONENTS = f"mfuscope_step_component_seconds_total{{{JOB}}}"
-_ALL_COMPONENTS_RATE = f"sum(rate({_COMPONENTS}[$__rate_interval]))"
-_FRACTION = "job_component:mfuscope_step_fraction:ratio_rate5m"
+# The queries that follow the dashboard's time range: one job, over Grafana's rate interval.
+_RATE = q.DASHBOARD_RATE
+_ONE_JOB: tuple[str, ...] = ()
 
 DECOMPOSITION_MEANING = (
     "Every instant of a step belongs to one bucket, in this order: compute (a compute kernel "
@@ -56,7 +58,7 @@ def _utilisation_row() -> Row:
                 "MFU (5 min)",
                 MFU_MEANING + "Red below 25 %, amber below 40 %.",
                 "percentunit",
-                Query(f"job:mfuscope_mfu:ratio_rate5m{{{JOB}}}"),
+                Query(f"{n.MFU_5M}{{{JOB}}}"),
                 thresholds=MFU_BANDS,
                 width=3,
             ),
@@ -65,7 +67,7 @@ def _utilisation_row() -> Row:
                 "HFU = (model + recomputation FLOPs) per second / peak FLOP/s. HFU - MFU is the "
                 "share spent recomputing activations.",
                 "percentunit",
-                Query(f"job:mfuscope_hfu:ratio_rate5m{{{JOB}}}"),
+                Query(f"{n.HFU_5M}{{{JOB}}}"),
                 thresholds=MFU_BANDS,
                 width=3,
             ),
@@ -136,19 +138,9 @@ def _utilisation_row() -> Row:
                 "6 h ending 30 min ago) that the regression alert compares against.",
                 "percentunit",
                 [
-                    Query(
-                        f"sum(rate(mfuscope_model_flops_total{{{JOB}}}[$__rate_interval]))"
-                        f" / (sum(rate(mfuscope_peak_flop_seconds_total{{{JOB}}}"
-                        "[$__rate_interval])) > 0)",
-                        "MFU",
-                    ),
-                    Query(
-                        f"sum(rate(mfuscope_hardware_flops_total{{{JOB}}}[$__rate_interval]))"
-                        f" / (sum(rate(mfuscope_peak_flop_seconds_total{{{JOB}}}"
-                        "[$__rate_interval])) > 0)",
-                        "HFU",
-                    ),
-                    Query(f"job:mfuscope_mfu:ratio_baseline6h{{{JOB}}}", "baseline MFU (6 h)"),
+                    Query(q.mfu(_RATE, _ONE_JOB, JOB), "MFU"),
+                    Query(q.hfu(_RATE, _ONE_JOB, JOB), "HFU"),
+                    Query(f"{n.MFU_BASELINE_6H}{{{JOB}}}", "baseline MFU (6 h)"),
                 ],
                 min_value=0,
                 dashed_series_regex="^baseline.*",
@@ -159,33 +151,21 @@ def _utilisation_row() -> Row:
 
 
 def _decomposition_row() -> Row:
+    # MFU and every slice of 1 - MFU, one series per slice (the recorded waterfall iterates the
+    # buckets of core/vocabulary.py, so a new bucket shows here by itself).
     slices = [
-        Query(f"job:mfuscope_mfu:ratio_rate5m{{{JOB}}}", "MFU (useful model work)"),
-        Query(
-            f"job:mfuscope_elementwise_fraction:ratio_rate5m{{{JOB}}}",
-            "unfused / memory-bound kernels",
-        ),
-        Query(
-            f"job:mfuscope_kernel_inefficiency_fraction:ratio_rate5m{{{JOB}}}",
-            "other compute below peak (kernel efficiency)",
-        ),
-        Query(f"job:mfuscope_exposed_comm_fraction:ratio_rate5m{{{JOB}}}", "exposed communication"),
-        Query(f"job:mfuscope_bubble_fraction:ratio_rate5m{{{JOB}}}", "bubble (pipeline + idle)"),
-        Query(
-            f'sum without (component) ({_FRACTION}{{{JOB}, component="recompute"}})',
-            "recomputation",
-        ),
-        Query(
-            f'sum without (component) ({_FRACTION}{{{JOB}, component="other"}})',
-            "other (memcpy/memset only)",
-        ),
+        Query(f"{n.MFU_5M}{{{JOB}}}", "MFU (useful model work)"),
+        Query(f"sum by (component) ({n.WATERFALL_5M}{{{JOB}}})", "{{component}}"),
     ]
     waterfall_meaning = (
         "1 - MFU = exposed comm + bubble + recompute + other + compute × (1 - kernel "
         "efficiency), with kernel efficiency = MFU / compute share: each bar is one slice of the "
         "gap between achieved and peak FLOPs, all as shares of step time, summing to 1 with MFU. "
-        "'Compute below peak' is time in compute kernels that still do not run at peak (small "
-        "or memory-bound kernels, low occupancy)."
+        "Slices are named by bucket (exposed_comm, bubble_pipeline, bubble_idle, recompute, "
+        "other); the compute bucket's shortfall from peak is split into elementwise (unfused / "
+        "memory-bound kernels) and kernel_inefficiency (compute kernels that still do not run "
+        "at peak: small shapes, low occupancy). kernel_inefficiency below 0 means the FLOPs per "
+        "step are overstated or the peak understated; it is shown as it is, never clipped."
     )
     return Row(
         "Where the step goes",
@@ -196,15 +176,23 @@ def _decomposition_row() -> Row:
                 "percentunit",
                 [
                     Query(
-                        f"sum by (component) (rate(mfuscope_step_component_seconds_total{{{JOB}, "
-                        'component!="exposed_comm"}[$__rate_interval])) / on () group_left () '
-                        f"{_ALL_COMPONENTS_RATE}",
+                        q.bucket_fraction(
+                            _RATE,
+                            _ONE_JOB,
+                            per=("component",),
+                            matchers=JOB,
+                            part='component!="exposed_comm"',
+                        ),
                         "{{component}}",
                     ),
                     Query(
-                        f"sum by (axis, tier) (rate(mfuscope_step_component_seconds_total{{{JOB}, "
-                        'component="exposed_comm", axis=~"$axis", tier=~"$tier"}'
-                        f"[$__rate_interval])) / on () group_left () {_ALL_COMPONENTS_RATE}",
+                        q.bucket_fraction(
+                            _RATE,
+                            _ONE_JOB,
+                            per=("axis", "tier"),
+                            matchers=JOB,
+                            part='component="exposed_comm", axis=~"$axis", tier=~"$tier"',
+                        ),
                         "exposed_comm {{axis}}/{{tier}}",
                     ),
                 ],
@@ -217,9 +205,8 @@ def _decomposition_row() -> Row:
                 "MFU waterfall: where 1 - MFU goes (5 min)",
                 waterfall_meaning,
                 "percentunit",
-                [Query(q.expr, q.legend, instant=True) for q in slices],
+                [Query(s.expr, s.legend, instant=True) for s in slices],
                 thresholds=[(None, BLUE)],
-                min_value=0,
                 max_value=1,
                 width=10,
             ),
@@ -230,7 +217,6 @@ def _decomposition_row() -> Row:
                 "percentunit",
                 slices,
                 stacked=True,
-                min_value=0,
                 max_value=1,
             ),
             timeseries_panel(
@@ -244,8 +230,9 @@ def _decomposition_row() -> Row:
                 "percentunit",
                 [
                     Query(
-                        f"sum by (class) (rate(mfuscope_compute_class_seconds_total{{{JOB}}}"
-                        f"[$__rate_interval])) / on () group_left () {_ALL_COMPONENTS_RATE}",
+                        q.step_fraction(
+                            q.COMPUTE_CLASS_SECONDS, _RATE, _ONE_JOB, per=("class",), matchers=JOB
+                        ),
                         "{{class}}",
                     ),
                 ],
@@ -304,11 +291,7 @@ def _step_time_row() -> Row:
                         f"sum by (le) (rate({buckets}[$__rate_interval])))",
                         "p99",
                     ),
-                    Query(
-                        f"sum(rate(mfuscope_step_seconds_total{{{JOB}}}[$__rate_interval]))"
-                        f" / (sum(rate(mfuscope_steps_total{{{JOB}}}[$__rate_interval])) > 0)",
-                        "mean",
-                    ),
+                    Query(q.mean_step_seconds(_RATE, _ONE_JOB, JOB), "mean"),
                 ],
                 min_value=0,
             ),

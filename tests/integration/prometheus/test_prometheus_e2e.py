@@ -41,7 +41,8 @@ CORE_PANELS: dict[tuple[str, str], set[str]] = {
     ("mfuscope-job", "HFU (5 min)"): {"A"},
     ("mfuscope-job", "MFU and HFU"): {"A", "B"},
     ("mfuscope-job", "Step decomposition"): {"A", "B"},
-    ("mfuscope-job", "MFU waterfall: where 1 - MFU goes (5 min)"): {"A", "B", "C", "D", "E"},
+    # MFU, and the slices of 1 - MFU (one series each, from the recorded waterfall).
+    ("mfuscope-job", "MFU waterfall: where 1 - MFU goes (5 min)"): {"A", "B"},
     ("mfuscope-job", "Step time p50 / p99 / mean"): {"A", "B", "C"},
     # A CPU gloo job has no link spec (unknown: no invented rate), so the spec line (B) and every
     # efficiency query stay empty; the checks after the panels pin that down.
@@ -56,6 +57,7 @@ CORE_RECORDS = {
     "job:mfuscope_mfu:ratio_rate5m",
     "job:mfuscope_hfu:ratio_rate5m",
     "job_component:mfuscope_step_fraction:ratio_rate5m",
+    "job_component:mfuscope_waterfall_slice:ratio_rate5m",
     "job_op_axis_tier:mfuscope_collective_busbw_bytes_per_second:ratio_rate5m",
     "job_tier_op:mfuscope_collective_busbw_bytes_per_second:ratio_rate5m",
     "job_op_axis_tier:mfuscope_collective_busbw_bytes_per_second:last1h_ratio_rate5m",

@@ -27,6 +27,9 @@ FLEET_TESTS = PROMETHEUS / "tests" / "fleet_stragglers_test.yml"
 WINDOW_TESTS = PROMETHEUS / "tests" / "window_cadence_test.yml"
 # The hang alert, and a normal end and a long pause paging nobody.
 HANG_TESTS = PROMETHEUS / "tests" / "hangs_test.yml"
+# The recording rules against core's Python definitions on the same totals (generated:
+# tests/support).
+DEFINITIONS_TESTS = PROMETHEUS / "tests" / "definitions_test.yml"
 # Alerts whose annotations also name the cause (the MFU waterfall slice that grew most; the rank
 # a hung job waits for).
 WITH_CAUSE = {"MFUScopeMFURegression", "MFUScopeCollectiveHang"}
@@ -185,7 +188,7 @@ def test_runbook_links_point_at_sections_of_the_operations_guide() -> None:
 
 
 def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
-    files = (RECORDING_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS)
+    files = (RECORDING_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS, DEFINITIONS_TESTS)
     tests = [t for f in files for t in _yaml(f)["tests"]]
     checked_exprs = [t["expr"] for test in tests for t in test.get("promql_expr_test", [])]
     untested = [
@@ -228,6 +231,7 @@ def test_promtool_test_files_load_the_project_rules() -> None:
         FLEET_TESTS,
         WINDOW_TESTS,
         HANG_TESTS,
+        DEFINITIONS_TESTS,
     ):
         for rule_file in _yaml(path)["rule_files"]:
             assert (path.parent / rule_file).resolve() in [p.resolve() for p in RULE_FILES]
@@ -281,4 +285,12 @@ def test_the_window_cadence_test_file_is_what_its_generator_writes() -> None:
 
     assert WINDOW_TESTS.read_text(encoding="utf-8") == render(), (
         "regenerate: python -m tests.support.window_cadence"
+    )
+
+
+def test_the_definitions_test_file_is_what_its_generator_writes() -> None:
+    from tests.support.definitions_case import render
+
+    assert DEFINITIONS_TESTS.read_text(encoding="utf-8") == render(), (
+        "regenerate: python -m tests.support.definitions_case"
     )

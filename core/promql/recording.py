@@ -1,0 +1,64 @@
+"""mfuscope's recording rules: the job-level series the dashboards and alerts read, each built
+from the one PromQL definition of its quantity (`mfuscope.core.promql.quantities`).
+
+deploy/prometheus/rules/mfuscope-recording.yml is `text()`, written by
+deploy/prometheus/build_rules.py; a test fails when the shipped file differs. The names below are
+public (alerts, dashboards, the promtool tests, users' own dashboards): never rename one.
+"""
+
+from __future__ import annotations
+
+from mfuscope.core.promql._rules_collectives import collective_rules
+from mfuscope.core.promql._rules_job import (
+    step_rules,
+    straggler_rules,
+    utilisation_rules,
+    waterfall_rules,
+)
+from mfuscope.core.promql._rules_regression import regression_group, restarts_group
+from mfuscope.core.promql.rules_file import Group, Rule, render
+
+__all__ = ["GROUPS", "HEADER", "recorded_rules", "text"]
+
+HEADER = (
+    "mfuscope recording rules: the job-level series that the dashboards and alerts read.\n"
+    "\n"
+    "Generated from mfuscope.core.promql (core/promql/), where each quantity's PromQL is "
+    "written once for these rules and the dashboards alike; edit there and run "
+    "`python deploy/prometheus/build_rules.py`. A test fails when this file differs.\n"
+    "\n"
+    "Naming follows Prometheus's `level:metric:operations` convention "
+    "(https://prometheus.io/docs/practices/rules/): `job:` = aggregated to the training job, "
+    "`job_component:` = per job and step component, and so on. Ratios are 0..1, rates per "
+    "second.\n"
+    "\n"
+    'Inputs are the collector\'s counters and gauges (README "Metric contract"). Every job-level '
+    "ratio is a ratio of sums, so it is exact across ranks, nodes and collectors: never an "
+    "average of per-rank ratios. Denominators are guarded with `> 0` so an idle or unknown job "
+    "yields no sample rather than +Inf or NaN."
+)
+
+GROUPS: tuple[Group, ...] = (
+    Group(
+        "mfuscope.job",
+        (
+            *utilisation_rules(),
+            *step_rules(),
+            *waterfall_rules(),
+            *collective_rules(),
+            *straggler_rules(),
+        ),
+    ),
+    regression_group(),
+    restarts_group(),
+)
+
+
+def recorded_rules() -> tuple[Rule, ...]:
+    """Every recording rule, in file order."""
+    return tuple(rule for group in GROUPS for rule in group.rules)
+
+
+def text() -> str:
+    """The text of deploy/prometheus/rules/mfuscope-recording.yml."""
+    return render(HEADER, GROUPS)
