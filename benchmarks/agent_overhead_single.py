@@ -102,7 +102,7 @@ def main() -> int:
         if mode != "baseline":
             line += "   " + in_agent_columns(inside[mode], floor_median)
         print(line)
-    switches = list(windows["default"].switch_costs_s) if "default" in windows else []
+    switches = list(getattr(windows.get("default"), "switch_costs_s", ()))
     if switches:
         print(
             "default agent's profiled windows: training-thread time to start + stop the "
