@@ -1,10 +1,13 @@
 """The `Agent` facade: one object per training rank, one `with agent.step():` per step.
 
-Everything here runs on the training thread and is cheap: a clock read (or CUDA event record),
-a few dictionary operations and a queue append per step. Profiling, trace analysis and shipping
-run elsewhere (see `sampler`, `transport`). No method raises into the training loop: telemetry
-failures are caught, counted, and logged at most once per interval. Only constructor misuse
-(a bad option) raises, at once, as `ConfigError`.
+On the training thread a step costs two clock reads and a few stores into a preallocated ring
+(`_step_recorder`, whose docstring says what that hot path may do); the steps that open or take a
+profiled window, count FLOPs or follow a window decision do more, and are known in advance.
+Reports are built, encoded and shipped on the agent's report thread (`_step_reports`) and the
+transports' threads; profiles are analysed on the analyser thread (`sampler`). No method raises
+into the training loop: telemetry failures are caught, counted, and logged at most once per
+interval. Only constructor misuse (a bad option) and bad `agent.step(flops=...)` arguments raise,
+at once (`ConfigError`, `InputError`).
 """
 
 from __future__ import annotations
@@ -17,17 +20,18 @@ import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from mfuscope.agent._announce import ensure_visible, quiet_kineto, startup_line
 from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._runtime import Runtime, build_runtime
+from mfuscope.agent._step_recorder import GivenStep, StepRecorder
+from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.sampler import ProfilerLike
 from mfuscope.agent.step_flops import StepFlopsValue
-from mfuscope.agent.step_timer import StepTimer, TimedStep
+from mfuscope.agent.step_timer import StepTimer
 from mfuscope.agent.transport import Transport
 from mfuscope.core.errors import InputError
 from mfuscope.core.schema import StepReport
@@ -43,7 +47,7 @@ class Seams:
     """
 
     clock: Callable[[], float] | None = None  # monotonic seconds, for scheduling
-    timer: StepTimer | None = None
+    timer: StepTimer | None = None  # a device step timer (on CPU the agent uses the host clock)
     profiler_factory: Callable[[], ProfilerLike] | None = None
     analyse: Callable[[str], Sequence[Any]] | None = None
     logger: logging.Logger | None = None
@@ -52,28 +56,19 @@ class Seams:
     collective_sources: Sequence[Any] | None = None  # flight-recorder `DumpSource`s
 
 
-class _StepScope:
-    """The context manager `Agent.step()` returns (one reusable instance when no FLOPs are
-    given; a fresh one carrying them otherwise)."""
+class _NoStep:
+    """What `agent.step()` returns when the agent is disabled: nothing at all."""
 
-    __slots__ = ("_agent", "_given")
+    __slots__ = ()
 
-    def __init__(self, agent: Agent, given: StepFlopsValue | None = None) -> None:
-        self._agent = agent
-        self._given = given
-
-    def __enter__(self) -> _StepScope:
-        self._agent._begin_step(self._given)
+    def __enter__(self) -> _NoStep:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        # Returns None: never swallows the training loop's own exceptions.
-        self._agent._end_step(failed=exc_type is not None)
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_STEP = _NoStep()
 
 
 class Agent:
@@ -90,6 +85,22 @@ class Agent:
     Construction is collective when torch.distributed is initialised: every rank must create
     its Agent (one `all_gather_object` of host names).
     """
+
+    # Slots: `step()` reads `_scope` from the agent object itself on every step (an instance
+    # dictionary would be one more memory line to fetch, and a cold one after a training step).
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_log",
+        "_recorder",
+        "_reporter",
+        "_reports",
+        "_runtime",
+        "_scope",
+        "_transports",
+        "config",
+        "health",
+    )
 
     def __init__(
         self,
@@ -129,28 +140,41 @@ class Agent:
         self.config = AgentConfig.resolve(options, derived=derived)
         self.health = HealthCounters()
         self._log = RateLimitedLog(self.config.log_interval_s, logger=seams.logger or LOGGER)
-        self._step = self.config.first_step
-        self._depth = 0  # nesting of `with agent.step()`; only the outermost one is a step
-        self._given: StepFlopsValue | None = None  # FLOPs given to the running step
         self._closed = False
-        self._scope = _StepScope(self)
+        self._recorder: StepRecorder | None = None
+        self._scope: contextlib.AbstractContextManager[Any] = _NO_STEP  # what step() returns
         self._runtime: Runtime | None = None
         self._reports: ReportAssembler | None = None
+        self._reporter: StepReporter | None = None
         self._transports: list[Transport] = []
         if not self.config.enabled:
             return
-        self._runtime = build_runtime(
+        runtime = self._runtime = build_runtime(
             self.config, model=model, mesh=mesh, seams=seams, health=self.health, log=self._log
         )
-        hardware = self._runtime.hardware
-        collectives = self._runtime.collectives
+        self._recorder = self._scope = runtime.recorder
+        hardware = runtime.hardware
+        collectives = runtime.collectives
         self._reports = ReportAssembler(
-            self._runtime.batch_header(),
+            runtime.batch_header(),
             self.health,
             hardware=hardware.snapshot if hardware is not None else None,
             comm=collectives.records if collectives is not None else None,
         )
-        self._transports = self._runtime.make_transports(self._reports.encode)
+        self._transports = runtime.make_transports(self._reports.encode)
+        self._reporter = StepReporter(
+            runtime.recorder,
+            assembler=self._reports,
+            windows=runtime.windows,
+            ship=self._ship,
+            health=self.health,
+            log=self._log,
+            timer=runtime.timer,
+            collectives=collectives,
+        )
+        if collectives is not None:
+            collectives.follow_steps(self._reporter.drain)
+        self._reporter.start()
         self._announce(seams)
         # A job that forgets close() still flushes at interpreter exit (bounded by the timeout).
         atexit.register(self.close)
@@ -179,7 +203,7 @@ class Agent:
     # --- public API ----------------------------------------------------------------------------
 
     def step(
-        self, *, flops: float | None = None, recompute_flops: float | None = None
+        self, flops: float | None = None, recompute_flops: float | None = None
     ) -> contextlib.AbstractContextManager[Any]:
         """Context manager around one training step (forward, backward, optimizer step).
 
@@ -187,14 +211,26 @@ class Agent:
         excluded). It takes precedence over `flops_per_step` and over counting, and the step is
         not counted. `recompute_flops`: the step's activation-recomputation FLOPs (HFU adds them;
         default 0); only with `flops`. Each must be a finite number >= 0, else `InputError`.
+        Pass them by name (`agent.step(flops=F)`); they are not keyword-only because a call
+        without arguments then fills them from the function's defaults tuple rather than from
+        its keyword-defaults dictionary, which is measurably cheaper on every step
+        (benchmarks/agent_overhead.py).
         """
         if flops is None and recompute_flops is None:
             return self._scope
-        return _StepScope(self, _given_step_flops(flops, recompute_flops))
+        given = _given_step_flops(flops, recompute_flops)
+        recorder = self._recorder
+        return _NO_STEP if recorder is None else GivenStep(recorder, given)
 
     @property
     def rank(self) -> int:
         return self._runtime.topology.rank if self._runtime else 0
+
+    @property
+    def _step(self) -> int:
+        """The number the next step will have."""
+        recorder = self._recorder
+        return recorder.next_step if recorder is not None else self.config.first_step
 
     def close(self, timeout_s: float | None = None) -> None:
         """Finish the last step, wait for an in-flight window analysis, flush every sink.
@@ -205,26 +241,41 @@ class Agent:
             return
         self._closed = True
         atexit.unregister(self.close)
-        runtime, reports = self._runtime, self._reports
-        if runtime is None or reports is None:
+        runtime, reports, recorder, reporter = (
+            self._runtime,
+            self._reports,
+            self._recorder,
+            self._reporter,
+        )
+        if runtime is None or reports is None or recorder is None or reporter is None:
             return
         budget = self.config.close_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
+
+        def left(share: float = 1.0) -> float:
+            return max(deadline - time.monotonic(), 0.0) * share
+
         try:
+            recorder.close()  # no step is recorded from here on
             runtime.windows.close_window()
-            for timed in runtime.timer.finish():
-                self._finished(timed)
-            waited = runtime.windows.wait(max(deadline - time.monotonic(), 0.0) * 0.5)
+            last = recorder.next_step - 1
+            while (released := runtime.windows.poll()) is not None:
+                recorder.window_results.append((last, released))
+            reporter.stop(min(left(0.1), 1.0))  # from here on this thread drains
+            reporter.drain(final=True, timeout_s=left(0.2))  # every step, the last to its end
+            waited = runtime.windows.wait(left(0.5))
+            if waited is not None:
+                recorder.window_results.append((last, waited))
             if runtime.collectives is not None:  # the last steps' collectives, then stop
-                runtime.collectives.close(min(max(deadline - time.monotonic(), 0.0) * 0.25, 2.0))
+                runtime.collectives.close(min(left(0.25), 2.0))
             reports.closing = True  # every batch from here on says the job ended normally
-            self._ship(reports.window_finished(waited))
+            reporter.drain(final=True, timeout_s=left(0.2))  # the window's held reports
             self._ship(reports.flush())
         except Exception as exc:
-            self._internal_error("close", exc)
+            recorder.internal_error("close", exc)
         for transport in self._transports:
             transport.request_status()  # a closing batch even when no report is left to send
-            transport.close(max(deadline - time.monotonic(), 0.0))
+            transport.close(left())
         runtime.shutdown()
 
     def __enter__(self) -> Agent:
@@ -233,94 +284,12 @@ class Agent:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- per step (training thread) --------------------------------------------------------------
-
-    def _begin_step(self, given: StepFlopsValue | None = None) -> None:
-        runtime = self._runtime
-        if runtime is None or self._closed:
-            return
-        self._depth += 1
-        if self._depth > 1:
-            self._log.warning("nested-step", "mfuscope: agent.step() nested; inner one ignored")
-            return
-        self._given = given
-        step = self._step
-        try:
-            runtime.timer.begin(step)
-            if runtime.collectives is not None:
-                runtime.collectives.step_began(step)
-        except Exception as exc:
-            self._internal_error("timer", exc)
-        try:
-            # Never count FLOPs inside a profiled window: the counter would distort the trace
-            # (a count due at an agreed window's first step waits, the window does not).
-            runtime.flops.begin_step(
-                allow_count=given is None
-                and not (runtime.windows.recording or runtime.windows.opens_at(step))
-            )
-        except Exception as exc:
-            runtime.flops.abort()
-            self._internal_error("flop-count", exc)
-        try:
-            runtime.windows.begin_step(step, allowed=not runtime.flops.counting)
-        except Exception as exc:
-            self._internal_error("window", exc)
-
-    def _end_step(self, *, failed: bool) -> None:
-        runtime = self._runtime
-        if runtime is None or self._closed or self._depth == 0:
-            return
-        self._depth -= 1
-        if self._depth > 0:
-            return
-        step = self._step
-        self._step += 1
-        try:
-            runtime.windows.end_step(step)
-        except Exception as exc:
-            self._internal_error("window", exc)
-        try:
-            runtime.timer.end(step)
-        except Exception as exc:
-            self._internal_error("timer", exc)
-        try:
-            given, self._given = self._given, None
-            self._flops_counted(step, runtime.flops.end_step(failed=failed, given=given))
-        except Exception as exc:
-            runtime.flops.abort()
-            self._internal_error("flop-count", exc)
-        try:
-            for timed in runtime.timer.poll():
-                self._finished(timed)
-            if self._reports is not None:
-                result = runtime.windows.poll()
-                if result is not None:  # most steps: no window finished, nothing to ship
-                    self._ship(self._reports.window_finished(result))
-        except Exception as exc:
-            self._internal_error("report", exc)
-
-    # --- reports (assembled by `ReportAssembler`; the facade only ships them) ------------------
-
-    def _flops_counted(self, step: int, flops: StepFlopsValue) -> None:
-        if self._reports is not None:
-            self._reports.flops_counted(step, flops)
-
-    def _finished(self, timed: TimedStep) -> None:
-        runtime, reports = self._runtime, self._reports
-        assert runtime is not None and reports is not None
-        runtime.windows.observe_wall(timed.step, timed.wall_s)
-        self._ship(reports.step_finished(timed, hold=runtime.windows.holds(timed.step)))
+    # --- shipping (the report thread; at close the closing thread) ----------------------------
 
     def _ship(self, reports: Sequence[StepReport]) -> None:
         for report in reports:
             for transport in self._transports:
                 transport.submit(report)
-
-    def _internal_error(self, where: str, exc: BaseException) -> None:
-        self.health.add_internal_error()
-        self._log.warning(
-            f"internal-{where}", "mfuscope: agent error in %s (training continues): %r", where, exc
-        )
 
 
 def _given_step_flops(flops: float | None, recompute_flops: float | None) -> StepFlopsValue:

@@ -1,11 +1,11 @@
-"""Where the agent's step reports and wire batches are put together (training and transport
-threads; pure bookkeeping, no I/O).
+"""Where the agent's step reports and wire batches are put together (the agent's report thread
+and the transport threads; pure bookkeeping, no I/O).
 
 A step's report needs three things that arrive at different times: its period (from the step
 timer, possibly a few steps late on CUDA), its FLOPs (at the end of the step) and, for a step of
 a profiled window, its window's analysis (seconds later, from a background thread). The
 `ReportAssembler` keeps what has arrived, holds the reports of window steps until their result is
-in, and returns each report once it is complete; the facade only ships what it is given.
+in, and returns each report once it is complete; the report thread (`_step_reports`) ships them.
 
 After a window's result each of its steps carries its *own* decomposition and collectives, and the
 window's average breakdown becomes the one every later step carries. A failed window's steps
@@ -65,8 +65,9 @@ class _FromWindow:
 class ReportAssembler:
     """Builds each step's `StepReport` once its parts are in, and encodes batches of them.
 
-    `flops_counted` and `step_finished` / `window_finished` / `flush` run on the training thread;
-    `encode` runs on a transport thread and reads only the fixed header, the health counters,
+    `flops_counted` and `step_finished` / `window_finished` / `flush` run on the agent's report
+    thread (and at close on the closing thread, the report thread stopped); `encode` runs on a
+    transport thread and reads only the fixed header, the health counters,
     the hardware sampler's latest counters (`hardware`, thread-safe; None without a sampler) and
     the collective reader's records (`comm`, thread-safe; None without a reader). Once `closing`
     is set (the agent's close), every batch says so.
@@ -87,22 +88,38 @@ class ReportAssembler:
         self._flops: dict[int, StepFlopsValue] = {}
         self._held: dict[int, TimedStep] = {}
         self._from_window: dict[int, _FromWindow] = {}
+        self._last_finished: int | None = None  # the latest step whose period came in
         self.breakdown: Breakdown | None = None  # the latest window's, carried by later steps
 
     def flops_counted(self, step: int, flops: StepFlopsValue) -> None:
         self._flops[step] = flops
 
     def step_finished(self, timed: TimedStep, *, hold: bool) -> list[StepReport]:
-        """A step's period is in. `hold`: its window's analysis is still out, so wait for it."""
+        """A step's period is in (steps come in order). `hold`: its window's analysis is still
+        out, so wait for it."""
+        if self._last_finished is None or timed.step > self._last_finished:
+            self._last_finished = timed.step
         if hold:
             self._held[timed.step] = timed
             return []
         return [self._report(timed)]
 
+    def resolved(self, step: int) -> bool:
+        """Whether `step`'s window result is in already (its report need not be held)."""
+        return step in self._from_window
+
     def window_finished(self, result: WindowResult | None) -> list[StepReport]:
-        """Take a window's result (None: nothing new) and return the held reports it completes."""
+        """Take a window's result (None: nothing new) and return the held reports it completes.
+        Steps already reported and not held (a window released after its steps' reports went
+        out) are left alone."""
         if result is None:
             return []
+        done = self._last_finished
+        if done is not None and any(s <= done and s not in self._held for s in result.steps):
+            steps = tuple(s for s in result.steps if s > done or s in self._held)
+            result = WindowResult(steps, result.decompositions)
+            if not steps:
+                return []
         window = (
             breakdown_from_steps(result.decompositions, max(result.steps))
             if result.decompositions

@@ -22,6 +22,7 @@ from mfuscope.agent._announce import window_logger
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._hw_readers import nic_ids
 from mfuscope.agent._report_assembly import BatchHeader
+from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._window_coordinator import WindowCoordinator
 from mfuscope.agent.collective_reader import CollectiveReader, build_collective_reader
 from mfuscope.agent.config import AgentConfig
@@ -38,7 +39,7 @@ from mfuscope.agent.sampler import (
 )
 from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
 from mfuscope.agent.step_flops import CountSession, FlopsTracker
-from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, StepTimer
+from mfuscope.agent.step_timer import DeviceEventStepTimer, StepTimer
 from mfuscope.agent.topology import (
     RankTopology,
     _env_int,
@@ -77,7 +78,8 @@ class Runtime:
     device_name: str
     peak_flops: float | None
     peak_source: str
-    timer: StepTimer
+    timer: StepTimer | None  # device timer (GPU); on CPU the recorder's host clock
+    recorder: StepRecorder
     flops: FlopsTracker
     windows: WindowCoordinator
     analyser: WindowAnalyser
@@ -470,14 +472,17 @@ def build_runtime(
     group_specs = _group_link_specs(config, device, topology)
     if topology.tp_spans_hosts:
         log.warning("tp-spans-hosts", "mfuscope: the tp group spans hosts (beyond NVLink)")
+    timer: StepTimer | None = None
     if seams.timer is not None:
-        timer: StepTimer = seams.timer
+        timer = seams.timer
     elif device.use_cuda:
         import torch
 
-        timer = DeviceEventStepTimer(lambda: torch.cuda.Event(enable_timing=True))
-    else:
-        timer = HostStepTimer()
+        timer = DeviceEventStepTimer(
+            lambda: torch.cuda.Event(enable_timing=True),
+            close_wait_s=min(config.close_timeout_s * 0.25, 2.0),
+        )
+    recorder = StepRecorder(first_step=config.first_step, timer=timer, health=health, log=log)
     given = None
     if config.flops_per_step is not None:
         given = (config.flops_per_step, config.recompute_flops_per_step or 0.0)
@@ -511,7 +516,9 @@ def build_runtime(
         max_recounts=config.max_flop_recounts,
         mode_stack=_dispatch_mode_stack,
         may_count_now=lambda: not windows.recording,  # never count inside a window
+        match=recorder,  # the recorder checks the steady shapes on its fast path
     )
+    recorder.bind(flops, windows)
     unwrap = wrap_checkpoint() if config.wrap_checkpoint else (lambda: None)
     hardware = _hardware(config, device, topology, seams, log)
     if hardware is not None:
@@ -529,6 +536,7 @@ def build_runtime(
         peak_flops=peak_flops,
         peak_source=peak_source,
         timer=timer,
+        recorder=recorder,
         flops=flops,
         windows=windows,
         analyser=analyser,

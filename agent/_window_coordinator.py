@@ -7,14 +7,24 @@ hands back a `WindowResult` when it is in; turning that result into step reports
 decompositions, so its steps keep the previous breakdown.
 
 Windows open on the steps the `AlignedSchedule` agreed with every rank; this rank follows that
-chain at every step whether it records the window or not (a failed, skipped or busy window on
-one rank moves no other rank's windows).
+chain whether it records the window or not (a failed, skipped or busy window on one rank moves
+no other rank's windows).
+
+Threads: the window life cycle (`begin_step`, `end_step`, `poll`) runs on the training thread,
+and only on the steps `next_attention_step` names (the agent's step recorder skips the others).
+`observe_wall` runs on the agent's report thread, which learns each step's period; the window
+cost bookkeeping the two threads share (recent periods, the window steps' periods, the pending
+cost) is guarded by a lock that the training thread takes only on window steps and decision
+steps. What starting and stopping the profiler cost the training thread is kept per window
+(`switch_costs_s`), on the steps that take the window.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +46,10 @@ __all__ = ["WindowCoordinator", "WindowResult"]
 
 # Recent non-window step periods kept for the baseline the window cost is measured against.
 _BASELINE_STEPS = 32
+# Windows whose profiler start + stop time is kept (`switch_costs_s`).
+_SWITCH_COSTS_KEPT = 16
+# `next_attention_step` while the coordinator must see every step.
+EVERY_STEP = -1
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,8 @@ class WindowResult:
 
 
 class WindowCoordinator:
-    """Owns the schedule, the recorder and the analyser; all methods run on the training thread."""
+    """Owns the schedule, the recorder and the analyser (see the module docstring for which
+    thread calls what)."""
 
     def __init__(
         self,
@@ -73,12 +88,42 @@ class WindowCoordinator:
         self._open: list[int] = []  # steps of the window being recorded
         self._awaiting: tuple[int, ...] | None = None  # steps handed to the analyser
         self._awaiting_since = 0.0
+        # Windows that ended without an analysis (a profiler failure): their steps' reports need
+        # not wait; handed out by `poll` as results without decompositions.
+        self._released: list[WindowResult] = []
+        # Cost bookkeeping, shared with the report thread (`observe_wall`): under `_costs`.
+        self._costs = threading.Lock()
         self._baseline: deque[float] = deque(maxlen=_BASELINE_STEPS)
         self._window_walls: dict[int, float] = {}
         self._pending_cost: tuple[tuple[int, ...], float] | None = None  # steps, analysis cpu s
         self._members: set[int] = set()  # recorded window steps whose period is not in yet
         self._last_cost_s: float | None = None  # this rank's cost of its latest measured window
         self._schedule_failure_logged = False
+        self._switch_s = 0.0  # the open window's profiler start time so far (s)
+        # Training-thread time to start + stop the profiler, per recent window (s).
+        self.switch_costs_s: deque[float] = deque(maxlen=_SWITCH_COSTS_KEPT)
+
+    @property
+    def last_cost_s(self) -> float | None:
+        """This rank's measured cost (s) of its latest measured window: its steps' extra time
+        over the baseline plus the analysis CPU time (None before the first)."""
+        return self._last_cost_s
+
+    def next_attention_step(self) -> int | None:
+        """The next step (this rank's numbering) whose begin or end needs `begin_step` /
+        `end_step` / `poll`: `EVERY_STEP` while a window records, an analysis is out, a window
+        waits to be marked done or released, or a failure to be logged; else the schedule's next
+        start or check; None when none is planned (profiling off, or the schedule stopped)."""
+        schedule = self._schedule
+        if (
+            self._open
+            or self._awaiting is not None
+            or self._released
+            or schedule.done_pending
+            or (schedule.failure is not None and not self._schedule_failure_logged)
+        ):
+            return EVERY_STEP
+        return schedule.next_action_step()
 
     # --- training thread, per step -----------------------------------------------------------
 
@@ -91,7 +136,8 @@ class WindowCoordinator:
         one. A window this rank cannot take is skipped here alone; the schedule goes on."""
         if self._open:
             self._open.append(step)
-            self._members.add(step)
+            with self._costs:
+                self._members.add(step)
             self._guarded(lambda: self._recorder.begin_step(step, first=False), step)
             return
         if not self._record or not self._schedule.opens_at(step):
@@ -105,8 +151,11 @@ class WindowCoordinator:
             )
             return
         self._open = [step]
-        self._members.add(step)
+        with self._costs:
+            self._members.add(step)
+        started = time.perf_counter()
         self._guarded(lambda: self._recorder.begin_step(step, first=True), step, starting=True)
+        self._switch_s = time.perf_counter() - started
 
     def end_step(self, step: int) -> None:
         self._end_window_step(step)
@@ -139,8 +188,10 @@ class WindowCoordinator:
             nonlocal profiler
             profiler = self._recorder.end_step(last=last)
 
+        started = time.perf_counter()
         self._guarded(end, step)
         if last and self._open:
+            self.switch_costs_s.append(self._switch_s + time.perf_counter() - started)
             self._open = []
             self._hand_off(steps, profiler)
 
@@ -154,18 +205,23 @@ class WindowCoordinator:
         return step in self._open or (self._awaiting is not None and step in self._awaiting)
 
     def observe_wall(self, step: int, wall_s: float) -> None:
-        """Feed every finished step's period (s): the baseline and the window's own steps."""
-        if step in self._members:
-            self._members.discard(step)
-            self._window_walls[step] = wall_s
-            self._maybe_record_cost()
-        else:
-            self._baseline.append(wall_s)
+        """Feed every finished step's period (s): the baseline and the window's own steps (the
+        report thread)."""
+        with self._costs:
+            if step in self._members:
+                self._members.discard(step)
+                self._window_walls[step] = wall_s
+                self._maybe_record_cost()
+            else:
+                self._baseline.append(wall_s)
 
     def poll(self) -> WindowResult | None:
-        """Pick up a finished analysis (non-blocking); None while there is nothing to pick up."""
+        """Pick up a finished analysis or a released window (non-blocking); None while there is
+        nothing to pick up."""
+        if self._released:
+            return self._released.pop(0)
         if self._awaiting is None:
-            return None  # the common case, every step: nothing to pick up
+            return None  # the common case: nothing to pick up
         outcome = self._analyser.poll()
         if outcome is None:
             if self._awaiting is not None and (
@@ -198,6 +254,7 @@ class WindowCoordinator:
                 profiler = self._recorder.end_step(last=True)
             except Exception as exc:
                 self._recorder.abort()
+                self._release(steps)
                 self._profiler_failure(f"{type(exc).__name__}: {exc}")
                 return
             self._hand_off(steps, profiler)
@@ -206,10 +263,11 @@ class WindowCoordinator:
 
     def _view(self) -> RankView:
         """This rank's inputs to a window-start offer (see `AlignedSchedule`)."""
-        return RankView(
-            step_s=statistics.median(self._baseline) if self._baseline else None,
-            cost_s=self._last_cost_s,
-        )
+        with self._costs:
+            return RankView(
+                step_s=statistics.median(self._baseline) if self._baseline else None,
+                cost_s=self._last_cost_s,
+            )
 
     def _hand_off(self, steps: tuple[int, ...], profiler: ProfilerLike | None) -> None:
         """Give a recorded window to the analyser (None: the recorder had nothing to give)."""
@@ -217,6 +275,13 @@ class WindowCoordinator:
             self._awaiting = steps
             self._awaiting_since = self._clock()
             self._analyser.submit(profiler, steps)
+        else:
+            self._release(steps)
+
+    def _release(self, steps: tuple[int, ...]) -> None:
+        """A window that ended without an analysis: its steps' reports need not wait."""
+        if steps:
+            self._released.append(WindowResult(steps, ()))
 
     def _guarded(self, action: Callable[[], None], step: int, *, starting: bool = False) -> None:
         """Run a profiler action; a failure ends the open window. `starting`: the action starts
@@ -226,18 +291,22 @@ class WindowCoordinator:
             action()
         except ProfilerBusy:
             self._recorder.abort()
+            self._release(tuple(self._open))
             self._open = []
-            self._members.discard(step)
+            with self._costs:
+                self._members.discard(step)
             self._log.info(
                 "profiler-busy",
                 "mfuscope: another torch.profiler is recording; profiled window skipped",
             )
         except Exception as exc:
             self._recorder.abort()
-            if starting:
-                self._members.discard(step)
-            elif self._open:
-                self._pending_cost = (tuple(self._open), 0.0)
+            self._release(tuple(self._open))
+            with self._costs:
+                if starting:
+                    self._members.discard(step)
+                elif self._open:
+                    self._pending_cost = (tuple(self._open), 0.0)
             self._open = []
             self._profiler_failure(f"step {step}: {type(exc).__name__}: {exc}")
 
@@ -253,8 +322,9 @@ class WindowCoordinator:
         if self._awaiting == steps:
             self._awaiting = None
         self._profiler_failure(reason)
-        self._pending_cost = (steps, 0.0)
-        self._maybe_record_cost()
+        with self._costs:
+            self._pending_cost = (steps, 0.0)
+            self._maybe_record_cost()
         return WindowResult(steps, ())
 
     def _resolve(self, outcome: WindowOutcome) -> WindowResult | None:
@@ -274,12 +344,14 @@ class WindowCoordinator:
         if not any(math.isfinite(d.wall_s) and d.wall_s > 0 for d in found):
             return self._fail(outcome.steps, "the trace held none of the window's steps")
         self._health.add_window_analysed()
-        self._pending_cost = (outcome.steps, outcome.cpu_s)
-        self._maybe_record_cost()
+        with self._costs:
+            self._pending_cost = (outcome.steps, outcome.cpu_s)
+            self._maybe_record_cost()
         return WindowResult(outcome.steps, found)
 
     def _maybe_record_cost(self) -> None:
-        """Window cost = its steps' extra time over the baseline + the analysis CPU time."""
+        """Window cost = its steps' extra time over the baseline + the analysis CPU time.
+        Caller holds `_costs`."""
         if self._pending_cost is None:
             return
         steps, cpu_s = self._pending_cost

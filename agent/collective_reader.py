@@ -4,8 +4,10 @@ Every `interval_s` (shorter when ops arrive fast enough to fill a quarter of the
 time) the thread dumps each recorder (`flight_recorder.dump_sources`), takes the entries that
 completed since the last dump (`core.flight_records.RecordTracker`) and adds them up
 (`core.flight_accounting`): traffic per (op, axis, tier, group size), progress per process group,
-and an arrival sample per group and step. The training thread only calls `step_began` (one
-clock read and a deque append); the transport thread calls `records` when it encodes a batch.
+and an arrival sample per group and step. The step starts come from the agent's report thread
+(`step_began`, from the start times the training thread notes in its step recorder); before each
+read the reader asks for the latest ones (`follow_steps`). The training thread calls nothing here;
+the transport thread calls `records` when it encodes a batch.
 
 What the counters cover: the ops enqueued after the agent started (its first dump is a baseline),
 that completed. Entries the ring overwrites before a dump sees them done are counted as lost.
@@ -87,6 +89,7 @@ class CollectiveReader:
         self._progress = ProgressTracker()
         self._arrivals = ArrivalSampler()
         self._steps: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
+        self._latest_steps: Callable[[], object] | None = None  # see `follow_steps`
         self._lock = threading.Lock()
         self._cursors: dict[str, int] = {}  # sink -> arrival samples it has had
         self._lost = 0
@@ -105,11 +108,17 @@ class CollectiveReader:
         # still preempt it mid-stretch on a busy machine).
         self.longest_hold_s = 0.0
 
-    # --- training thread --------------------------------------------------------------------
+    # --- step starts (the agent's report thread) ----------------------------------------------
 
-    def step_began(self, step: int) -> None:
-        """Mark the start of `step` (wall clock, the recorder's clock)."""
-        self._steps.append((step, self._wall_clock_ns()))
+    def step_began(self, step: int, start_unix_ns: int | None = None) -> None:
+        """Mark the start of `step` (ns since the epoch, the recorder's clock; None: now)."""
+        start = self._wall_clock_ns() if start_unix_ns is None else start_unix_ns
+        self._steps.append((step, start))
+
+    def follow_steps(self, latest_steps: Callable[[], object]) -> None:
+        """Call `latest_steps` before each read: it hands the reader (`step_began`) the starts of
+        the steps begun so far."""
+        self._latest_steps = latest_steps
 
     # --- set-up and shutdown ------------------------------------------------------------------
 
@@ -196,6 +205,8 @@ class CollectiveReader:
             done.extend(update.done)
             still_open.extend(update.open)
             lost += update.lost
+        if self._latest_steps is not None:
+            self._latest_steps()  # every step begun before this dump, at least
         steps = list(self._steps)
         for start in range(0, len(done), ACCOUNT_CHUNK):  # GIL offered between chunks
             part = done[start : start + ACCOUNT_CHUNK]

@@ -173,8 +173,8 @@ class RankFlopCounter(FlopCounterMode):  # type: ignore[misc]
 
 
 def dispatch_mode_stack() -> tuple[int, ...]:
-    """The identities of the dispatch modes on this thread's stack, innermost last (cheap: one
-    short list; `FlopsTracker` compares two of them to know nothing was pushed in between)."""
+    """The identities of the dispatch modes on this thread's stack, innermost last (empty when
+    none is pushed: `FlopsTracker` starts a count at a step's first forward only then)."""
     return tuple(id(mode) for mode in _get_current_dispatch_mode_stack())
 
 

@@ -10,6 +10,7 @@ leaves the result for the agent to pick up.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import queue
@@ -180,7 +181,10 @@ class WindowAnalyser:
         self._temp_dir = temp_dir
         self._thread_time = thread_time
         self._jobs: queue.Queue[tuple[ProfilerLike, tuple[int, ...]] | None] = queue.Queue()
-        self._results: queue.Queue[WindowOutcome] = queue.Queue()
+        # Outcomes, oldest first: appended here, popped by `poll` on the training thread without
+        # a lock (a deque's append and popleft are atomic under the GIL); `_arrived` wakes `wait`.
+        self._results: collections.deque[WindowOutcome] = collections.deque()
+        self._arrived = threading.Event()
         self._busy = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mfuscope-analyser", daemon=True)
         self._thread.start()
@@ -193,17 +197,27 @@ class WindowAnalyser:
         self._busy.set()
         self._jobs.put((profiler, steps))
 
+    @property
+    def ready(self) -> bool:
+        """Whether an outcome waits to be picked up (a plain read: no lock, never blocks)."""
+        return bool(self._results)
+
     def poll(self) -> WindowOutcome | None:
         try:
-            return self._results.get_nowait()
-        except queue.Empty:
+            return self._results.popleft()
+        except IndexError:
             return None
 
     def wait(self, timeout_s: float) -> WindowOutcome | None:
-        try:
-            return self._results.get(timeout=max(timeout_s, 0.0))
-        except queue.Empty:
-            return None
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        while True:
+            self._arrived.clear()
+            outcome = self.poll()
+            if outcome is not None:
+                return outcome
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._arrived.wait(left):
+                return self.poll()
 
     def close(self, timeout_s: float) -> None:
         self._jobs.put(None)
@@ -234,7 +248,8 @@ class WindowAnalyser:
             if self._on_analysed is not None and outcome.decompositions:
                 self._on_analysed(outcome.steps, outcome.decompositions)  # its own guard
             self._busy.clear()
-            self._results.put(outcome)
+            self._results.append(outcome)
+            self._arrived.set()
 
     def _export_and_analyse(
         self, profiler: ProfilerLike, steps: tuple[int, ...], kept: list[str | None]

@@ -17,6 +17,17 @@ forward, or that comes after the limit, carries the latest count (`stale`), and 
 case the next step is counted from its beginning. Without a model no shapes are seen and the
 first count is reused. Counting costs one slow step (FlopCounterMode dispatches every op through
 Python).
+
+Steps whose shapes did not change cost no bookkeeping at step end. The forward pre-hook compares
+each forward's shapes with the *steady* signature (the latest counted or known one) as it runs,
+and keeps the count of forwards that matched in `ForwardMatch.forwards_matched`; a step whose
+count equals `ForwardMatch.steady_forwards` has the steady signature, and the agent's step
+recorder gives it the steady FLOPs without calling `end_step` (`mfuscope.agent._step_recorder`).
+Only a step that diverges keeps a list of its forwards. A count may start at a step's first
+forward only while no dispatch mode is pushed (`mode_stack()` empty): a mode on the stack may have
+been pushed inside the step, and the counter, itself a dispatch mode, must leave the stack in the
+order it entered; such a step carries the latest count and the next step is counted from its
+beginning.
 """
 
 from __future__ import annotations
@@ -30,13 +41,28 @@ from mfuscope.agent import uncounted
 from mfuscope.agent._health import RateLimitedLog
 from mfuscope.agent.recompute import set_recompute_counter
 
-__all__ = ["CountSession", "FlopsTracker", "StepFlopsValue", "input_signature"]
+__all__ = [
+    "CountSession",
+    "FlopsTracker",
+    "ForwardMatch",
+    "StepFlopsValue",
+    "input_signature",
+]
 
 # Signatures are kept short: a step with more forwards than this is identified by its first ones.
 _MAX_FORWARDS_PER_SIGNATURE = 32
 MAX_COUNT_FAILURES = 3
 
 Signature = tuple[tuple[tuple[int, ...], ...], ...]
+Forward = tuple[tuple[int, ...], ...]
+
+# `ForwardMatch.forwards_matched` outside the steady check: the step records every forward in a
+# list (a step begun by `begin_step`, or one that diverged), or no step runs.
+RECORDING = -1
+OUTSIDE = -2
+# `ForwardMatch.steady_forwards` while no signature is steady (nothing counted yet): no count of
+# matched forwards equals it.
+NO_STEADY = -3
 
 
 @dataclass(frozen=True)
@@ -75,13 +101,30 @@ class CountSession(Protocol):
     def result(self) -> CountedFlops: ...
 
 
-def input_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[int, ...], ...]:
+_UNKNOWN = StepFlopsValue(0.0, 0.0, "unknown")
+
+
+class ForwardMatch:
+    """The per-step state of the steady-shape check, shared by the forward pre-hook (which
+    writes `forwards_matched`) and the agent's step recorder (which resets it at step begin and
+    compares it with `steady_forwards` at step end). Plain int slots: read and written by the
+    training thread only."""
+
+    __slots__ = ("forwards_matched", "steady_forwards")
+
+    def __init__(self) -> None:
+        self.forwards_matched = OUTSIDE
+        self.steady_forwards = NO_STEADY
+
+
+def input_signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Forward:
     """Shapes of the tensor arguments of one forward call (non-tensors are ignored)."""
-    shapes = []
-    for value in (*args, *kwargs.values()):
+    shapes: list[tuple[int, ...]] = []
+    for value in (*args, *kwargs.values()) if kwargs else args:
         shape = getattr(value, "shape", None)
         if shape is not None:
-            shapes.append(tuple(int(d) for d in shape))
+            # torch.Size is a tuple of ints already (hashable, equal to the plain tuple)
+            shapes.append(shape if isinstance(shape, tuple) else tuple(int(d) for d in shape))
     return tuple(shapes)
 
 
@@ -98,29 +141,39 @@ class FlopsTracker:
         max_recounts: int = 8,
         mode_stack: Callable[[], object] = tuple,
         may_count_now: Callable[[], bool] = lambda: True,
+        match: ForwardMatch | None = None,
     ) -> None:
-        """`mode_stack()` returns something that compares equal while the dispatch-mode stack is
-        unchanged (`counted_flops.dispatch_mode_stack` in production); `may_count_now()` says
-        whether a count may start now (not while a profiled window records)."""
+        """`mode_stack()` returns the dispatch modes on the stack, falsy when there are none
+        (`counted_flops.dispatch_mode_stack` in production); `may_count_now()` says whether a
+        count may start now (not while a profiled window records). `match`: the per-step state
+        shared with the agent's step recorder (a fresh one when None)."""
+        self.match = match if match is not None else ForwardMatch()
         self._given = None if given is None else StepFlopsValue(*given, "given")
         self._new_session = new_session
         self._log = log
         self._max_recounts = max_recounts
         self._counts: dict[Signature, StepFlopsValue] = {}  # source "counted"
+        self._first_forwards: set[Forward] = set()  # the first forward of each counted signature
         self._latest: StepFlopsValue | None = None
         self._count_next = given is None and new_session is not None
         self._session: CountSession | None = None
         self._count_failures = 0
-        self._forwards: list[tuple[tuple[int, ...], ...]] = []
-        # A step may start counting at its first forward (see the module docstring) only when
-        # counting is allowed now and nothing else pushed a dispatch mode since the step began:
-        # the counter is a dispatch mode and must leave the mode stack in the order it entered.
-        self._count_at_first_forward = False
-        self._modes_at_begin: object = None
+        # The steady signature's forwards and FLOPs (see the module docstring).
+        self._steady: Signature = ()
+        self.steady_value: StepFlopsValue | None = None
+        # The forwards of a step that records them all (RECORDING).
+        self._forwards: list[Forward] = []
+        # Whether a count may start at this step's first forward: set by `begin_step`; a step the
+        # recorder began itself (no call to `begin_step`) may, when its first forward is new.
+        self._first_forward_may_count = False
         self._mode_stack = mode_stack
         self._may_count_now = may_count_now
         self._hook: Any = None
-        if given is None and model is not None and hasattr(model, "register_forward_pre_hook"):
+        if self._given is not None:
+            self._set_steady((), self._given)  # never counts, never watches shapes
+        elif new_session is None:
+            self._set_steady((), _UNKNOWN)  # nothing to count with: FLOPs stay unknown
+        elif model is not None and hasattr(model, "register_forward_pre_hook"):
             self._hook = model.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
 
     @property
@@ -128,58 +181,91 @@ class FlopsTracker:
         """Whether the current (or next) step is a counting step."""
         return self._session is not None or self._count_next
 
+    def _set_steady(self, signature: Signature, value: StepFlopsValue) -> None:
+        self._steady = signature
+        self.steady_value = value
+        self.match.steady_forwards = len(signature)
+
     def _pre_forward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if uncounted.paused():
-            # A pipeline stage's one-time metadata pass is not a forward of the step's own:
-            # in the signature it would make the first step's shapes differ from every later one.
+        match = self.match
+        matched = match.forwards_matched
+        if matched == OUTSIDE or uncounted.paused():
+            # Outside a step, or a pipeline stage's one-time metadata pass: not a forward of the
+            # step's own (in the signature it would make the first step's shapes differ from
+            # every later one).
             return
-        if len(self._forwards) < _MAX_FORWARDS_PER_SIGNATURE:
-            try:
-                self._forwards.append(input_signature(args, kwargs))
-            except Exception:
-                self._forwards.append(())
-        if self._count_at_first_forward:
-            self._count_at_first_forward = False  # decided at the first forward only
-            try:
-                if self._first_forward_is_new() and self._may_start_count_here():
-                    self._start_session()
-            except Exception as exc:  # never raise into the model's forward
-                self._log.warning(
-                    "flops-count-start", "mfuscope: could not start counting FLOPs: %r", exc
-                )
-                self.abort()
+        if matched >= _MAX_FORWARDS_PER_SIGNATURE:
+            return
+        try:
+            forward = input_signature(args, kwargs)
+        except Exception:
+            forward = ()
+        if matched >= 0:
+            steady = self._steady
+            if matched < len(steady) and forward == steady[matched]:
+                match.forwards_matched = matched + 1
+                return
+            # Diverged: from here on keep every forward (the ones so far were the steady ones).
+            match.forwards_matched = RECORDING
+            self._forwards = [*steady[:matched], forward]
+            if matched == 0 and self._may_recount():
+                self._count_from_first_forward(forward)
+            return
+        forwards = self._forwards
+        if len(forwards) >= _MAX_FORWARDS_PER_SIGNATURE:
+            return
+        forwards.append(forward)
+        if len(forwards) == 1 and self._first_forward_may_count:
+            self._first_forward_may_count = False  # decided at the first forward only
+            self._count_from_first_forward(forward)
 
-    def _first_forward_is_new(self) -> bool:
-        first = self._forwards[0]
-        return not any(signature[:1] == (first,) for signature in self._counts)
-
-    def _may_start_count_here(self) -> bool:
+    def _may_recount(self) -> bool:
         return (
-            self._session is None
-            and self._may_count_now()
-            and self._mode_stack() == self._modes_at_begin
+            self._new_session is not None
+            and self._hook is not None
+            and bool(self._counts)
+            and len(self._counts) < self._max_recounts
         )
+
+    def _count_from_first_forward(self, first: Forward) -> None:
+        """Start counting at this step's first forward when its shapes are new and a count may
+        start here; never raises into the model's forward."""
+        try:
+            if (
+                first not in self._first_forwards
+                and self._session is None
+                and self._may_count_now()
+                and not self._mode_stack()
+            ):
+                self._start_session()
+        except Exception as exc:
+            self._log.warning(
+                "flops-count-start", "mfuscope: could not start counting FLOPs: %r", exc
+            )
+            self.abort()
 
     def _start_session(self) -> None:
         assert self._new_session is not None
         session = self._new_session()
         session.__enter__()
         self._session = session
+        self.match.forwards_matched = RECORDING  # a counted step ends through `end_step`
         set_recompute_counter(session.recompute_context)
 
     def begin_step(self, *, allow_count: bool = True) -> None:
-        """Start a step; a pending count waits for a step where `allow_count` holds."""
+        """Start a step that records every forward (the agent's recorder begins a steady step
+        without this call); a pending count waits for a step where `allow_count` holds."""
+        self.match.forwards_matched = RECORDING
         if self._forwards:
             self._forwards = []
-        self._count_at_first_forward = False
+        self._first_forward_may_count = False
         if self._new_session is None or not allow_count:
             return
         if self._count_next:
             self._count_next = False
             self._start_session()
-        elif self._hook is not None and self._counts and len(self._counts) < self._max_recounts:
-            self._count_at_first_forward = True
-            self._modes_at_begin = self._mode_stack()
+        elif self._may_recount():
+            self._first_forward_may_count = True
 
     def end_step(
         self, *, failed: bool = False, given: StepFlopsValue | None = None
@@ -187,12 +273,20 @@ class FlopsTracker:
         """FLOPs of the step that just ended. `failed`: the step raised (counts are not kept).
         `given`: FLOPs given for this very step (begun with `allow_count=False`), returned as
         they are; the step's shapes are not counted later on its account."""
-        self._count_at_first_forward = False
+        match = self.match
+        matched = match.forwards_matched
+        match.forwards_matched = OUTSIDE
+        self._first_forward_may_count = False
+        if matched >= 0:
+            signature: Signature = self._steady[:matched]
+        else:
+            signature = tuple(self._forwards)
+        if self._forwards:
+            self._forwards = []
         if given is not None:
             return given
         if self._given is not None:
             return self._given  # never counts, never watches shapes: nothing else to do
-        signature: Signature = tuple(self._forwards)
         session, self._session = self._session, None
         if session is not None:
             set_recompute_counter(None)
@@ -201,15 +295,19 @@ class FlopsTracker:
                 counted = session.result
                 value = StepFlopsValue(counted.model_flops, counted.recompute_flops, "counted")
                 self._counts[signature] = self._latest = value
+                if signature:
+                    self._first_forwards.add(signature[0])
+                self._set_steady(signature, value)
                 return value
         known = self._counts.get(signature)
         if known is not None:
             self._latest = known
+            self._set_steady(signature, known)
             return known
         if self._latest is None:
             # Not counted yet (the counting step raised): try again on the next step.
             self._count_next = self._new_session is not None
-            return StepFlopsValue(0.0, 0.0, "unknown")
+            return _UNKNOWN
         if len(self._counts) < self._max_recounts and self._new_session is not None:
             self._count_next = True
         else:
@@ -226,7 +324,7 @@ class FlopsTracker:
 
         After `MAX_COUNT_FAILURES` such failures counting is given up (FLOPs stay unknown).
         """
-        self._count_at_first_forward = False
+        self._first_forward_may_count = False
         self._count_failures += 1
         self._count_next = (
             self._latest is None

@@ -226,6 +226,18 @@ class AlignedSchedule:
         """Whether an agreed window begins at this rank's `step`."""
         return self._start is not None and step - self._offset == self._start
 
+    def next_action_step(self) -> int | None:
+        """This rank's next step at which `opens_at` can hold or `step_ended` acts (a window
+        start, a check step, a step to read a decision at); None while none is planned. The
+        steps before it need neither call (the agent's step recorder skips them)."""
+        planned = [at for at in (self._start, self._next) if at is not None]
+        return min(planned) + self._offset if planned else None
+
+    @property
+    def done_pending(self) -> bool:
+        """Whether this rank has a window to mark done (`window_done` would count one)."""
+        return self.failure is None and bool(self._starts) and self._done != self._starts[-1]
+
     def step_ended(self, step: int, view: Callable[[], RankView]) -> None:
         """Follow the agreed chain past this rank's `step` (every step, recorded or not).
 

@@ -3,14 +3,16 @@
     .venv/bin/python benchmarks/agent_overhead.py [--rounds 50] [--block 10]
 
 Launches itself under `torchrun --standalone --nproc_per_node=2` (OMP_NUM_THREADS=1). In one
-process run it interleaves blocks of steps of four modes, in a rotating order every round so
+process run it interleaves blocks of steps of five modes, in a rotating order every round so
 drift (other load on the machine, warm-up) hits all modes alike:
 
 - `baseline`: the plain training step;
+- `floor`: the step inside a trivial context manager that takes one timestamp and appends it to
+  a list: the least any per-step instrumentation can cost on this machine, right after a DDP step;
 - `records-off`: the agent with profiling off and its flight-recorder reader off (step timing,
   FLOPs, reports to a JSONL file);
-- `always-on`: the agent with profiling off and the flight recorder read every second on the
-  agent's reader thread (its default; ``collective_records``);
+- `always-on`: the agent with profiling off and the flight recorder read on the agent's reader
+  thread (its default; ``collective_records``);
 - `default`: the agent with its default sampling (profiled windows analysed off-thread) and the
   recorder read.
 
@@ -20,15 +22,16 @@ mode's step times include its own reader's GIL use and nobody else's.
 The model is `tests/support/agent_job.py`'s: the packaged demo GPT (`mfuscope.agent.examples`;
 DDP, every other block checkpointed).
 Step times are rank 0's `perf_counter` around the whole step (the `with agent.step()` block
-included). Printed: median step time per mode and its ratio to the baseline (targets (a) <= 1.01,
-(b) <= 1.02), the mean ratio over the run (which includes the default agent's profiled window
-at step 10, amortised over this short run only), the measured cost of the window, and the
-amortised ratio that cost implies at the default cadence. Each agent's first step (FlopCounterMode
-counting, once per run) is reported apart and left out of the means. Because whole-step ratios
-are at the mercy of other load on a shared machine, two more figures follow: per-round ratios
-(each block against the adjacent baseline block) with their quartiles, and the time spent
-inside agent code per step (entering and leaving `agent.step()`), a direct measure of the
-always-on cost on the training thread that does not depend on step-to-step noise.
+included). The first table gives, per mode, the median step time and its ratio to the baseline,
+and the time spent inside the instrumentation per step (entering and leaving `agent.step()`, or
+the floor's context manager): median, p99 and the median's ratio to the floor's. That is the
+direct measure of what the training thread pays, independent of step-to-step noise. Each agent's
+first step (FlopCounterMode counting, once per run) is left out of the figures. Then: the default
+agent's profiled windows (the training thread's time to start and stop the profiler on the steps
+that take a window, the measured window cost and the amortised ratio at the default cadence), the
+mean ratios, per-round ratios (each block against the adjacent baseline block) and the
+flight-recorder reader's figures. The world-size-1 figure comes from
+`benchmarks/agent_overhead_single.py`.
 """
 
 from __future__ import annotations
@@ -43,9 +46,13 @@ import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+from _floor import IN_AGENT_HEADER, Floor, in_agent_columns, quantile
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("baseline", "records-off", "always-on", "default")
+MODES = ("baseline", "floor", "records-off", "always-on", "default")
+AGENT_MODES = ("records-off", "always-on", "default")
 
 
 def _job_module() -> ModuleType:
@@ -81,6 +88,7 @@ def _worker(args: argparse.Namespace) -> None:
         "always-on": Agent(profile=False, **common),
         "default": Agent(**common),
     }
+    scopes: dict[str, Any] = {"floor": Floor(), **agents}
     readers = {
         mode: runtime.collectives
         for mode, agent in agents.items()
@@ -89,24 +97,25 @@ def _worker(args: argparse.Namespace) -> None:
     for step in range(args.warmup):
         job.train_step(model, optimizer, step)
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
-    inside: dict[str, list[float]] = {mode: [] for mode in MODES}  # time in agent code
+    inside: dict[str, list[float]] = {mode: [] for mode in MODES}  # time in instrumentation
     rounds: dict[str, list[float]] = {mode: [] for mode in MODES}  # per-round block medians
     started = time.perf_counter()
     step = args.warmup
     for round_index in range(args.rounds):
         order = MODES[round_index % len(MODES) :] + MODES[: round_index % len(MODES)]
         for mode in order:
-            agent = agents.get(mode)
+            scope = scopes.get(mode)
             for reader_mode, reader in readers.items():
                 (reader.resume if reader_mode == mode else reader.pause)()
             block = []
             for _ in range(args.block):
-                t0 = time.perf_counter()
-                if agent is None:
+                if scope is None:
+                    t0 = time.perf_counter()
                     job.train_step(model, optimizer, step)
                     t1 = t2 = t3 = time.perf_counter()
                 else:
-                    with agent.step():
+                    t0 = time.perf_counter()
+                    with scope if mode == "floor" else scope.step():
                         t1 = time.perf_counter()
                         job.train_step(model, optimizer, step)
                         t2 = time.perf_counter()
@@ -136,75 +145,84 @@ def _worker(args: argparse.Namespace) -> None:
     health = agents["default"].health.snapshot()
     dist.barrier()
     if rank == 0:
-        _print(args, times, elapsed, health, windows)
-        _print_paired(rounds, inside)
+        for mode in AGENT_MODES:  # the agents' first step counts FLOPs (once per run): apart
+            times[mode], inside[mode] = times[mode][1:], inside[mode][1:]
+        _print_inside(args, times, inside, elapsed)
+        ratio = agents["default"].config.profile_max_overhead_ratio
+        _print_windows(times, health, windows, ratio)
+        _print_paired(times, rounds)
         _print_recorder(times, inside, rounds, reader_stats, elapsed)
     dist.destroy_process_group()
 
 
-def _print(
+def _print_inside(
     args: argparse.Namespace,
     times: dict[str, list[float]],
+    inside: dict[str, list[float]],
     elapsed: float,
-    health: object,
-    windows: object,
 ) -> None:
-    base = times["baseline"]
-    base_median, base_mean = statistics.median(base), statistics.fmean(base)
+    """Per mode: step time (median, ratio to the baseline) and time inside the instrumentation
+    (median, p99, ratio of the median to the floor's)."""
+    base_median = statistics.median(times["baseline"])
+    floor_median = statistics.median(inside["floor"])
     print(
         f"agent overhead: 2-rank gloo DDP demo GPT, {args.rounds} rounds x {args.block} steps "
         f"per mode, {elapsed:.0f} s"
     )
-    print(
-        f"{'mode':<10} {'steps':>6} {'median ms':>10} {'ratio':>7} {'mean ms':>9} {'ratio':>7}"
-        f"  first step ms"
-    )
+    print(f"{'mode':<12} {'steps':>5} {'step ms':>8} {'/base':>7}   {IN_AGENT_HEADER}")
     for mode in MODES:
-        values = times[mode]
-        # the agents' first step counts FLOPs under FlopCounterMode (once per run): apart
-        first, rest = (values[0], values[1:]) if mode != "baseline" else (None, values)
-        median, mean = statistics.median(rest), statistics.fmean(rest)
-        print(
-            f"{mode:<10} {len(values):>6} {median * 1e3:>10.2f} {median / base_median:>7.4f} "
-            f"{mean * 1e3:>9.2f} {mean / base_mean:>7.4f}"
-            + (f"  {first * 1e3:.0f}" if first is not None else "")
+        steps = times[mode]
+        line = (
+            f"{mode:<12} {len(steps):>5} {statistics.median(steps) * 1e3:>8.2f} "
+            f"{statistics.median(steps) / base_median:>7.4f}"
         )
+        if mode != "baseline":
+            line += "   " + in_agent_columns(inside[mode], floor_median)
+        print(line)
+    print(json.dumps({mode: statistics.median(v) for mode, v in inside.items() if v}))
+
+
+def _print_windows(
+    times: dict[str, list[float]], health: object, windows: Any, budget_ratio: float
+) -> None:
+    """The default agent's windows: what starting and stopping the profiler cost the training
+    thread on the steps that took a window, the measured cost, and the amortised ratio."""
     print(f"default agent health: {health}")
-    cost = getattr(windows, "last_cost_s", None)
-    if cost is not None:
-        schedule = getattr(windows, "_schedule", None)
-        floor_s = schedule.next_earliest_s if schedule is not None else float("nan")
-        step_s = statistics.median(base)
-        # Default cadence: every 1000 steps or 300 s (whichever first), but never sooner than
-        # cost / 0.005 (the agent's own budget rule).
-        interval_s = max(min(1000 * step_s, 300.0), floor_s)
-        print(f"last profiled window cost (extra step time + analysis CPU time): {cost:.3f} s")
+    if windows is None:
+        return
+    switches = getattr(windows, "switch_costs_s", ())
+    if switches:
         print(
-            f"default cadence here: a window every {interval_s:.0f} s -> amortised "
-            f"ratio {1 + cost / interval_s:.4f} (projection from the measured window cost)"
+            "profiled windows: training-thread time to start + stop the profiler, per window: "
+            + ", ".join(f"{s * 1e3:.1f} ms" for s in switches)
         )
-    print(json.dumps({mode: statistics.median(v) for mode, v in times.items()}))
+    cost = getattr(windows, "last_cost_s", None)
+    if cost is None:
+        return
+    step_s = statistics.median(times["baseline"])
+    # Default cadence: every 1000 steps or 300 s (whichever first), but never sooner than
+    # cost / profile_max_overhead_ratio after the previous window (the agent's budget rule).
+    interval_s = max(min(1000 * step_s, 300.0), cost / budget_ratio)
+    print(f"last profiled window cost (extra step time + analysis CPU time): {cost:.3f} s")
+    print(
+        f"default cadence here: a window every {interval_s:.0f} s -> amortised "
+        f"ratio {1 + cost / interval_s:.4f} (budget {1 + budget_ratio:.4f}; projection from the "
+        "measured cost)"
+    )
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
-
-
-def _print_paired(rounds: dict[str, list[float]], inside: dict[str, list[float]]) -> None:
-    """Per-round ratios (each mode's block median / the same round's baseline block median,
-    blocks adjacent in time), and the time spent inside agent code per step."""
+def _print_paired(times: dict[str, list[float]], rounds: dict[str, list[float]]) -> None:
+    """Mean step-time ratios over the run (the default agent's window amortised over this short
+    run only) and per-round ratios (each mode's block median / the same round's baseline block
+    median, blocks adjacent in time)."""
     base = rounds["baseline"]
-    base_step = statistics.median(base)
+    base_mean = statistics.fmean(times["baseline"])
     for mode in MODES[1:]:
         ratios = [m / b for m, b in zip(rounds[mode], base, strict=True)]
-        agent_s = inside[mode][1:]  # the first step counts FLOPs
         print(
-            f"{mode:<10} per-round ratio median {statistics.median(ratios):.4f} "
-            f"[p25 {_quantile(ratios, 0.25):.4f}, p75 {_quantile(ratios, 0.75):.4f}]; "
-            f"in agent code per step: median {statistics.median(agent_s) * 1e6:.0f} us, "
-            f"p99 {_quantile(agent_s, 0.99) * 1e6:.0f} us "
-            f"(= {statistics.median(agent_s) / base_step:.5f} of a median step)"
+            f"{mode:<12} mean step ratio {statistics.fmean(times[mode]) / base_mean:.4f}; "
+            f"per-round ratio median {statistics.median(ratios):.4f} "
+            f"[p25 {quantile(ratios, 0.25):.4f}, p75 {quantile(ratios, 0.75):.4f}]"
         )
 
 
@@ -217,23 +235,23 @@ def _print_recorder(
 ) -> None:
     """The flight-recorder read against the same agent with the recorder off: step time median
     and p99, time in agent code on the training thread (median and p99), and the reader
-    thread's CPU time (it read only during its own mode's blocks, a quarter of the run)."""
-    off = times["records-off"][1:]
+    thread's CPU time (it read only during its own mode's blocks)."""
+    off = times["records-off"]
     print("flight-recorder read (always-on) against the recorder off (records-off):")
-    for mode in ("records-off", "always-on", "default"):
-        steps, agent_s = times[mode][1:], inside[mode][1:]
+    for mode in AGENT_MODES:
+        steps, agent_s = times[mode], inside[mode]
         print(
             f"  {mode:<11} step median {statistics.median(steps) * 1e3:.2f} ms "
             f"(x{statistics.median(steps) / statistics.median(off):.4f}), "
-            f"p99 {_quantile(steps, 0.99) * 1e3:.2f} ms "
-            f"(x{_quantile(steps, 0.99) / _quantile(off, 0.99):.4f}); in agent code median "
+            f"p99 {quantile(steps, 0.99) * 1e3:.2f} ms "
+            f"(x{quantile(steps, 0.99) / quantile(off, 0.99):.4f}); in agent code median "
             f"{statistics.median(agent_s) * 1e6:.0f} us, "
-            f"p99 {_quantile(agent_s, 0.99) * 1e6:.0f} us"
+            f"p99 {quantile(agent_s, 0.99) * 1e6:.0f} us"
         )
     paired = [a / b for a, b in zip(rounds["always-on"], rounds["records-off"], strict=True)]
     print(
         f"  always-on / records-off per round: median {statistics.median(paired):.4f} "
-        f"[p25 {_quantile(paired, 0.25):.4f}, p75 {_quantile(paired, 0.75):.4f}]"
+        f"[p25 {quantile(paired, 0.25):.4f}, p75 {quantile(paired, 0.75):.4f}]"
     )
     for mode, (reads, cpu_s, taken, lost, hold_s) in reader_stats.items():
         active_s = elapsed / len(MODES)

@@ -1,38 +1,85 @@
-"""Step timers: host clock periods, and device events read asynchronously (never synchronised)."""
+"""Step timing: host-clock periods from the step recorder's ring, and device events read
+asynchronously by the report thread (never synchronised, also not at close)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
-from mfuscope.agent.step_timer import DeviceEventStepTimer, HostStepTimer, TimedStep
+from mfuscope.agent import _step_recorder
+from mfuscope.agent._agent import Seams, agent_with_seams
+from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._step_recorder import StepRecorder
+from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
+from mfuscope.core.schema import batch_from_json
+
+from tests.support.agent_fakes import FakeProfiler
+from tests.support.step_records import FakeWindows, reporter_for
 
 
 class FakeClock:
+    """perf_counter_ns for the recorder and the reporter (s, shown as ns)."""
+
     def __init__(self) -> None:
         self.now = 10.0
 
-    def __call__(self) -> float:
-        return self.now
+    def __call__(self) -> int:
+        return round(self.now * 1e9)
 
 
-def test_host_timer_measures_period_from_start_to_next_start() -> None:
-    clock = FakeClock()
-    timer = HostStepTimer(clock=clock, wall_clock_ns=lambda: int(clock.now * 1e9))
-    timer.begin(0)
-    clock.now += 0.5
-    timer.end(0)
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
+    fake = FakeClock()
+    monkeypatch.setattr(_step_recorder, "perf_counter_ns", fake)
+    yield fake
+
+
+def test_host_periods_run_from_start_to_next_start(clock: FakeClock) -> None:
+    recorder, reporter, timed = reporter_for(clock, wall_offset_ns=0)
+    with recorder:
+        clock.now += 0.5
     clock.now += 0.25  # data loading between steps belongs to step 0 (bubble)
-    assert timer.poll() == []
-    timer.begin(1)
-    clock.now += 0.75
-    timer.end(1)
+    reporter.drain()
+    assert timed == []  # step 0's period ends when step 1 begins
+    with recorder:
+        clock.now += 0.75
     clock.now += 9.0  # after the last step: not part of it
-    assert timer.poll() == [TimedStep(0, 10_000_000_000, 0.75)]
-    assert timer.finish() == [TimedStep(1, 10_750_000_000, 0.75)]
-    assert timer.finish() == []
+    reporter.drain()
+    assert timed == [TimedStep(0, 10_000_000_000, 0.75)]
+    reporter.drain(final=True)
+    assert timed[1:] == [TimedStep(1, 10_750_000_000, 0.75)]
+    reporter.drain(final=True)
+    assert len(timed) == 2
+
+
+@pytest.mark.parametrize("steps", [1, 2, 7])
+def test_host_clock_reports_every_step_once(clock: FakeClock, steps: int) -> None:
+    recorder, reporter, timed = reporter_for(clock)
+    for _ in range(steps):
+        with recorder:
+            clock.now += 0.1
+        reporter.drain()
+    reporter.drain(final=True)
+    assert [t.step for t in timed] == list(range(steps))
+    assert all(t.wall_s == pytest.approx(0.1) for t in timed)
+
+
+def test_a_step_still_open_at_close_ends_at_close_with_unknown_flops(clock: FakeClock) -> None:
+    recorder, reporter, timed = reporter_for(clock)
+    with recorder:
+        clock.now += 1.0
+    recorder.__enter__()
+    clock.now += 2.0
+    recorder.close()
+    reporter.drain(final=True)
+    assert [(t.step, t.wall_s) for t in timed] == [(0, 1.0), (1, 2.0)]
 
 
 class FakeEvent:
-    """Stands in for torch.cuda.Event: `done` is flipped by the fake device."""
+    """Stands in for torch.cuda.Event: `done` is set by the fake device; recording again makes
+    it pending again, as on CUDA."""
 
     def __init__(self, device: FakeDevice) -> None:
         self.device = device
@@ -40,13 +87,17 @@ class FakeEvent:
         self.done = False
 
     def record(self) -> None:
-        self.device.recorded.append(self)
+        self.done, self.time_ms = False, None
+        if self in self.device.pending:
+            self.device.pending.remove(self)
+        self.device.pending.append(self)
 
     def query(self) -> bool:
         self.device.queries += 1
         return self.done
 
     def elapsed_time(self, end_event: FakeEvent) -> float:
+        # A real event raises here when not completed; the timer must never ask.
         assert self.done and end_event.done, "elapsed_time on an event the device has not passed"
         assert self.time_ms is not None and end_event.time_ms is not None
         return end_event.time_ms - self.time_ms
@@ -57,69 +108,139 @@ class FakeEvent:
 
 
 class FakeDevice:
+    """The CUDA boundary: events it creates, passes in order, and the synchronisations asked."""
+
     def __init__(self) -> None:
-        self.recorded: list[FakeEvent] = []
+        self.pending: list[FakeEvent] = []
+        self.created = 0
         self.queries = 0
         self.syncs = 0
         self.clock_ms = 0.0
 
     def new_event(self) -> FakeEvent:
+        self.created += 1
         return FakeEvent(self)
 
     def run(self, count: int, each_ms: float) -> None:
         """The device passes the next `count` recorded events, `each_ms` apart."""
-        pending = [e for e in self.recorded if not e.done][:count]
-        for event in pending:
+        for event in self.pending[:count]:
             self.clock_ms += each_ms
             event.time_ms = self.clock_ms
             event.done = True
+        del self.pending[:count]
 
-    def run_all(self) -> None:
-        self.run(len(self.recorded), 1.0)
+    def run_all(self, each_ms: float = 1.0) -> None:
+        self.run(len(self.pending), each_ms)
 
 
 def test_device_timer_reads_events_late_and_never_synchronises() -> None:
     device = FakeDevice()
-    timer = DeviceEventStepTimer(device.new_event, wall_clock_ns=lambda: 5)
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # close polls; the device gets on meanwhile
+        waits.append(seconds)
+        device.run_all()
+
+    timer = DeviceEventStepTimer(device.new_event, wall_clock_ns=lambda: 5, sleep=sleep)
     for step in range(4):
         timer.begin(step)
         timer.end(step)
         assert timer.poll() == []  # the device has not run anything yet
-    # Events per step: start, end. The device now passes step 0's start, step 0's end and
-    # step 1's start, 100 ms apart.
+    # Events per step: start, end (one event, recorded again each step). The device now passes
+    # step 0's start, step 1's start, step 2's start (the end event stays pending: recorded last).
     device.run(3, 100.0)
     done = timer.poll()
-    assert [(t.step, round(t.wall_s, 6)) for t in done] == [(0, 0.2)]
-    device.run(2, 50.0)  # step 1's end, step 2's start
-    assert [(t.step, round(t.wall_s, 6)) for t in timer.poll()] == [(1, 0.1)]
+    assert [(t.step, round(t.wall_s, 6)) for t in done] == [(0, 0.1), (1, 0.1)]
+    device.run(1, 50.0)  # step 3's start
+    assert [(t.step, round(t.wall_s, 6)) for t in timer.poll()] == [(2, 0.05)]
     assert device.syncs == 0
     assert device.queries > 0
-    # close: waits for the device once, then the last step ends at its own end event
+    # close: polls until the device has passed the last step's end, never synchronises
     closing = timer.finish()
-    assert device.syncs == 1
-    assert [t.step for t in closing] == [2, 3]
+    assert device.syncs == 0 and waits
+    assert [t.step for t in closing] == [3]
     assert all(t.wall_s > 0 for t in closing)
 
 
-def test_device_timer_bounds_pending_steps() -> None:
+def test_device_timer_bounds_pending_steps_and_reuses_events() -> None:
     device = FakeDevice()
     timer = DeviceEventStepTimer(device.new_event, max_pending=3)
     for step in range(5):
         timer.begin(step)
+    assert timer.poll() == []
     assert timer.dropped_steps == 2
     device.run_all()
     assert [t.step for t in timer.poll()] == [2, 3]
-
-
-@pytest.mark.parametrize("steps", [1, 2, 7])
-def test_host_timer_reports_every_step_once(steps: int) -> None:
-    clock = FakeClock()
-    timer = HostStepTimer(clock=clock)
-    seen: list[int] = []
-    for step in range(steps):
+    created = device.created
+    for step in range(5, 50):  # spent start events come back from the report thread
         timer.begin(step)
-        clock.now += 0.1
         timer.end(step)
-        seen += [t.step for t in timer.poll()]
-    seen += [t.step for t in timer.finish()]
-    assert seen == list(range(steps))
+        device.run_all()
+        timer.poll()
+    assert device.created - created <= 3
+
+
+def test_device_timer_drops_steps_the_device_has_not_passed_by_the_close_deadline() -> None:
+    device = FakeDevice()
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds  # a hung device: nothing completes
+
+    timer = DeviceEventStepTimer(
+        device.new_event, close_wait_s=0.05, clock=lambda: now[0], sleep=sleep
+    )
+    timer.begin(0)
+    timer.end(0)
+    assert timer.finish() == [] and timer.dropped_steps == 1
+    assert device.syncs == 0 and now[0] >= 0.05
+
+
+def test_agent_on_a_device_never_synchronises_and_reports_device_periods(tmp_path: Path) -> None:
+    """The whole agent through the timer seam: steady steps, a profiled window (the fake
+    profiler) and close; the fake CUDA boundary counts every synchronisation."""
+    device = FakeDevice()
+
+    def sleep(seconds: float) -> None:
+        device.run_all(each_ms=10.0)
+
+    timer = DeviceEventStepTimer(device.new_event, sleep=sleep)
+    analysed: list[Any] = []
+    agent = agent_with_seams(
+        Seams(
+            timer=timer,
+            profiler_factory=FakeProfiler,
+            analyse=lambda path: analysed.append(path) or [],
+        ),
+        job="device",
+        jsonl_path=str(tmp_path / "out.jsonl"),
+        peak_flops=1e12,
+        flops_per_step=1e9,
+        profile=True,
+        profile_first_step=3,
+        profile_steps=2,
+        flush_interval_s=60.0,
+    )
+    for _ in range(12):
+        with agent.step():
+            pass
+        device.run_all(each_ms=10.0)  # the device runs the step: start -> end, end -> next start
+    agent.close()
+    assert device.syncs == 0
+    assert analysed  # the window was profiled (and its analysis failed: no steps in the trace)
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    reports = {r.step: r for line in lines for r in batch_from_json(line).reports}
+    assert sorted(reports) == list(range(12))  # the window's steps (3, 4) came after its result
+    # start -> end 10 ms, end -> next start 10 ms; the last step ends at its end
+    assert [round(reports[s].wall_s, 6) for s in range(12)] == [0.02] * 11 + [0.01]
+
+
+def test_recorder_slots_and_hot_path_names_match() -> None:
+    # The hot path touches only this object's slots: a new attribute there would be a typo.
+    recorder = StepRecorder(
+        first_step=0, timer=None, health=HealthCounters(), log=RateLimitedLog(60.0)
+    )
+    recorder.bind(*FakeWindows.flops_and_windows(recorder))
+    with recorder:
+        pass
+    assert not hasattr(recorder, "__dict__")

@@ -1,0 +1,247 @@
+"""The agent's report thread: everything per step that need not run on the training thread.
+
+It reads what the training thread's `StepRecorder` wrote (a ring of step start times, and the
+records slow steps pass on; see `_step_recorder` for why no lock is needed) and, for each step:
+works out its period (host clock; on GPU the `DeviceEventStepTimer` it polls), gives the
+collective reader the step's start (wall clock), the window coordinator the period (its cost
+baseline), takes the step's FLOPs (the steady ones unless the step logged its own), has the
+`ReportAssembler` build the report (held while the step's window is analysed) and ships it to
+every transport. It wakes every `interval_s` (sooner when steps come fast enough to fill a
+quarter of the ring in that time); the collective reader also asks it to catch up before each
+read, and the agent's `close()` drains it one last time on the closing thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._report_assembly import ReportAssembler
+from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
+from mfuscope.agent.step_flops import StepFlopsValue
+from mfuscope.agent.step_timer import StepTimer, TimedStep
+from mfuscope.core.schema import MIN_STEP_SECONDS, StepReport
+
+if TYPE_CHECKING:
+    from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
+    from mfuscope.agent.collective_reader import CollectiveReader
+
+__all__ = ["StepReporter"]
+
+# The longest pause between two reads of the ring (s), and the shortest.
+INTERVAL_S = 0.1
+MIN_INTERVAL_S = 0.005
+# Read again before this share of the ring can have been written.
+RING_SHARE = 0.25
+
+_UNKNOWN = StepFlopsValue(0.0, 0.0, "unknown")
+
+
+class StepReporter:
+    """Turns a `StepRecorder`'s records into shipped step reports, on a thread of its own."""
+
+    def __init__(
+        self,
+        recorder: StepRecorder,
+        *,
+        assembler: ReportAssembler,
+        windows: WindowCoordinator,
+        ship: Callable[[Sequence[StepReport]], None],
+        health: HealthCounters,
+        log: RateLimitedLog,
+        timer: StepTimer | None = None,
+        collectives: CollectiveReader | None = None,
+        interval_s: float = INTERVAL_S,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+        wall_clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        """`clock_ns`: the recorder's clock (`time.perf_counter_ns`); `wall_clock_ns`: the wall
+        clock the reports' start times are given in (ns since the epoch)."""
+        self._recorder = recorder
+        self._assembler = assembler
+        self._windows = windows
+        self._ship = ship
+        self._health = health
+        self._log = log
+        self._timer = timer
+        self._collectives = collectives
+        self._interval_s = interval_s
+        self._clock_ns = clock_ns
+        self._wall_clock_ns = wall_clock_ns
+        self._lock = threading.Lock()  # one drain at a time (report, reader, closing thread)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fed = 0  # steps whose start the collective reader has had (counts of steps begun)
+        self._timed = 0  # steps whose period is taken from the ring (host clock)
+        self._steady: StepFlopsValue | None = None  # the FLOPs of a step that logged none
+        self._window_steps: set[int] = set()  # recorded in a window, report not built yet
+        # Window results not applied yet: (the step from which they apply, the result).
+        self._results: collections.deque[tuple[int, WindowResult]] = collections.deque()
+        self.lost_steps = 0  # overwritten in the ring before they were read
+
+    # --- the thread ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mfuscope-reports", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop the thread (the caller drains what is left)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(max(timeout_s, 0.0))
+
+    def _run(self) -> None:
+        interval = self._interval_s
+        last_begun, last_s = self._recorder.begun, time.monotonic()
+        while not self._stop.wait(interval):
+            self.drain()
+            begun, now = self._recorder.begun, time.monotonic()
+            rate = (begun - last_begun) / max(now - last_s, 1e-6)  # steps per second
+            last_begun, last_s = begun, now
+            interval = self._interval_s
+            if rate > 0:
+                interval = max(MIN_INTERVAL_S, min(interval, RING_SHARE * CAPACITY / rate))
+
+    # --- draining ------------------------------------------------------------------------------
+
+    def drain(self, *, final: bool = False, timeout_s: float = -1) -> None:
+        """Report every step whose period is known (`final`: at close, after the last step,
+        every step, the last one ending at its end). Never raises; waits at most `timeout_s`
+        for another drain to finish (negative: as long as it takes)."""
+        if not self._lock.acquire(timeout=timeout_s):
+            return
+        try:
+            self._drain(final)
+        except Exception as exc:  # the report thread never dies silently
+            self._health.add_internal_error()
+            self._log.warning("report-thread", "mfuscope: agent error reporting steps: %r", exc)
+        finally:
+            self._lock.release()
+
+    def _drain(self, final: bool) -> None:
+        recorder = self._recorder
+        begun = recorder.begun  # read first: everything the steps before it did is visible
+        if self._timer is not None:
+            timed = self._timer.finish() if final else self._timer.poll()
+        else:
+            timed = self._host_periods(begun, final)
+        while recorder.window_steps:  # after the periods: a step's membership comes before them
+            self._window_steps.add(recorder.window_steps.popleft())
+        self._feed_collectives(begun)
+        reports: list[StepReport] = []
+        assembler = self._assembler
+        results = self._results
+        while recorder.window_results:
+            results.append(recorder.window_results.popleft())
+        last_open = recorder.first_step + begun - 1 if final and recorder.depth else None
+        for step in timed:
+            # A window result picked up at the end of step k: reports from step k on carry it.
+            while results and results[0][0] <= step.step:
+                reports.extend(assembler.window_finished(results.popleft()[1]))
+            flops = _UNKNOWN if step.step == last_open else self._flops_of(step.step)
+            self._windows.observe_wall(step.step, step.wall_s)
+            assembler.flops_counted(step.step, flops)
+            hold = step.step in self._window_steps and not assembler.resolved(step.step)
+            self._window_steps.discard(step.step)
+            reports.extend(assembler.step_finished(step, hold=hold))
+        while final and results:  # at close: every result, after every step
+            reports.extend(assembler.window_finished(results.popleft()[1]))
+        self._prune_flops_log(begun)
+        if reports:
+            self._ship(reports)
+
+    def _host_periods(self, begun: int, final: bool) -> list[TimedStep]:
+        """Periods of the steps whose next step began (`final`: and of the last one, to its end
+        or, if it never ended, to now), from the ring's start times."""
+        recorder = self._recorder
+        starts, first = recorder.starts, recorder.first_step
+        offset_ns = self._wall_offset_ns()
+        done: list[TimedStep] = []
+        n = self._timed
+        if begun - n > CAPACITY:  # a whole ring behind: those slots are rewritten already
+            self._count_lost(begun - CAPACITY - n)
+            n = begun - CAPACITY
+        while n + 1 < begun:
+            start = starts[n & (CAPACITY - 1)]
+            following = starts[(n + 1) & (CAPACITY - 1)]
+            done.append(TimedStep(first + n, start + offset_ns, _period_s(start, following)))
+            n += 1
+        if final and n < begun:
+            start = starts[n & (CAPACITY - 1)]
+            end = self._clock_ns() if recorder.depth else recorder.last_end_ns
+            done.append(TimedStep(first + n, start + offset_ns, _period_s(start, end)))
+            n += 1
+        self._timed = n
+        return self._still_in_ring(done)
+
+    def _wall_offset_ns(self) -> int:
+        """Wall clock minus the recorder's clock, now (ns): read at every drain, so a wall clock
+        stepped or slewed meanwhile moves only the starts reported after it."""
+        return self._wall_clock_ns() - self._clock_ns()
+
+    def _still_in_ring(self, done: list[TimedStep]) -> list[TimedStep]:
+        """Drop (and count) the steps the training thread may have overwritten while they were
+        read: slot n is rewritten when step n + CAPACITY begins (its period also read slot
+        n + 1, rewritten later)."""
+        if not done:
+            return done
+        limit = self._recorder.first_step + self._recorder.begun - CAPACITY
+        if done[0].step >= limit:
+            return done
+        kept = [t for t in done if t.step >= limit]
+        self._count_lost(len(done) - len(kept))
+        return kept
+
+    def _count_lost(self, count: int) -> None:
+        self.lost_steps += count
+        self._health.add_dropped(count)
+        self._log.warning(
+            "steps-lost",
+            "mfuscope: %d steps were not reported: the report thread fell a whole ring (%d steps) "
+            "behind (steps too short for the machine's load)",
+            count,
+            CAPACITY,
+        )
+
+    def _feed_collectives(self, begun: int) -> None:
+        """The collective reader's step starts (wall clock), for every step begun."""
+        reader = self._collectives
+        recorder = self._recorder
+        n = max(self._fed, begun - CAPACITY + 1)
+        if reader is not None and n < begun:
+            starts, first = recorder.starts, recorder.first_step
+            offset_ns = self._wall_offset_ns()
+            while n < begun:
+                reader.step_began(first + n, starts[n & (CAPACITY - 1)] + offset_ns)
+                n += 1
+        self._fed = begun
+
+    def _flops_of(self, step: int) -> StepFlopsValue:
+        """The FLOPs of `step` (ended; steps are asked for in order): the ones a slow step
+        logged, else the steady ones."""
+        log = self._recorder.flops_log
+        while log and log[0][0] < step:
+            self._steady = log.popleft()[2]
+        if log and log[0][0] == step:
+            _, value, self._steady = log.popleft()
+            return value or _UNKNOWN
+        return self._steady or _UNKNOWN
+
+    def _prune_flops_log(self, begun: int) -> None:
+        """Entries of steps no period will come for any more (a device timer that dropped or
+        failed them) leave the log."""
+        log = self._recorder.flops_log
+        oldest = self._recorder.first_step + begun - CAPACITY
+        while log and log[0][0] < oldest:
+            self._steady = log.popleft()[2]
+
+
+def _period_s(start_ns: int, end_ns: int) -> float:
+    """A period in seconds, at least the shortest step the wire schema takes (an empty
+    `with agent.step(): pass` lasts less than a microsecond)."""
+    return max((end_ns - start_ns) / 1e9, MIN_STEP_SECONDS)

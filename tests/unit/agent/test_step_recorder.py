@@ -1,0 +1,237 @@
+"""The training thread's step recorder: what a steady step runs, when the slow path is taken,
+the ring read by the report thread (periods, step starts, a ring it fell behind on)."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+import torch
+from mfuscope.agent import Agent, _step_recorder
+from mfuscope.agent._agent import Seams, agent_with_seams
+from mfuscope.agent._health import HealthCounters
+from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
+from mfuscope.core.schema import batch_from_json
+from torch import nn
+
+from tests.support.agent_fakes import FakeProfiler
+from tests.support.step_records import reporter_for
+
+WIDTH = 16
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_ns = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
+    fake = FakeClock()
+    monkeypatch.setattr(_step_recorder, "perf_counter_ns", fake)
+    yield fake
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH))
+
+
+def _agent(tmp_path: Path, model: nn.Module | None = None, **options: Any) -> Agent:
+    settings: dict[str, Any] = {
+        "job": "unit",
+        "jsonl_path": str(tmp_path / "out.jsonl"),
+        "peak_flops": 1e11,
+        "profile": False,
+        "flush_interval_s": 60.0,
+        **options,
+    }
+    return Agent(model=model, **settings)
+
+
+def _reports(path: Path) -> dict[int, Any]:
+    lines = path.read_text().splitlines()
+    return {r.step: r for line in lines for r in batch_from_json(line).reports}
+
+
+def _profiled(action: Any) -> list[tuple[str, str]]:
+    """The Python functions ('call') and builtins ('c_call') `action()` runs on this thread."""
+    seen: list[tuple[str, str]] = []
+
+    def note(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            seen.append(("call", frame.f_code.co_name))
+        elif event == "c_call":
+            seen.append(("c_call", getattr(arg, "__name__", repr(arg))))
+
+    sys.setprofile(note)
+    try:
+        action()
+    finally:
+        sys.setprofile(None)
+    return [entry for entry in seen[1:] if entry[1] != "setprofile"]  # [0]: `action` itself
+
+
+def test_a_steady_step_runs_nothing_but_the_recorder_and_the_clock(tmp_path: Path) -> None:
+    """The hot path's contract (`_step_recorder`'s docstring): on a steady step the training
+    thread runs `step()`, `__enter__`, `__exit__` and two clock reads; no lock, no logging, no
+    call into the FLOP tracker, the window coordinator, the reports or the transports."""
+    model = _model()
+    agent = _agent(tmp_path, model, profile=True, profile_first_step=1000)
+    inputs = torch.randn(4, WIDTH)
+    for _ in range(3):  # the first step counts FLOPs; then the shapes are steady
+        with agent.step():
+            model(inputs).sum().backward()
+    scope: Any = None
+
+    def enter() -> None:
+        nonlocal scope
+        scope = agent.step()
+        scope.__enter__()
+
+    entering = _profiled(enter)
+    model(inputs).sum().backward()  # the step's work (its forward hook included): not profiled
+    leaving = _profiled(lambda: scope.__exit__(None, None, None))
+    agent.close()
+    assert entering == [
+        ("call", "step"),
+        ("call", "__enter__"),
+        ("c_call", "perf_counter_ns"),
+    ]
+    assert leaving == [("call", "__exit__"), ("c_call", "perf_counter_ns")]
+    assert sorted(_reports(tmp_path / "out.jsonl")) == list(range(4))
+
+
+def test_the_hot_path_mask_is_the_ring_size() -> None:
+    # `__enter__` writes CAPACITY - 1 as a literal (a name would be a dictionary lookup).
+    assert CAPACITY & (CAPACITY - 1) == 0 and CAPACITY - 1 == 4095
+    assert "4095" in inspect.getsource(StepRecorder.__enter__)
+
+
+def test_window_steps_take_the_slow_path_and_the_rest_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow: list[int] = []
+    begin_slow = StepRecorder._begin_slow
+
+    def noting(recorder: StepRecorder, given: Any) -> None:
+        slow.append(recorder.next_step)
+        begin_slow(recorder, given)
+
+    monkeypatch.setattr(StepRecorder, "_begin_slow", noting)
+    agent = agent_with_seams(
+        Seams(profiler_factory=FakeProfiler, analyse=lambda path: []),
+        job="unit",
+        jsonl_path=str(tmp_path / "out.jsonl"),
+        peak_flops=1e11,
+        flops_per_step=1e9,
+        profile=True,
+        profile_first_step=5,
+        profile_steps=2,
+        profile_every_steps=1000,
+        flush_interval_s=60.0,
+    )
+    deadline = time.monotonic() + 30.0
+    while agent.health.snapshot().profiler_failures_total == 0 and time.monotonic() < deadline:
+        with agent.step():  # until the (empty) window's analysis is in and has failed
+            time.sleep(0.001)
+    for _ in range(50):
+        with agent.step():
+            pass
+    last = agent._step - 1
+    windows = agent._runtime.windows if agent._runtime else None
+    agent.close()
+    assert {5, 6} <= set(slow)  # the window's steps: the profiler starts and stops there
+    assert slow[0] == 5  # FLOPs are given: nothing is due before the window
+    # after the window: its analysis, the window marked done, the next window's first
+    # decisions; then nothing for the 50 steps
+    assert max(slow) < last - 40
+    assert windows is not None and len(windows.switch_costs_s) == 1
+    assert windows.switch_costs_s[0] > 0
+    assert sorted(_reports(tmp_path / "out.jsonl")) == list(range(last + 1))
+
+
+def test_shape_changes_on_steady_steps_are_counted(tmp_path: Path) -> None:
+    model = _model()
+    agent = _agent(tmp_path, model)
+    for batch in (4, 4, 8, 8, 4, 8, 8):
+        with agent.step():
+            model(torch.randn(batch, WIDTH)).sum().backward()
+    agent.close()
+    reports = _reports(tmp_path / "out.jsonl")
+    flops = [reports[step].model_flops for step in range(7)]
+    per_row = flops[0] / 4
+    assert per_row > 0
+    assert flops == [per_row * batch for batch in (4, 4, 8, 8, 4, 8, 8)]
+
+
+def test_reports_are_shipped_while_training_runs(tmp_path: Path) -> None:
+    agent = _agent(tmp_path, flops_per_step=1e9, flush_interval_s=0.05, max_batch_reports=4)
+    path = tmp_path / "out.jsonl"
+    deadline = time.monotonic() + 30.0
+    shipped: dict[int, Any] = {}
+    while len(shipped) < 8 and time.monotonic() < deadline:
+        with agent.step():
+            time.sleep(0.002)
+        if path.exists():
+            shipped = _reports(path)
+    assert len(shipped) >= 8  # before close: the report thread builds and ships them
+    agent.close()
+
+
+class Starts:
+    def __init__(self) -> None:
+        self.starts: list[tuple[int, int]] = []
+
+    def step_began(self, step: int, start_unix_ns: int) -> None:
+        self.starts.append((step, start_unix_ns))
+
+
+def test_the_collective_reader_gets_every_step_start_on_the_wall_clock(clock: FakeClock) -> None:
+    reader = Starts()
+    recorder, reporter, _ = reporter_for(clock, wall_offset_ns=5_000, collectives=reader)
+    for _ in range(3):
+        with recorder:
+            clock.now_ns += 100
+        clock.now_ns += 10
+    reporter.drain()
+    assert reader.starts == [
+        (0, 1_000_000_000 + 5_000),
+        (1, 1_000_000_110 + 5_000),
+        (2, 1_000_000_220 + 5_000),
+    ]
+
+
+def test_steps_the_ring_overwrote_before_they_were_read_are_counted(clock: FakeClock) -> None:
+    health = HealthCounters()
+    recorder, reporter, timed = reporter_for(clock, health=health)
+    extra = 100
+    for _ in range(CAPACITY + extra):  # the report thread never ran meanwhile
+        with recorder:
+            clock.now_ns += 1_000_000
+    reporter.drain(final=True)
+    assert [t.step for t in timed] == list(range(extra, CAPACITY + extra))
+    assert reporter.lost_steps == extra
+    assert health.snapshot().reports_dropped_total == extra
+
+
+def test_nested_and_failing_steps_on_the_recorder(clock: FakeClock) -> None:
+    recorder, reporter, timed = reporter_for(clock)
+    with recorder, recorder:  # the inner one is nested: ignored
+        clock.now_ns += 1_000
+    with pytest.raises(ZeroDivisionError), recorder:
+        _ = 1 / 0
+    with recorder:
+        clock.now_ns += 1_000
+    reporter.drain(final=True)
+    assert [t.step for t in timed] == [0, 1, 2]
+    assert recorder.depth == 0
