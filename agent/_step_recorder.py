@@ -20,6 +20,14 @@ report, no call into the rest of the agent. The agent's report thread (`_step_re
 ring into periods, FLOPs into reports, encodes and ships them, hands the collective reader its
 step starts and the window coordinator its baseline of step periods.
 
+Two implementations of that hot path hold the same fields and take the same decisions: in C
+(agent/_step_core.c, built on Linux, used when it agrees with this module at import) and in
+Python (`PyStepCore`, wherever the C one is not built). The C one exists because after a DDP step
+the training thread's caches are cold and every Python frame and attribute costs memory lines:
+in benchmarks/agent_overhead.py it took the in-agent median from 1.74-1.88 times the floor's
+(Python) to 1.31-1.33 times (C), and at world size 1 from 0.93-0.99 us to 0.45 us (docs/agent.md
+"Overhead"). Everything else of the recorder is Python (`_Recorder`).
+
 The slow path (`_begin_slow`, `_end_slow`) is taken by the steps that need more: the first one
 (FLOPs counted), the steps that open or belong to a profiled window or wait for its analysis (the
 profiler starts and stops on the steps that take the window), decision steps of the window
@@ -45,18 +53,18 @@ from __future__ import annotations
 
 import collections
 from time import perf_counter_ns
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.step_flops import OUTSIDE, RECORDING, ForwardMatch, StepFlopsValue
+from mfuscope.agent.step_flops import NO_STEADY, OUTSIDE, RECORDING, StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer
 
 if TYPE_CHECKING:
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
     from mfuscope.agent.step_flops import FlopsTracker
 
-__all__ = ["CAPACITY", "GivenStep", "StepRecorder"]
+__all__ = ["CAPACITY", "C_CORE_MODULE", "GivenStep", "PyStepRecorder", "StepRecorder"]
 
 # Steps the ring holds (a power of two). The report thread reads it at least every 0.1 s, and
 # sooner when steps come fast enough to fill a quarter of it in that time: it falls a whole ring
@@ -66,30 +74,104 @@ _MASK = CAPACITY - 1  # the hot path writes it as a literal
 # `slow_from` when no slow step is planned.
 _NEVER = 1 << 62
 
+# The recorder's fields kept by Python only (the core, C or Python, holds the rest).
+_PY_SLOTS = (
+    "_flops",
+    "_health",
+    "_log",
+    "_windows",
+    "closed",
+    "flops_log",
+    "window_results",
+    "window_steps",
+)
+
 # (step, its FLOPs or None when they are not known, the steady FLOPs after it)
 FlopsEntry = tuple[int, StepFlopsValue | None, StepFlopsValue | None]
 
 
-class StepRecorder(ForwardMatch):
-    """Records each step on the training thread (see the module docstring); one per agent."""
+class PyStepCore:
+    """The recorder's fields and its hot path in Python: what runs where the C version
+    (agent/_step_core.c, the same fields and the same decisions) was not built."""
 
     __slots__ = (
-        "_flops",
-        "_health",
-        "_log",
-        "_windows",
         "begun",
-        "closed",
         "depth",
         "first_step",
-        "flops_log",
+        "forwards_matched",
         "last_end_ns",
         "slow_from",
         "starts",
+        "steady_forwards",
         "timer",
-        "window_results",
-        "window_steps",
     )
+    begun: int  # steps begun; step `first_step + n` has ring slot `n % CAPACITY`
+    depth: int  # nesting of `with agent.step()`: only the outermost one is a step
+    first_step: int
+    forwards_matched: int  # kept by the model's forward pre-hook (step_flops.ForwardCounts)
+    last_end_ns: int  # perf_counter_ns at the latest step's end
+    slow_from: int  # the first step (as a count of steps begun) that takes the slow path
+    starts: list[int]  # perf_counter_ns at each step's start (the ring)
+    steady_forwards: int
+    timer: StepTimer | None  # device timer (GPU), None on CPU
+
+    def __enter__(self) -> PyStepCore:
+        n = self.begun
+        if self.depth or n >= self.slow_from:
+            self._begin_slow(None)  # type: ignore[attr-defined]
+            return self
+        start = perf_counter_ns()  # first: a step whose start cannot be read is not begun
+        self.depth = 1
+        self.forwards_matched = 0
+        self.starts[n & 4095] = start  # 4095: CAPACITY - 1, a literal (no lookup)
+        if self.timer is not None:
+            self._device_mark(self.first_step + n, True)  # type: ignore[attr-defined]
+        self.begun = n + 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Returns None: never swallows the training loop's own exceptions.
+        now = perf_counter_ns()
+        if exc_type is not None or self.depth != 1 or self.forwards_matched != self.steady_forwards:
+            self._exit_slow(now, exc_type is not None)  # type: ignore[attr-defined]
+            return
+        if self.timer is not None:
+            self._device_mark(self.first_step + self.begun - 1, False)  # type: ignore[attr-defined]
+        self.last_end_ns = now
+        self.forwards_matched = OUTSIDE
+        self.depth = 0
+
+
+# The type checker sees the core's fields through the Python core; at run time the mixin below
+# derives from object, so that it can go before either core.
+if TYPE_CHECKING:
+    _CoreFields = PyStepCore
+else:
+    _CoreFields = object
+
+
+class _Recorder(_CoreFields):
+    """Everything of the recorder but its hot path: set-up and the slow path. Mixed in before a
+    core (C or Python) that holds the fields of `PyStepCore` and runs `__enter__` and
+    `__exit__`."""
+
+    if not TYPE_CHECKING:  # empty: the concrete classes have the slots (_PY_SLOTS)
+        __slots__ = ()
+
+    # The Python side's own fields.
+    closed: bool
+    flops_log: collections.deque[FlopsEntry]
+    window_steps: collections.deque[int]
+    window_results: collections.deque[tuple[int, WindowResult]]
+    _flops: FlopsTracker | None
+    _windows: WindowCoordinator | None
+    _health: HealthCounters
+    _log: RateLimitedLog
 
     def __init__(
         self,
@@ -99,23 +181,24 @@ class StepRecorder(ForwardMatch):
         health: HealthCounters,
         log: RateLimitedLog,
     ) -> None:
-        super().__init__()
-        self.begun = 0  # steps begun; step `first_step + n` has ring slot `n % CAPACITY`
-        self.starts: list[int] = [0] * CAPACITY  # perf_counter_ns at each step's start
-        self.last_end_ns = 0  # perf_counter_ns at the latest step's end
-        self.depth = 0  # nesting of `with agent.step()`: only the outermost one is a step
-        self.slow_from = 0  # the first step (as a count of steps begun) that takes the slow path
-        self.timer = timer  # device timer (GPU), None on CPU
+        self.forwards_matched = OUTSIDE
+        self.steady_forwards = NO_STEADY
+        self.begun = 0
+        self.starts = [0] * CAPACITY
+        self.last_end_ns = 0
+        self.depth = 0
+        self.slow_from = 0  # the first step is slow (FLOPs counted, first window decision)
+        self.timer = timer
         self.first_step = first_step
         self.closed = False
         # Passed on to the report thread by slow steps only (deques: see the module docstring).
-        self.flops_log: collections.deque[FlopsEntry] = collections.deque()
-        self.window_steps: collections.deque[int] = collections.deque()  # recorded in a window
+        self.flops_log = collections.deque()
+        self.window_steps = collections.deque()  # steps recorded in a window
         # (the step at whose end a window result came in, the result): it applies from that
         # step's report on (earlier steps keep the breakdown they had).
-        self.window_results: collections.deque[tuple[int, WindowResult]] = collections.deque()
-        self._flops: FlopsTracker | None = None
-        self._windows: WindowCoordinator | None = None
+        self.window_results = collections.deque()
+        self._flops = None
+        self._windows = None
         self._health = health
         self._log = log
 
@@ -131,39 +214,7 @@ class StepRecorder(ForwardMatch):
         """The number the next step will have."""
         return self.first_step + self.begun
 
-    # --- the hot path ---------------------------------------------------------------------------
-
-    def __enter__(self) -> StepRecorder:
-        n = self.begun
-        if self.depth or n >= self.slow_from:
-            self._begin_slow(None)
-            return self
-        self.depth = 1
-        self.forwards_matched = 0
-        self.starts[n & 4095] = perf_counter_ns()  # 4095: CAPACITY - 1, a literal (no lookup)
-        if self.timer is not None:
-            self._device_mark(self.first_step + n, begin=True)
-        self.begun = n + 1
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        # Returns None: never swallows the training loop's own exceptions.
-        now = perf_counter_ns()
-        if exc_type is not None or self.depth != 1 or self.forwards_matched != self.steady_forwards:
-            self._end_slow(now, failed=exc_type is not None, given=None)
-            return
-        if self.timer is not None:
-            self._device_mark(self.first_step + self.begun - 1, begin=False)
-        self.last_end_ns = now
-        self.forwards_matched = OUTSIDE
-        self.depth = 0
-
-    def _device_mark(self, step: int, *, begin: bool) -> None:
+    def _device_mark(self, step: int, begin: bool) -> None:
         """Mark a step boundary on the device (GPU only: a CUDA event record)."""
         timer = self.timer
         assert timer is not None
@@ -191,7 +242,7 @@ class StepRecorder(ForwardMatch):
         flops, windows = self._flops, self._windows
         assert flops is not None and windows is not None
         if self.timer is not None:
-            self._device_mark(step, begin=True)
+            self._device_mark(step, True)
         try:
             # Never count FLOPs inside a profiled window: the counter would distort the trace
             # (a count due at an agreed window's first step waits, the window does not).
@@ -209,6 +260,10 @@ class StepRecorder(ForwardMatch):
             self.window_steps.append(step)  # its report waits for the window's analysis
         self.begun = n + 1  # published after the step's window membership
 
+    def _exit_slow(self, now: int, failed: bool) -> None:
+        """The hot path's way out to the slow path (positional: the C core calls it)."""
+        self._end_slow(now, failed=failed, given=None)
+
     def _end_slow(self, now: int, *, failed: bool, given: StepFlopsValue | None) -> None:
         if self.closed or self.depth == 0:
             return
@@ -223,7 +278,7 @@ class StepRecorder(ForwardMatch):
         except Exception as exc:
             self.internal_error("window", exc)
         if self.timer is not None:
-            self._device_mark(step, begin=False)
+            self._device_mark(step, False)
         value: StepFlopsValue | None = None
         try:
             value = flops.end_step(failed=failed, given=given)
@@ -262,6 +317,42 @@ class StepRecorder(ForwardMatch):
         self._log.warning(
             f"internal-{where}", "mfuscope: agent error in %s (training continues): %r", where, exc
         )
+
+
+class PyStepRecorder(_Recorder, PyStepCore):
+    """The step recorder with its hot path in Python."""
+
+    __slots__ = _PY_SLOTS
+
+
+def _c_core() -> ModuleType | None:
+    """The C hot path's module, or None where it is not built or would not agree with Python's:
+    the same ring size, the same `OUTSIDE`, and a clock that reads what `perf_counter_ns` reads
+    (both are CLOCK_MONOTONIC on Linux, the only platform it is built on)."""
+    try:
+        from mfuscope.agent import _step_core_c
+    except ImportError:
+        return None
+    before = perf_counter_ns()
+    reading = _step_core_c.StepCore.clock_ns()
+    after = perf_counter_ns()
+    agrees = before <= reading <= after
+    if _step_core_c.RING_SLOTS != CAPACITY or _step_core_c.OUTSIDE != OUTSIDE or not agrees:
+        return None
+    return _step_core_c
+
+
+C_CORE_MODULE = _c_core()  # also the home of the agent's C `step()` (agent/_agent.py)
+_C_CORE = None if C_CORE_MODULE is None else C_CORE_MODULE.StepCore
+
+if TYPE_CHECKING or _C_CORE is None:
+    StepRecorder = PyStepRecorder
+else:
+
+    class StepRecorder(_Recorder, _C_CORE):  # type: ignore[no-redef]
+        """The step recorder with its hot path in C (agent/_step_core.c)."""
+
+        __slots__ = _PY_SLOTS
 
 
 class GivenStep:

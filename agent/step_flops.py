@@ -44,6 +44,7 @@ from mfuscope.agent.recompute import set_recompute_counter
 __all__ = [
     "CountSession",
     "FlopsTracker",
+    "ForwardCounts",
     "ForwardMatch",
     "StepFlopsValue",
     "input_signature",
@@ -104,6 +105,14 @@ class CountSession(Protocol):
 _UNKNOWN = StepFlopsValue(0.0, 0.0, "unknown")
 
 
+class ForwardCounts(Protocol):
+    """What the forward pre-hook and the step recorder share (a `ForwardMatch`, or the agent's
+    step recorder, whose C hot path holds them as plain fields)."""
+
+    forwards_matched: int
+    steady_forwards: int
+
+
 class ForwardMatch:
     """The per-step state of the steady-shape check, shared by the forward pre-hook (which
     writes `forwards_matched`) and the agent's step recorder (which resets it at step begin and
@@ -141,7 +150,7 @@ class FlopsTracker:
         max_recounts: int = 8,
         mode_stack: Callable[[], object] = tuple,
         may_count_now: Callable[[], bool] = lambda: True,
-        match: ForwardMatch | None = None,
+        match: ForwardCounts | None = None,
     ) -> None:
         """`mode_stack()` returns the dispatch modes on the stack, falsy when there are none
         (`counted_flops.dispatch_mode_stack` in production); `may_count_now()` says whether a

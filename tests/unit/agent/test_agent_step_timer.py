@@ -8,15 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mfuscope.agent import _step_recorder
 from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
 from mfuscope.core.schema import batch_from_json
 
 from tests.support.agent_fakes import FakeProfiler
-from tests.support.step_records import FakeWindows, reporter_for
+from tests.support.step_records import (
+    RECORDER_CORES,
+    FakeWindows,
+    recorder_class,
+    reporter_for,
+    use_recorder_clock,
+    use_recorder_core,
+)
 
 
 class FakeClock:
@@ -29,11 +34,17 @@ class FakeClock:
         return round(self.now * 1e9)
 
 
+@pytest.fixture(autouse=True, params=RECORDER_CORES)
+def recorder_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs on both hot paths: C (where built) and Python."""
+    use_recorder_core(monkeypatch, request.param)
+
+
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
     fake = FakeClock()
-    monkeypatch.setattr(_step_recorder, "perf_counter_ns", fake)
-    yield fake
+    with use_recorder_clock(monkeypatch, fake):
+        yield fake
 
 
 def test_host_periods_run_from_start_to_next_start(clock: FakeClock) -> None:
@@ -237,7 +248,7 @@ def test_agent_on_a_device_never_synchronises_and_reports_device_periods(tmp_pat
 
 def test_recorder_slots_and_hot_path_names_match() -> None:
     # The hot path touches only this object's slots: a new attribute there would be a typo.
-    recorder = StepRecorder(
+    recorder = recorder_class()(
         first_step=0, timer=None, health=HealthCounters(), log=RateLimitedLog(60.0)
     )
     recorder.bind(*FakeWindows.flops_and_windows(recorder))

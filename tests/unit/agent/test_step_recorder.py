@@ -14,14 +14,20 @@ from typing import Any
 import pytest
 import torch
 from mfuscope.agent import Agent, _step_recorder
-from mfuscope.agent._agent import Seams, agent_with_seams
+from mfuscope.agent._agent import Seams, _PyAgentStep, agent_with_seams
 from mfuscope.agent._health import HealthCounters
-from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
+from mfuscope.agent._step_recorder import CAPACITY, PyStepCore, PyStepRecorder, StepRecorder
 from mfuscope.core.schema import batch_from_json
 from torch import nn
 
 from tests.support.agent_fakes import FakeProfiler
-from tests.support.step_records import reporter_for
+from tests.support.step_records import (
+    RECORDER_CORES,
+    recorder_class,
+    reporter_for,
+    use_recorder_clock,
+    use_recorder_core,
+)
 
 WIDTH = 16
 
@@ -34,11 +40,17 @@ class FakeClock:
         return self.now_ns
 
 
+@pytest.fixture(autouse=True, params=RECORDER_CORES)
+def recorder_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs on both hot paths: C (where built) and Python."""
+    use_recorder_core(monkeypatch, request.param)
+
+
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
     fake = FakeClock()
-    monkeypatch.setattr(_step_recorder, "perf_counter_ns", fake)
-    yield fake
+    with use_recorder_clock(monkeypatch, fake):
+        yield fake
 
 
 def _model() -> nn.Module:
@@ -102,32 +114,34 @@ def test_a_steady_step_runs_nothing_but_the_recorder_and_the_clock(tmp_path: Pat
     model(inputs).sum().backward()  # the step's work (its forward hook included): not profiled
     leaving = _profiled(lambda: scope.__exit__(None, None, None))
     agent.close()
-    assert entering == [
-        ("call", "step"),
-        ("call", "__enter__"),
-        ("c_call", "perf_counter_ns"),
-    ]
-    assert leaving == [("call", "__exit__"), ("c_call", "perf_counter_ns")]
+    step_call = ("call", "step") if Agent.step is _PyAgentStep.step else ("c_call", "step")
+    if recorder_class() is PyStepRecorder:
+        assert entering == [step_call, ("call", "__enter__"), ("c_call", "perf_counter_ns")]
+        assert leaving == [("call", "__exit__"), ("c_call", "perf_counter_ns")]
+    else:  # the C hot path: no Python frame at all
+        assert entering == [step_call, ("c_call", "__enter__")]
+        assert leaving == [("c_call", "__exit__")]
     assert sorted(_reports(tmp_path / "out.jsonl")) == list(range(4))
 
 
 def test_the_hot_path_mask_is_the_ring_size() -> None:
     # `__enter__` writes CAPACITY - 1 as a literal (a name would be a dictionary lookup).
     assert CAPACITY & (CAPACITY - 1) == 0 and CAPACITY - 1 == 4095
-    assert "4095" in inspect.getsource(StepRecorder.__enter__)
+    assert "4095" in inspect.getsource(PyStepCore.__enter__)
 
 
 def test_window_steps_take_the_slow_path_and_the_rest_do_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow: list[int] = []
-    begin_slow = StepRecorder._begin_slow
+    recorder_type = recorder_class()
+    begin_slow = recorder_type._begin_slow
 
     def noting(recorder: StepRecorder, given: Any) -> None:
         slow.append(recorder.next_step)
         begin_slow(recorder, given)
 
-    monkeypatch.setattr(StepRecorder, "_begin_slow", noting)
+    monkeypatch.setattr(recorder_type, "_begin_slow", noting)
     agent = agent_with_seams(
         Seams(profiler_factory=FakeProfiler, analyse=lambda path: []),
         job="unit",
@@ -235,3 +249,89 @@ def test_nested_and_failing_steps_on_the_recorder(clock: FakeClock) -> None:
     reporter.drain(final=True)
     assert [t.step for t in timed] == [0, 1, 2]
     assert recorder.depth == 0
+
+
+def test_c_core_is_built_where_the_wheel_builds_it() -> None:
+    # setup.py builds agent/_step_core.c on Linux (optional: a build without a compiler falls
+    # back to the Python hot path); here, where the suite runs, it must have been built and
+    # agree with Python's ring size and clock, or every agent would quietly run the slower path.
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the C step core is built on Linux only")
+    assert _step_recorder._C_CORE is not None
+    assert issubclass(StepRecorder, _step_recorder._C_CORE)
+    assert issubclass(StepRecorder, _step_recorder._Recorder)
+
+
+def test_a_failing_clock_fails_the_step_on_both_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter(range(1_000, 10**9, 1_000))
+
+    def clock() -> int:
+        value = next(ticks)
+        if value == 5_000:
+            raise OSError("clock gone")
+        return value
+
+    with use_recorder_clock(monkeypatch, clock):
+        recorder, _, _ = reporter_for(clock)
+        with recorder:  # first step: slow path (1 000 at enter, 2 000 at exit)
+            pass
+        with recorder:  # 3 000, 4 000
+            pass
+        with pytest.raises(OSError, match="clock gone"), recorder:
+            pass
+    # the step whose start could not be read was not begun
+    assert recorder.begun == 2 and recorder.depth == 0
+
+
+def test_the_ring_holds_each_start_once(clock: FakeClock) -> None:
+    recorder, _, _ = reporter_for(clock)
+    for _ in range(CAPACITY + 3):
+        with recorder:
+            clock.now_ns += 1_000
+    assert len(recorder.starts) == CAPACITY
+    # step n started at 1e9 + 1000 n; slot n % CAPACITY holds the latest step of that slot
+    assert recorder.starts[2] == 1_000_000_000 + 1_000 * (CAPACITY + 2)
+    assert recorder.starts[3] == 1_000_000_000 + 1_000 * 3
+    assert all(sys.getrefcount(start) < 10 for start in recorder.starts[3:8])
+
+
+class _Given:
+    """What `step()` hands arguments to: the agent's `_given_step`."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def _given_step(self, flops: Any = None, recompute_flops: Any = None) -> Any:
+        if flops is None and recompute_flops is None:  # as Agent._given_step
+            return self._scope  # type: ignore[attr-defined]
+        self.calls.append((flops, recompute_flops))
+        return ("given", flops, recompute_flops)
+
+
+def _step_owners() -> list[type]:
+    owners: list[type] = [_PyAgentStep]
+    if _step_recorder.C_CORE_MODULE is not None:
+        owners.append(_step_recorder.C_CORE_MODULE.AgentCore)
+    return owners
+
+
+@pytest.mark.parametrize("base", _step_owners(), ids=lambda base: base.__name__)
+def test_agent_step_returns_the_scope_or_hands_arguments_on(base: type) -> None:
+    owner = type("Owner", (base, _Given), {})()
+    owner._scope = scope = object()
+    _Given.__init__(owner)
+    assert owner.step() is scope
+    assert owner.step(5.0) == ("given", 5.0, None)
+    assert owner.step(flops=1.0, recompute_flops=2.0) == ("given", 1.0, 2.0)
+    assert owner.step(None) is scope
+    assert owner.step(recompute_flops=None) is scope
+    assert owner.calls == [(5.0, None), (1.0, 2.0)]
+    with pytest.raises(TypeError):
+        owner.step(1.0, 2.0, 3.0)
+
+
+def test_agent_step_is_the_c_one_where_built() -> None:
+    if _step_recorder.C_CORE_MODULE is None:
+        pytest.skip("the C step core is not built (test_c_core_is_built_... says why)")
+    assert Agent.step is _step_recorder.C_CORE_MODULE.AgentCore.step
+    assert str(inspect.signature(Agent.step)) == "(self, /, flops=None, recompute_flops=None)"
