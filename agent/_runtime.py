@@ -171,7 +171,7 @@ def _for_sink(
 class _Device:
     name: str
     use_cuda: bool
-    links: Any  # mfuscope.core.links.DetectedLinks | None
+    links: Any  # mfuscope.core.interconnects.DetectedLinks | None
     index: int = 0  # the CUDA index of the rank's GPU (on CPU: the local rank)
     facts: Any = None  # mfuscope.agent.detect.HardwareInfo | None
     gpu: GpuRef | None = None  # which physical GPU that is (docs/agent.md#gpu-identity)
