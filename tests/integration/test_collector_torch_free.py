@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
 
     from mfuscope.cli import build_parser
     from mfuscope.collector.app import resolve_config
-    from mfuscope.collector.ingest import Aggregator
+    from mfuscope.collector.aggregator import Aggregator
     from mfuscope.collector.routes import Routes
     from mfuscope.collector.server import bind_socket, serve_until
     from mfuscope.collector.testing import batch_dict, report_dict
