@@ -81,6 +81,15 @@ def test_old_name_warns_and_is_the_same_object(old: str, moved: tuple[str, str])
         _ = module.Nothing
 
 
+def test_old_paths_go_in_the_next_minor_release() -> None:
+    """The old paths live for one minor version: the one after the package's own."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r'^version = "(\d+)\.(\d+)\.\d+"$', text, re.MULTILINE)
+    assert found is not None
+    major, minor = int(found[1]), int(found[2])
+    assert f"{major}.{minor + 1}.0" == REMOVED_IN
+
+
 def test_every_old_path_in_the_tree_is_tested() -> None:
     """A shim added without a row here fails: each module that calls `warn_moved` is listed."""
     shims = set()
