@@ -4,8 +4,8 @@ On the training thread a step costs two clock reads and a few stores into a prea
 (`_step_recorder`, whose docstring says what that hot path may do); the steps that open or take a
 profiled window, count FLOPs or follow a window decision do more, and are known in advance.
 Reports are built, encoded and shipped on the agent's report thread (`_step_reports`) and the
-transports' threads; profiles are analysed on the analyser thread (`sampler`). No method raises
-into the training loop: telemetry failures are caught, counted, and logged at most once per
+transports' threads; profiles are analysed on the analyser thread (`profiler_windows`). No method
+raises into the training loop: telemetry failures are caught, counted, and logged at most once per
 interval. Only constructor misuse (a bad option) and bad `agent.step(flops=...)` arguments raise,
 at once (`ConfigError`, `InputError`).
 """
@@ -29,7 +29,7 @@ from mfuscope.agent._runtime import Runtime, build_runtime
 from mfuscope.agent._step_recorder import C_CORE_MODULE, GivenStep, StepRecorder
 from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.sampler import ProfilerLike
+from mfuscope.agent.profiler_windows import ProfilerLike
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer
 from mfuscope.agent.transport import Transport

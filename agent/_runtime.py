@@ -29,14 +29,14 @@ from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.gpu_identity import GpuRef, cuda_gpu_ref, match_gpu, runs_in_mig_mode
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.agent.kept_traces import TraceKeeper
-from mfuscope.agent.recompute import wrap_checkpoint
-from mfuscope.agent.sampler import (
+from mfuscope.agent.profiler_windows import (
     Keep,
     WindowAnalyser,
     WindowRecorder,
     torch_profiler_busy,
     torch_profiler_factory,
 )
+from mfuscope.agent.recompute import wrap_checkpoint
 from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
 from mfuscope.agent.step_flops import CountSession, FlopsTracker
 from mfuscope.agent.step_timer import DeviceEventStepTimer, StepTimer
@@ -171,7 +171,7 @@ def _for_sink(
 class _Device:
     name: str
     use_cuda: bool
-    links: Any  # mfuscope.core.links.DetectedLinks | None
+    links: Any  # mfuscope.core.interconnects.DetectedLinks | None
     index: int = 0  # the CUDA index of the rank's GPU (on CPU: the local rank)
     facts: Any = None  # mfuscope.agent.detect.HardwareInfo | None
     gpu: GpuRef | None = None  # which physical GPU that is (docs/agent.md#gpu-identity)

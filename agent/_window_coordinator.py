@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.sampler import (
+from mfuscope.agent.profiler_windows import (
     ProfilerBusy,
     ProfilerLike,
     WindowAnalyser,

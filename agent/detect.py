@@ -33,7 +33,7 @@ from typing import Any
 from mfuscope.agent._hw_readers import is_physical_netdev, list_dir, read_text_or_none
 from mfuscope.agent.gpu_identity import normalise_bus_id
 from mfuscope.core.hwcounters import LinkPeak
-from mfuscope.core.links import (
+from mfuscope.core.interconnects import (
     NVLINK_PER_LINK_BYTES_PER_S,
     PCIE_PER_LANE_BYTES_PER_S,
     DetectedLinks,
@@ -355,8 +355,8 @@ def link_peaks(
     """Spec unidirectional bytes/s of the links whose counters the rank samples: its GPU's
     (NVML index `nvml_index`) NVLink (links up x per-link rate) and PCIe (generation x width),
     and the sum over the active InfiniBand / RoCE ports of each kind (rates in
-    `mfuscope.core.links`) of the NICs it samples: `nics` True: all of the node's, else those
-    whose device names it lists."""
+    `mfuscope.core.interconnects`) of the NICs it samples: `nics` True: all of the node's, else
+    those whose device names it lists."""
     if info is None:
         return ()
     peaks: list[LinkPeak] = []

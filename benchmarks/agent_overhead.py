@@ -19,7 +19,7 @@ drift (other load on the machine, warm-up) hits all modes alike:
 Each agent's reader thread reads only during its own mode's blocks (the others are paused), so a
 mode's step times include its own reader's GIL use and nobody else's.
 
-The model is `tests/support/agent_job.py`'s: the packaged demo GPT (`mfuscope.agent.examples`;
+The model is `tests/support/agent_job.py`'s: the packaged demo GPT (`mfuscope.cli.demo.job`;
 DDP, every other block checkpointed).
 Step times are rank 0's `perf_counter` around the whole step (the `with agent.step()` block
 included). The first table gives, per mode, the median step time and its ratio to the baseline,

@@ -30,7 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from collector_load import _rss_mb
-from mfuscope.collector.testing import batch_dict, report_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the batch builder lives in tests/support
+from tests.support.collector_fakes import batch_dict, report_dict  # noqa: E402
 
 COLLECTIVES = [
     {

@@ -1,9 +1,9 @@
 """mfuscope.collector: ingests agent reports and keeps exact, aggregatable counters. Never imports
 torch or the agent.
 
-Modules: `ingest` (decode + apply, the thread-safe `Aggregator`), `series` (the metric contract),
-`summary` (``/v1/summary``), `routes` + `server` (HTTP), `auth`, `ratelimit`, `app`
-(configuration and the process). The wire format is `mfuscope.core.schema`.
+Modules: `ingest` (decode + validate), `aggregator` (apply, the thread-safe `Aggregator`),
+`series` (the metric contract), `summary` (``/v1/summary``), `routes` + `server` (HTTP), `auth`,
+`ratelimit`, `app` (configuration and the process). The wire format is `mfuscope.core.schema`.
 
 Importing the package is cheap: the names below are resolved on first access (PEP 562), so
 `import mfuscope.collector.ingest` never pays for the HTTP server or the exporters' libraries.
@@ -19,6 +19,7 @@ from mfuscope.core._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mfuscope.collector._state import IngestResult, StateConfig
+    from mfuscope.collector.aggregator import Aggregator
     from mfuscope.collector.clock import Clock, SystemClock
     from mfuscope.collector.errors import (
         BadRequest,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
         Unauthorized,
         UnsupportedVersion,
     )
-    from mfuscope.collector.ingest import Aggregator, decode_batch
+    from mfuscope.collector.ingest import decode_batch
     from mfuscope.collector.series import metric_families
     from mfuscope.collector.snapshot import CollectorSnapshot, JobSnapshot
 
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Aggregator": "mfuscope.collector.ingest",
+    "Aggregator": "mfuscope.collector.aggregator",
     "BadRequest": "mfuscope.collector.errors",
     "Clock": "mfuscope.collector.clock",
     "CollectorSnapshot": "mfuscope.collector.snapshot",

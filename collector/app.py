@@ -21,9 +21,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from mfuscope.collector._state import StateConfig
+from mfuscope.collector.aggregator import Aggregator
 from mfuscope.collector.auth import is_loopback, read_token_file
 from mfuscope.collector.clock import Clock, SystemClock
-from mfuscope.collector.ingest import DEFAULT_MAX_BODY_BYTES, Aggregator
+from mfuscope.collector.ingest import DEFAULT_MAX_BODY_BYTES
 from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.routes import Routes
 from mfuscope.collector.server import ServerLimits, bind_socket, serve_until

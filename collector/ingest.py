@@ -1,35 +1,24 @@
-"""Ingest: decode and validate a batch, then apply it whole to the aggregation state.
+"""Ingest: decode and validate a request body as a batch, before anything applies it.
 
 `decode_batch` turns a request body into a validated `ReportBatch` or raises a typed
 `IngestError` naming the field (gzip is inflated with a hard output limit, so a small compressed
-body cannot expand past the limit). `Aggregator` is the thread-safe facade the HTTP layer and the
-exporters share: one lock around the state, an injected clock, and rejection counts by reason.
-A batch is validated completely before the state is touched, so a bad batch changes nothing.
+body cannot expand past the limit). The state it is applied to, whole, is behind
+`mfuscope.collector.aggregator.Aggregator`.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import zlib
+from typing import Any
 
-from mfuscope.collector._snapshot_builder import build_snapshot
-from mfuscope.collector._state import AggregationState, IngestResult, StateConfig
-from mfuscope.collector.clock import Clock, SystemClock
-from mfuscope.collector.errors import (
-    BadRequest,
-    IngestError,
-    OverLimit,
-    PayloadTooLarge,
-    UnsupportedVersion,
-)
-from mfuscope.collector.series import metric_families
-from mfuscope.collector.snapshot import CollectorSnapshot
+from mfuscope.collector._state import IngestResult
+from mfuscope.collector.errors import BadRequest, PayloadTooLarge, UnsupportedVersion
+from mfuscope.core._moved import warn_moved
 from mfuscope.core.errors import SchemaError
 from mfuscope.core.schema import ReportBatch, parse_batch
-from mfuscope.exporters.model import MetricFamily
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "Aggregator", "IngestResult", "decode_batch"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "IngestResult", "decode_batch"]
 
 DEFAULT_MAX_BODY_BYTES = 16 << 20
 # Schema fields whose bad values mean "a report this collector does not speak", not "a broken one".
@@ -79,62 +68,12 @@ def decode_batch(body: bytes, *, content_encoding: str = "", max_bytes: int) -> 
         raise BadRequest("body", f"invalid value: {str(exc)[:200]}") from None
 
 
-class Aggregator:
-    """The collector process's aggregation core, thread-safe: `ingest` request bodies, `snapshot`
-    for the views, `families` for the exporters. Every method takes the lock briefly; rendering
-    happens on the immutable snapshot outside it."""
+def __getattr__(name: str) -> Any:
+    """`Aggregator`, imported from here until it moved to `mfuscope.collector.aggregator`: warns
+    (this old path goes in mfuscope 0.3.0). Imported on use: that module imports this one."""
+    if name == "Aggregator":
+        from mfuscope.collector.aggregator import Aggregator
 
-    def __init__(
-        self,
-        config: StateConfig | None = None,
-        *,
-        clock: Clock | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    ) -> None:
-        if max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
-        self._state = AggregationState(config)
-        self._clock: Clock = clock or SystemClock()
-        self._lock = threading.Lock()
-        self.max_body_bytes = max_body_bytes
-
-    @property
-    def config(self) -> StateConfig:
-        return self._state.config
-
-    def ingest(self, body: bytes, *, content_encoding: str = "") -> IngestResult:
-        """Decode, validate and apply one batch. Raises `IngestError` (and counts it)."""
-        try:
-            batch = decode_batch(
-                body, content_encoding=content_encoding, max_bytes=self.max_body_bytes
-            )
-        except IngestError as exc:
-            self.count_rejection(exc)
-            raise
-        return self.apply(batch)
-
-    def apply(self, batch: ReportBatch) -> IngestResult:
-        """Apply an already validated batch whole. Raises `OverLimit` (and counts it) for a batch
-        past a cardinality limit."""
-        with self._lock:
-            try:
-                return self._state.apply(batch, self._clock.monotonic(), self._clock.time_ns())
-            except OverLimit as exc:
-                self._state.reject(exc.reason)
-                raise
-
-    def count_rejection(self, error: IngestError) -> None:
-        """Count a refused request under its reason (also those refused before decoding)."""
-        with self._lock:
-            self._state.reject(error.reason)
-
-    def snapshot(self) -> CollectorSnapshot:
-        """Expire silent ranks, then take an immutable snapshot of everything."""
-        with self._lock:
-            now = self._clock.monotonic()
-            self._state.expire(now)
-            return build_snapshot(self._state, now)
-
-    def families(self) -> tuple[MetricFamily, ...]:
-        """The exported metric families for the current state."""
-        return metric_families(self.snapshot())
+        warn_moved(f"{__name__}.Aggregator", "mfuscope.collector.aggregator.Aggregator")
+        return Aggregator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

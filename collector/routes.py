@@ -20,9 +20,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from mfuscope.collector.aggregator import Aggregator
 from mfuscope.collector.auth import check_bearer
 from mfuscope.collector.errors import IngestError, PayloadTooLarge, UnsupportedMediaType
-from mfuscope.collector.ingest import Aggregator
 from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.summary import summary
 from mfuscope.exporters.prometheus import new_registry, render

@@ -19,7 +19,7 @@ import re
 import msgspec
 from mfuscope.core._device_table import DEVICES, DeviceSpec
 from mfuscope.core.bandwidth import LinkModel
-from mfuscope.core.links import (
+from mfuscope.core.interconnects import (
     DetectedLinks,
     LinkTier,
     detected_inter_node_link,

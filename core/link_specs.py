@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mfuscope.core.hardware import default_link_tiers
-from mfuscope.core.links import DetectedLinks, detected_intra_node_link
+from mfuscope.core.interconnects import DetectedLinks, detected_intra_node_link
 from mfuscope.core.vocabulary import (
     LINK_SPEC_SOURCES,
     LINK_SPEC_UNKNOWN,

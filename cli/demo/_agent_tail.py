@@ -3,7 +3,7 @@
 The collector's summary gives the latest breakdown but not which steps were measured; the agents'
 own output (one batch per line, the wire format) does. Each poll reads only the lines appended
 since the last one (a line still being written is kept for the next poll) and tells measured from
-carried steps with `core.aggregate.coverage`, plus how old the newest window is.
+carried steps with `core.run_summary.coverage`, plus how old the newest window is.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mfuscope.core.aggregate.coverage import Coverage, rank_coverage
 from mfuscope.core.errors import SchemaError
+from mfuscope.core.run_summary.coverage import Coverage, rank_coverage
 from mfuscope.core.schema import StepReport, batch_from_json
 
 __all__ = ["AgentTail", "BreakdownStatus"]

@@ -1,6 +1,6 @@
 """The demo job's progress lines: read them off its stdout, fold them into the live view's state.
 
-The job (`mfuscope.agent.examples.train_demo`) prints `PROGRESS_PREFIX {json}` lines with an
+The job (`mfuscope.cli.demo.job.train_demo`) prints `PROGRESS_PREFIX {json}` lines with an
 `event` key; everything it prints also goes to `train.log`.
 """
 
@@ -12,8 +12,8 @@ import queue
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-from mfuscope.agent.examples.train_demo import PROGRESS_PREFIX
 from mfuscope.cli.demo._live_view import DemoState
+from mfuscope.cli.demo.job.train_demo import PROGRESS_PREFIX
 
 __all__ = ["apply_event", "read_progress"]
 

@@ -164,7 +164,7 @@ class DemoRun:
         argv = [
             sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc_per_node={self.args.ranks}",
-            "-m", "mfuscope.agent.examples.train_demo",
+            "-m", "mfuscope.cli.demo.job.train_demo",
             "--job", self.job,
             "--collector-url", self.collector.url,
             "--jsonl-dir", str((self.out / "agent").resolve()),

@@ -5,9 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mfuscope.core.aggregate.bandwidth import TierBandwidth, bandwidth_by_tier
-from mfuscope.core.aggregate.coverage import Coverage, coverage
-from mfuscope.core.aggregate.decompose import (
+from mfuscope.core.run_summary.breakdowns import (
     RankDecomposition,
     StepUtilization,
     Waterfall,
@@ -16,9 +14,11 @@ from mfuscope.core.aggregate.decompose import (
     overall_utilization,
     utilization_over_steps,
 )
-from mfuscope.core.aggregate.kernel_classes import RankClassSplit, class_split_per_rank
-from mfuscope.core.aggregate.run import RunData
-from mfuscope.core.aggregate.stragglers import StragglerView, straggler_view
+from mfuscope.core.run_summary.coverage import Coverage, coverage
+from mfuscope.core.run_summary.kernel_classes import RankClassSplit, class_split_per_rank
+from mfuscope.core.run_summary.rank_pace import StragglerView, straggler_view
+from mfuscope.core.run_summary.run_data import RunData
+from mfuscope.core.run_summary.tier_bandwidth import TierBandwidth, bandwidth_by_tier
 
 __all__ = ["PLOT_NAMES", "ReportContent", "build_content"]
 

@@ -9,9 +9,9 @@ import html
 from collections.abc import Mapping, Sequence
 
 from mfuscope.cli.report._content import PLOT_NAMES, ReportContent
-from mfuscope.core.aggregate.decompose import segment_label
-from mfuscope.core.aggregate.run import RunData
 from mfuscope.core.bandwidth import busbw_efficiency
+from mfuscope.core.run_summary.breakdowns import segment_label
+from mfuscope.core.run_summary.run_data import RunData
 from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
 from mfuscope.core.vocabulary import COMPONENTS
 

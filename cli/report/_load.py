@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mfuscope.core.aggregate.run import RunData, merge_batches
 from mfuscope.core.errors import ReportInputError, SchemaError
+from mfuscope.core.run_summary.run_data import RunData, merge_batches
 from mfuscope.core.schema import ReportBatch, batch_from_json
 
 __all__ = ["Loaded", "TraceOptions", "find_inputs", "load_run", "read_batches"]

@@ -16,17 +16,17 @@ import matplotlib
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from mfuscope.cli.report._content import ReportContent
-from mfuscope.core.aggregate.bandwidth import TierBandwidth
-from mfuscope.core.aggregate.decompose import (
+from mfuscope.core.bandwidth import LinkModel, bus_factor, ideal_transfer_s
+from mfuscope.core.run_summary.breakdowns import (
     KERNEL_INEFFICIENCY,
     UNFUSED_KERNELS,
     RankDecomposition,
     StepUtilization,
     Waterfall,
 )
-from mfuscope.core.aggregate.kernel_classes import RankClassSplit
-from mfuscope.core.aggregate.stragglers import StragglerView
-from mfuscope.core.bandwidth import LinkModel, bus_factor, ideal_transfer_s
+from mfuscope.core.run_summary.kernel_classes import RankClassSplit
+from mfuscope.core.run_summary.rank_pace import StragglerView
+from mfuscope.core.run_summary.tier_bandwidth import TierBandwidth
 from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
 
 __all__ = [

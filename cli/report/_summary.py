@@ -9,7 +9,7 @@ named a straggler only above the alert's threshold. Pure over `ReportContent` (n
 from __future__ import annotations
 
 from mfuscope.cli.report._content import ReportContent
-from mfuscope.core.aggregate.decompose import segment_label
+from mfuscope.core.run_summary.breakdowns import segment_label
 from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
 from mfuscope.core.vocabulary import COMPONENTS
 

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mfuscope.cli.report._load import TraceOptions
-from mfuscope.core.aggregate.run import Launches, RankRun, RunData
 from mfuscope.core.errors import ReportInputError, TraceError
 from mfuscope.core.hardware import PeakLookup, resolve_peak
+from mfuscope.core.run_summary.run_data import Launches, RankRun, RunData
 from mfuscope.core.schema import (
     GroupInfo,
     StepReport,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mfuscope.cli.report._content import PLOT_NAMES, ReportContent, build_content
 from mfuscope.cli.report._load import Loaded, TraceOptions, load_run
-from mfuscope.core.aggregate.run import RankRun, RunData, merge_batches
+from mfuscope.core.run_summary.run_data import RankRun, RunData, merge_batches
 
 __all__ = [
     "PLOT_NAMES",

@@ -119,12 +119,12 @@ QUICK_MODEL = ModelSize(layers=4, width=512, seq=512, batch=8)
 
 
 class TrainingSetup:
-    """A bf16 GPT (`mfuscope.agent.examples.tiny_gpt`) with one fixed batch on `device`, plain SGD
+    """A bf16 GPT (`mfuscope.cli.demo.job.tiny_gpt`) with one fixed batch on `device`, plain SGD
     (no host synchronisation in the optimizer step), and its analytical FLOPs per step."""
 
     def __init__(self, size: ModelSize, device: str = "cuda") -> None:
         import torch
-        from mfuscope.agent.examples.tiny_gpt import GPTConfig, GPTStage, MarkovTokens
+        from mfuscope.cli.demo.job.tiny_gpt import GPTConfig, GPTStage, MarkovTokens
         from mfuscope.core.flops import TransformerShape, transformer_flops_per_token
 
         heads = max(size.width // 64, 1)

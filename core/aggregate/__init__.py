@@ -1,12 +1,12 @@
-"""Job-level aggregation over step reports: the numbers `mfuscope report` shows.
+"""Moved to `mfuscope.core.run_summary`.
 
-`run` gathers agent batches (or trace analyses) into one job's `RunData`; `decompose` gives the
-per-rank step decomposition, the job's MFU waterfall and MFU/HFU per step (ratios of sums, by the
-`core.mfu` definitions); `stragglers` each rank's pace (by `core.stragglers`); `bandwidth` the
-bus bandwidth per tier with its alpha-beta fit (`core.comm_fit`). Pure: plain data in, plain data
-out. Import the submodule you need.
+This old path re-exports its names and warns; it goes in mfuscope 0.3.0.
 """
 
 from __future__ import annotations
 
+from mfuscope.core._moved import warn_moved
+
 __all__: list[str] = []
+
+warn_moved(__name__, "mfuscope.core.run_summary")

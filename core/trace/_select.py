@@ -19,7 +19,7 @@ Anything unusual (no or a non-string category, escapes in a key, category or nam
 key) keeps the event, and the scanner checks that every event it leaves out is valid JSON.
 
 The rules are assembled here from the modules that read the events, so a reader that starts
-reading a new name must list it there; `tests/unit/core/test_decompose_select.py` checks that
+reading a new name must list it there; `tests/unit/core/trace/test_select.py` checks that
 analysing the selected document gives exactly the result of analysing the whole one.
 
 On the way it reads the few numbers the timeline needs of every device event and launch

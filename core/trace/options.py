@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from mfuscope.core.bandwidth import LinkModel
 from mfuscope.core.hardware import LINK_TIER_KEYS, default_link_tiers, find_device, link_for_tier
-from mfuscope.core.links import DetectedLinks
+from mfuscope.core.interconnects import DetectedLinks
 from mfuscope.core.trace._events import KinetoTrace
 from mfuscope.core.trace.result import AnalysisOptions
 from msgspec.structs import replace

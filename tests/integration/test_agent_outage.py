@@ -14,9 +14,9 @@ import pytest
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.sinks import HttpSink
 from mfuscope.agent.transport import RetryPolicy, Transport
-from mfuscope.collector.testing import batch_dict, report_dict
 from mfuscope.core.schema import StepReport
 
+from tests.support.collector_fakes import batch_dict, report_dict
 from tests.support.collector_process import CollectorProcess, request
 
 pytestmark = pytest.mark.slow

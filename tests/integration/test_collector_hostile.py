@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mfuscope.collector.testing import batch_dict, report_dict
 
+from tests.support.collector_fakes import batch_dict, report_dict
 from tests.support.collector_process import CollectorProcess, post, request
 
 pytestmark = pytest.mark.slow

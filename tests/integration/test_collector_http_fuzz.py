@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.routes import Routes
 from mfuscope.collector.server import bind_socket, serve_until
-from mfuscope.collector.testing import FakeClock, batch_dict
+
+from tests.support.collector_fakes import FakeClock, batch_dict
 
 pytestmark = pytest.mark.slow
 

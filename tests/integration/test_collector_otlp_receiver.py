@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
-from mfuscope.collector.testing import batch_dict, report_dict
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
+
+from tests.support.collector_fakes import batch_dict, report_dict
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.routes import HttpRequest, Routes
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 from tests.support.collector_process import CollectorProcess, post, request
 
 pytestmark = pytest.mark.slow

@@ -6,10 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.slow
+
+# The script imports the batch builder from tests/support, so it runs from the checkout's root.
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """
@@ -17,10 +21,10 @@ SCRIPT = textwrap.dedent(
 
     from mfuscope.cli import build_parser
     from mfuscope.collector.app import resolve_config
-    from mfuscope.collector.ingest import Aggregator
+    from mfuscope.collector.aggregator import Aggregator
     from mfuscope.collector.routes import Routes
     from mfuscope.collector.server import bind_socket, serve_until
-    from mfuscope.collector.testing import batch_dict, report_dict
+    from tests.support.collector_fakes import batch_dict, report_dict
     from mfuscope.exporters.otlp import metrics_data
     from opentelemetry.sdk.resources import Resource
 
@@ -66,7 +70,7 @@ SCRIPT = textwrap.dedent(
 
 def test_collector_never_imports_torch() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
     assert result.returncode == 0, result.stderr
     torch_loaded, agent_loaded = result.stdout.split()

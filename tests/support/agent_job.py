@@ -5,7 +5,7 @@ Run under torchrun (the agent tests and `benchmarks/agent_overhead.py` do):
     OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/support/agent_job.py \
         --steps 20 --jsonl /tmp/out.jsonl --collector-url http://127.0.0.1:PORT
 
-The model and data are the packaged demo's (`mfuscope.agent.examples.tiny_gpt`): every other
+The model and data are the packaged demo's (`mfuscope.cli.demo.job.tiny_gpt`): every other
 block is activation-checkpointed with `checkpoint_context()`, so the profiled windows hold
 recomputation. Unlike `mfuscope demo` there is no DeviceMesh (the group's axis is `world`) and
 the agent takes test options (`--option`, `--fail-profiler`). Each rank writes its own step
@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from mfuscope.agent import Agent, checkpoint_context
 from mfuscope.agent._agent import Seams, agent_with_seams
-from mfuscope.agent.examples.tiny_gpt import GPTConfig, GPTStage, MarkovTokens
+from mfuscope.cli.demo.job.tiny_gpt import GPTConfig, GPTStage, MarkovTokens
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 

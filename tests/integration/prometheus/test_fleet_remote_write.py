@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from mfuscope.collector.testing import batch_dict
 
 from tests.integration.prometheus.conftest import RULE_FILES
+from tests.support.collector_fakes import batch_dict
 
 pytestmark = pytest.mark.slow
 

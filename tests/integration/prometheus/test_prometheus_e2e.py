@@ -77,7 +77,7 @@ def _run_training_job(collector_url: str, tmp_path: Path) -> None:
         "--standalone",
         f"--nproc_per_node={RANKS}",
         "-m",
-        "mfuscope.agent.examples.train_demo",
+        "mfuscope.cli.demo.job.train_demo",
         f"--steps={STEPS}",
         f"--job={JOB}",
         f"--collector-url={collector_url}",

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from mfuscope.collector.testing import batch_dict, report_dict
+
+from tests.support.collector_fakes import batch_dict, report_dict
 
 pytestmark = pytest.mark.slow
 

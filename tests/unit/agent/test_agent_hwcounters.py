@@ -12,7 +12,7 @@ from mfuscope.agent.detect import detect_hardware, link_peaks
 from mfuscope.agent.gpu_identity import GpuRef
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.core.hwcounters import HardwareCounters, LinkPeak
-from mfuscope.core.links import PCIE_PER_LANE_BYTES_PER_S
+from mfuscope.core.interconnects import PCIE_PER_LANE_BYTES_PER_S
 
 from tests.support.hw_fakes import (
     NVLINK_RX,

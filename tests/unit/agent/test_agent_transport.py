@@ -16,10 +16,10 @@ from mfuscope.agent import sinks
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.sinks import HttpSink, JsonlSink, SendError
 from mfuscope.agent.transport import RetryPolicy, Transport, backoff_delay_s
-from mfuscope.collector.testing import batch_dict
 from mfuscope.core.schema import StepReport
 
 from tests.support import agent_helpers as helpers
+from tests.support.collector_fakes import batch_dict
 
 
 def _report(step: int) -> StepReport:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from mfuscope.cli import calc, main
+from mfuscope.cli.calc._options import _number
 
 
 def argv(text: str) -> list[str]:
@@ -177,7 +178,7 @@ def test_tp_can_hide_only_with_a_framework_that_overlaps_it(
 
 @pytest.mark.parametrize(("text", "value"), [("70B", 70e9), ("989.4T", 989.4e12), ("1e5", 1e5)])
 def test_number_suffixes(text: str, value: float) -> None:
-    assert calc._number(text) == pytest.approx(value)
+    assert _number(text) == pytest.approx(value)
 
 
 def test_calc_never_imports_torch() -> None:

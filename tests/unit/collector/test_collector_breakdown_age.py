@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 AGE = "mfuscope_breakdown_age_seconds"
 COLLECTIVE = {

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 OP = ("job-a", "all_reduce", "dp", "inter_node")
 WINDOW_SAMPLE = {

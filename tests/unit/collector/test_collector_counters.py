@@ -15,8 +15,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 from mfuscope.core.bandwidth import bus_factor
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 # (family name, labels) -> (value, start_unix_ns) of every counter sample, histogram counts too.
 Counters = dict[tuple[str, tuple[str, ...]], tuple[float, int]]

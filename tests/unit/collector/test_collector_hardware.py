@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.testing import FakeClock, batch_dict
+
+from tests.support.collector_fakes import FakeClock, batch_dict
 
 Values = dict[tuple[str, tuple[str, ...]], float]
 

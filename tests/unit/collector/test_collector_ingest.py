@@ -16,7 +16,8 @@ from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.ratelimit import RateLimiter
 from mfuscope.collector.routes import REPORTS_PATH, HttpRequest, HttpResponse, Routes
 from mfuscope.collector.snapshot import CollectorSnapshot
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 TOKEN = "s3cret-token"
 COLLECTIVE = {

@@ -9,7 +9,8 @@ from typing import Any
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.series import metric_families
 from mfuscope.collector.summary import summary
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 
 def _collective(axis: str, tier: str) -> dict[str, Any]:

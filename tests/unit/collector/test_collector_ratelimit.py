@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from mfuscope.collector.errors import RateLimited
 from mfuscope.collector.ratelimit import RateLimiter
-from mfuscope.collector.testing import FakeClock
+
+from tests.support.collector_fakes import FakeClock
 
 
 def test_burst_then_steady_rate() -> None:

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector._incarnations import KEEP, REMEMBER, JobIncarnations
 from mfuscope.collector.summary import summary
-from mfuscope.collector.testing import FakeClock, batch_dict
 from mfuscope.core.schema import SCHEMA_VERSION
+
+from tests.support.collector_fakes import FakeClock, batch_dict
 
 JOB = ("job-a",)
 

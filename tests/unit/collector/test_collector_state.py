@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 Series = dict[tuple[str, tuple[str, ...]], float]
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.summary import summary
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 
 def _collective(op: str, seconds: float) -> dict[str, Any]:

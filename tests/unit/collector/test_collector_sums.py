@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector._sums import CountedSums
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 
 def test_keys_leave_with_their_last_contributor() -> None:

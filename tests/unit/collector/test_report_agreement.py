@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.app import CollectorConfig
-from mfuscope.collector.testing import FakeClock
-from mfuscope.core.aggregate.run import merge_batches
-from mfuscope.core.aggregate.stragglers import straggler_view
+from mfuscope.core.run_summary.rank_pace import straggler_view
+from mfuscope.core.run_summary.run_data import merge_batches
 from mfuscope.core.schema import ComponentShare, ReportBatch, StepReport
 from mfuscope.core.stragglers import DEFAULT_WINDOW_STEPS, STRAGGLER_MIN_RATIO
+
+from tests.support.collector_fakes import FakeClock
 
 ALERTS = Path(__file__).resolve().parents[3] / "deploy" / "prometheus" / "rules"
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.testing import FakeClock
-from mfuscope.core.aggregate.run import merge_batches
-from mfuscope.core.aggregate.stragglers import straggler_view
+from mfuscope.core.run_summary.rank_pace import straggler_view
+from mfuscope.core.run_summary.run_data import merge_batches
 from mfuscope.core.schema import ComponentShare, ReportBatch, StepReport
+
+from tests.support.collector_fakes import FakeClock
 
 WALL_S = 1.0  # synchronous ranks: every rank's step takes the same wall time
 

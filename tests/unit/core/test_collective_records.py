@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 import pytest
-from mfuscope.collector.testing import batch_dict
 from mfuscope.core import schema as s
 from mfuscope.core.collective_records import (
     ArrivalSample,
@@ -16,6 +15,8 @@ from mfuscope.core.collective_records import (
     PendingCollective,
 )
 from mfuscope.core.errors import SchemaError
+
+from tests.support.collector_fakes import batch_dict
 
 COMM: dict[str, Any] = {
     "source": "flight_recorder",

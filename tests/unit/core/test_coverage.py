@@ -1,12 +1,12 @@
-"""Measured and carried breakdowns (core/aggregate/coverage.py), and the aggregates that use only
+"""Measured and carried breakdowns (core/run_summary/coverage.py), and the aggregates that use only
 measured steps."""
 
 from __future__ import annotations
 
 import pytest
-from mfuscope.core.aggregate.coverage import coverage, is_measured, rank_coverage
-from mfuscope.core.aggregate.decompose import decomposition_per_rank, job_waterfall
-from mfuscope.core.aggregate.run import merge_batches
+from mfuscope.core.run_summary.breakdowns import decomposition_per_rank, job_waterfall
+from mfuscope.core.run_summary.coverage import coverage, is_measured, rank_coverage
+from mfuscope.core.run_summary.run_data import merge_batches
 from mfuscope.core.schema import ComponentShare, ReportBatch, StepReport
 
 

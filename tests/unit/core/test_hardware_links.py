@@ -10,7 +10,7 @@ from mfuscope.core.hardware import (
     link_for_tier,
     tier_peak_bytes_per_s,
 )
-from mfuscope.core.links import LINK_TIERS, DetectedLinks, LinkTier, link_tier
+from mfuscope.core.interconnects import LINK_TIERS, DetectedLinks, LinkTier, link_tier
 
 GB = 1e9
 

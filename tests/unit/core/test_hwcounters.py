@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mfuscope.collector.testing import batch_dict
 from mfuscope.core import schema as s
 from mfuscope.core.hwcounters import (
     HardwareCounters,
@@ -17,6 +16,8 @@ from mfuscope.core.hwcounters import (
     ThrottleTime,
     counter_delta,
 )
+
+from tests.support.collector_fakes import batch_dict
 
 HARDWARE: dict[str, Any] = {
     "memory_busy_ratio": 0.4,

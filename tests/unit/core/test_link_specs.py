@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from mfuscope.core.bandwidth import busbw_bytes_per_s
+from mfuscope.core.interconnects import DetectedLinks
 from mfuscope.core.link_specs import (
     LinkSpec,
     UserLinks,
@@ -17,7 +18,6 @@ from mfuscope.core.link_specs import (
     intra_node_spec,
     node_nic_aggregate_bytes_per_s,
 )
-from mfuscope.core.links import DetectedLinks
 from mfuscope.core.vocabulary import LINK_SPEC_SOURCES
 
 NDR = 400e9  # bits/s per port, per direction

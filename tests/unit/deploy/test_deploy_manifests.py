@@ -73,7 +73,7 @@ def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 def _collector_parser() -> argparse.ArgumentParser:
-    from mfuscope.cli import collector
+    from mfuscope.cli import run_collector as collector
 
     parser = argparse.ArgumentParser()
     collector.add_arguments(parser)

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from mfuscope.collector import Aggregator, BadRequest, StateConfig
 from mfuscope.collector.routes import HttpRequest, Routes
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 from mfuscope.exporters.model import HistogramSample, MetricFamily, Sample
 from mfuscope.exporters.prometheus import new_registry, render
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 COLLECTIVES = [
     {

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
-from mfuscope.collector.testing import FakeClock, batch_dict, report_dict
 from mfuscope.exporters.otlp import OtlpPusher, metrics_data, otlp_metrics_url
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -31,6 +30,8 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
+
+from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
 NOW_NS = 1_800_000_000_000_000_000
 WALLS = [0.004, 0.5, 0.75, 1.0, 2.0, 400.0]  # includes a bound exactly, and one above the last

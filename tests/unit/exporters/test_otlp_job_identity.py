@@ -12,13 +12,14 @@ import re
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.errors import BadRequest
-from mfuscope.collector.testing import FakeClock, batch_dict
 from mfuscope.exporters.model import MetricFamily
 from mfuscope.exporters.otlp import COLLECTOR_SERVICE_NAME, collector_resource, metrics_data
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
+
+from tests.support.collector_fakes import FakeClock, batch_dict
 
 Series = tuple[str, frozenset[tuple[str, str]]]
 INSTANCE = "node-17:9464"

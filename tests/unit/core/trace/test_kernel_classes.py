@@ -35,7 +35,7 @@ REAL = {
 }
 US = 1e-6
 # Real names per family with their class and where each was seen (tests/data/README.md).
-COMMITTED = Path(__file__).resolve().parents[2] / "data" / "kernel_names.tsv"
+COMMITTED = Path(__file__).resolve().parents[3] / "data" / "kernel_names.tsv"
 
 # What each kernel family is, written from the libraries' own naming (not from the table):
 # (pattern on the name, class). Every distinct compute-kernel name of the real traces must

@@ -1,5 +1,5 @@
 """The report's pure aggregation: merging batches, decomposition, waterfall, MFU, stragglers,
-bandwidth (core/aggregate)."""
+bandwidth (core/run_summary)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mfuscope.core.aggregate.bandwidth import bandwidth_by_tier
-from mfuscope.core.aggregate.decompose import (
+from mfuscope.core.bandwidth import LinkModel, busbw_bytes_per_s, ideal_transfer_s
+from mfuscope.core.errors import ReportInputError
+from mfuscope.core.run_summary.breakdowns import (
     KERNEL_INEFFICIENCY,
     UNFUSED_KERNELS,
     decomposition_per_rank,
@@ -18,11 +19,10 @@ from mfuscope.core.aggregate.decompose import (
     overall_utilization,
     utilization_over_steps,
 )
-from mfuscope.core.aggregate.kernel_classes import class_split_per_rank
-from mfuscope.core.aggregate.run import RunData, merge_batches
-from mfuscope.core.aggregate.stragglers import straggler_view
-from mfuscope.core.bandwidth import LinkModel, busbw_bytes_per_s, ideal_transfer_s
-from mfuscope.core.errors import ReportInputError
+from mfuscope.core.run_summary.kernel_classes import class_split_per_rank
+from mfuscope.core.run_summary.rank_pace import straggler_view
+from mfuscope.core.run_summary.run_data import RunData, merge_batches
+from mfuscope.core.run_summary.tier_bandwidth import bandwidth_by_tier
 from mfuscope.core.schema import (
     AgentHealth,
     ClassShare,

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
-from mfuscope.agent.examples.tiny_gpt import GPTConfig, GPTStage, MarkovTokens, stage_layer_ranges
+from mfuscope.cli.demo.job.tiny_gpt import GPTConfig, GPTStage, MarkovTokens, stage_layer_ranges
 from torch.distributed.device_mesh import init_device_mesh
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import noop_context_fn

@@ -1,7 +1,7 @@
-"""Test helpers for code that feeds or reads the collector: a settable clock and a batch builder.
+"""Helpers for tests that feed or read the collector: a settable clock and a batch builder.
 
-Public so the tests of other parts (demo, dashboards, agent transport) can build valid wire
-batches and drive an `Aggregator` without sleeping.
+The tests of every part (collector, exporters, agent transport, benchmarks) build valid wire
+batches with them and drive an `Aggregator` without sleeping.
 """
 
 from __future__ import annotations

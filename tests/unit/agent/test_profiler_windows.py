@@ -12,7 +12,7 @@ from typing import Any
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
-from mfuscope.agent.sampler import WindowAnalyser, WindowRecorder
+from mfuscope.agent.profiler_windows import WindowAnalyser, WindowRecorder
 from mfuscope.agent.window_schedule import AlignedSchedule, LocalAgreement, ScheduleParams
 
 from tests.support.agent_fakes import EMPTY_TRACE, Decomposition, FakeProfiler
@@ -238,7 +238,7 @@ def test_a_user_profiler_makes_the_window_skip_without_failure(tmp_path: Path) -
 
 def test_torch_profiler_busy_sees_a_running_profiler() -> None:
     import torch
-    from mfuscope.agent.sampler import torch_profiler_busy
+    from mfuscope.agent.profiler_windows import torch_profiler_busy
 
     assert not torch_profiler_busy()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):

@@ -1,6 +1,6 @@
 """The demo training job: run it under torchrun (`mfuscope demo` does).
 
-    torchrun --standalone --nproc_per_node=2 -m mfuscope.agent.examples.train_demo --steps 50
+    torchrun --standalone --nproc_per_node=2 -m mfuscope.cli.demo.job.train_demo --steps 50
 
 Without `--steps` or `--max-seconds` it trains 100 steps; with `--max-seconds S` it stops after
 about S seconds (all ranks at the same step).
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _emit("importing_torch")
     started = time.monotonic()
     # Imported here, after the first progress line: importing torch takes seconds.
-    from mfuscope.agent.examples import _job
+    from mfuscope.cli.demo.job import _job
 
     if lifecycle:
         _emit("torch_ready", seconds=round(time.monotonic() - started, 2))
