@@ -14,8 +14,20 @@ of `--repeat` runs each, all reading the file (through gzip for .gz):
 Printed: events/s end to end and e2e over each of the parses (target: >= 1M events/s end to
 end and e2e within 2x of the ``json.load`` floor).
 
-Run: ``.venv/bin/python benchmarks/analyze_bench.py [--events 2000000] [--repeat 1]``.
-The machine is shared and noisy: compare ratios from the same run, and run it twice.
+``--tricks N``: what each speed trick of `mfuscope analyze` buys, whole-process (interpreter
+start and imports included, output to /dev/null, as a user runs it): N fresh processes of each
+variant, interleaved, on each trace, the median of each and its ratio to the shipped command.
+Each variant switches one trick off from outside the product (a wrapper that patches before
+calling the console entry point; the shipped variant goes through the same wrapper):
+- ``no C selection``: the compiled event pre-filter hidden (the pure-Python decode of every
+  event, what an install without a C compiler runs);
+- ``GC on``: the cyclic GC left running while the subcommand's modules are imported;
+- ``teardown``: the normal interpreter exit instead of ``os._exit`` once the output is flushed.
+A trick stays only where this shows what it buys (its figure is quoted next to it).
+
+Run: ``.venv/bin/python benchmarks/analyze_bench.py [--events 2000000] [--repeat 1]
+[--tricks 15]``. The machine is shared and noisy: compare ratios from the same run, and run it
+twice.
 """
 
 from __future__ import annotations
@@ -25,6 +37,8 @@ import gc
 import gzip
 import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -89,10 +103,59 @@ def _events(path: Path) -> int:
         return len(json.load(handle)["traceEvents"])
 
 
+# Runs `mfuscope ARGS` with one trick switched off: argv is VARIANT, then the subcommand's words.
+_VARIANT_RUN = """
+import sys
+variant, sys.argv = sys.argv[1], ["mfuscope", *sys.argv[2:]]
+if variant == "no C selection":
+    sys.modules["mfuscope.core.trace._select_c"] = None  # importing it fails: decode everything
+import mfuscope.cli as cli
+if variant == "GC on":
+    class _KeptOn:
+        isenabled = staticmethod(lambda: True)
+        disable = enable = staticmethod(lambda: None)
+    cli.gc = _KeptOn
+elif variant == "teardown":
+    cli._exit_without_teardown = lambda code: None
+cli.console_main()
+"""
+VARIANTS = ("shipped", "no C selection", "GC on", "teardown")
+
+
+def _one_process(variant: str, path: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", _VARIANT_RUN, variant, "analyze", str(path), "--json"],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
+    return time.perf_counter() - started
+
+
+def tricks(paths: list[Path], processes: int) -> None:
+    """The whole-process table of `--tricks` (module docstring)."""
+    print(f"\nwhole process, median of {processes} interleaved runs; ratio = variant / shipped")
+    print(f"{'trace':<32} " + " ".join(f"{v:>22}" for v in VARIANTS))
+    for path in paths:
+        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        for _ in range(processes):
+            for variant in VARIANTS:
+                times[variant].append(_one_process(variant, path))
+        shipped = statistics.median(times["shipped"])
+        cells = [
+            f"{statistics.median(t):>7.3f} s ({statistics.median(t) / shipped:>5.3f}x)"
+            for t in times.values()
+        ]
+        print(f"{path.name:<32} " + " ".join(f"{c:>22}" for c in cells), flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2_000_000, help="size of generated trace")
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement (best of)")
+    parser.add_argument(
+        "--tricks", type=int, default=0, help="whole-process runs per variant (0: skip)"
+    )
     args = parser.parse_args()
     warm_up()
     from mfuscope.core.trace._select import SELECTION_AVAILABLE
@@ -123,6 +186,8 @@ def main() -> int:
                 f" {e2e / floor:>8.2f} {e2e / bare:>11.2f} {e2e / decode:>10.2f}",
                 flush=True,
             )
+        if args.tricks:
+            tricks([*REAL, generated], args.tricks)
     return 0
 
 

@@ -141,8 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = words[0] if words and words[0] in SUBCOMMANDS else ""
     _skip_blas_threads(command)
     # Building the parser imports the subcommand's modules: tens of thousands of new objects and
-    # no garbage, yet enough allocations for ~50 young-generation collections (~10% of
-    # `mfuscope analyze`'s start-up, measured), so the cyclic GC waits until they are loaded.
+    # no garbage, yet enough allocations for ~50 young-generation collections, so the cyclic GC
+    # waits until they are loaded. What it buys (`benchmarks/analyze_bench.py --tricks`, whole
+    # `mfuscope analyze` process, two runs): 5.0-5.4% on a 2M-event trace, nothing measurable
+    # (0.99-1.01x) on 40-57k-event real ones.
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -178,8 +180,10 @@ def console_main() -> None:
 def _exit_without_teardown(code: int) -> None:
     """End the process at once once stdout and stderr are flushed; return if that is not safe.
 
-    The interpreter's teardown frees every object of the analysis and every module one by one:
-    ~20 ms of a ~0.2 s `mfuscope analyze` (measured, benchmarks/analyze.md), for nothing. Skipping
+    The interpreter's teardown frees every object of the analysis and every module one by one,
+    for nothing: with it the whole `mfuscope analyze` process takes 1.09-1.13x as long on
+    40-57k-event real traces and 1.01-1.04x on a 2M-event one (`benchmarks/analyze_bench.py
+    --tricks`, two runs; benchmarks/analyze.md). Skipping
     it is safe because `analyze` has written all its output (flushed here), closed every file it
     read (`trace_io` reads each whole with a `with`), and leaves no thread running (its import
     thread is joined). Not when anything is registered to run at exit (a coverage tool, a
