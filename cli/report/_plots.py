@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import matplotlib
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter, MaxNLocator
 from mfuscope.cli.report._content import ReportContent
 from mfuscope.core.bandwidth import LinkModel, bus_factor, ideal_transfer_s
 from mfuscope.core.run_summary.breakdowns import (
@@ -225,6 +226,7 @@ def plot_utilization(
         markersize=3,
     )
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_ylabel("% of peak FLOPs")
     top = max([s.hfu for s in series] + [s.mfu for s in series]) * 100
     ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
@@ -240,7 +242,8 @@ def _fit_curve(link: LinkModel, op: str, group_size: int, sizes: list[float]) ->
 
 
 def plot_bandwidth(tiers: Sequence[TierBandwidth]) -> Figure:
-    """Per tier: busbw (GB/s) against message size S (log), the spec line and the fitted curve."""
+    """Per tier: busbw (GB/s) against message size S (log when it spans a decade or more), the
+    spec line and the fitted curve."""
     fig = Figure(figsize=(max(6.0, 5.2 * len(tiers)), 4.2))
     for index, tier in enumerate(tiers, start=1):
         ax = fig.add_subplot(1, len(tiers), index)
@@ -281,15 +284,25 @@ def plot_bandwidth(tiers: Sequence[TierBandwidth]) -> Figure:
         best = tier.best_busbw_bytes_per_s
         if tier.specs and max(p for _, p in tier.specs) > 20 * best:
             ax.set_yscale("log")
-        ax.set_xscale("log")
+        sizes = {p.size_bytes for p in tier.points}
+        if sizes and max(sizes) >= 10 * max(min(sizes), 1):
+            ax.set_xscale("log")
+        else:
+            # Within a decade a log axis has no major tick, and its minor labels overlap.
+            ax.xaxis.set_major_formatter(EngFormatter(unit="B"))
+            ax.tick_params(axis="x", labelrotation=30)
         ax.set_xlabel("message size S (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
         fit = tier.fit
-        fitted = (
-            f"fit: α={fit.link.alpha_s * 1e6:.1f} µs, β={fit.link.beta_bytes_per_s / GB:.2f} GB/s"
-            if fit
-            else "no alpha-beta fit (needs 2+ sizes)"
-        )
+        if fit is not None:
+            fitted = (
+                f"fit: α={fit.link.alpha_s * 1e6:.1f} µs, "
+                f"β={fit.link.beta_bytes_per_s / GB:.2f} GB/s"
+            )
+        elif len(sizes) < 2:
+            fitted = "no alpha-beta fit (needs 2+ sizes)"
+        else:  # core.comm_fit: no positive slope of time on size
+            fitted = "no alpha-beta fit (time does not grow with size here)"
         ax.set_title(f"{tier.tier}\n{fitted}", fontsize=10)
         ax.legend(fontsize=8, frameon=False)
         ax.grid(alpha=0.3, which="both")
@@ -346,6 +359,7 @@ def plot_stragglers(view: StragglerView, windows: Sequence[tuple[int, int]] = ()
         )
     heat.set_yticks(y, [f"rank {r}" for r in ranks])
     heat.set_xlabel("step" + (" (outlined: profiled windows)" if windows else ""))
+    heat.xaxis.set_major_locator(MaxNLocator(integer=True))
     heat.set_title("Step wall time / that step's median over ranks")
     fig.colorbar(image, ax=heat, fraction=0.05)
     return fig
