@@ -247,6 +247,16 @@ def _failures_of_subcommands(inst: Installed) -> list[str]:
         "the demo's Prometheus config and rules ship in the wheel",
         data,
     )
+    compiled = inst.python(
+        "from mfuscope.agent._step_recorder import C_CORE_MODULE as c; "
+        "from mfuscope.core.trace._select import SELECTION_AVAILABLE as s; "
+        "print(c is not None, s)"
+    )
+    check(
+        compiled.returncode == 0 and compiled.stdout.split() == ["True", "True"],
+        "the wheel's compiled parts load (the agent's step hot path, the trace pre-filter)",
+        compiled,
+    )
     failures.extend(_failures_of_collector(inst))
     return failures
 
