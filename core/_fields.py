@@ -14,6 +14,7 @@ __all__ = [
     "MAX_NAME_LEN",
     "choice",
     "entries",
+    "flag",
     "integer",
     "number",
     "obj",
@@ -65,6 +66,12 @@ def number(value: Any, path: str, *, lo: float = 0.0, hi: float = math.inf) -> f
     if not lo <= result <= hi:
         raise SchemaError(path, f"{result} outside [{lo}, {hi}]")
     return result
+
+
+def flag(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise SchemaError(path, "expected true or false")
+    return value
 
 
 def choice(value: Any, path: str, allowed: tuple[str, ...]) -> str:

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mfuscope.core._fields import choice, entries, integer, number, obj, required, text
+from mfuscope.core._fields import choice, entries, flag, integer, number, obj, required, text
 from mfuscope.core.errors import SchemaError
 from mfuscope.core.vocabulary import COLLECTIVE_OPS, TIERS
 
@@ -121,14 +121,8 @@ class CommRecords:
     arrivals: tuple[ArrivalSample, ...] = ()
 
 
-def _optional_int(value: Any, path: str, hi: int) -> int | None:
-    return None if value is None else integer(value, path, lo=0, hi=hi)
-
-
-def _flag(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise SchemaError(path, "expected true or false")
-    return value
+def _optional_int(value: Any, path: str, *, lo: int = 0, hi: int) -> int | None:
+    return None if value is None else integer(value, path, lo=lo, hi=hi)
 
 
 def _traffic(raw: Any, path: str) -> CollectiveTraffic:
@@ -138,14 +132,11 @@ def _traffic(raw: Any, path: str) -> CollectiveTraffic:
     sized_seconds = number(
         o.get("sized_seconds", 0.0), f"{path}.sized_seconds", hi=seconds * (1 + 1e-6) + 1e-9
     )
-    size = o.get("group_size")
     return CollectiveTraffic(
         op=choice(required(o, "op", f"{path}."), f"{path}.op", COLLECTIVE_OPS),
         axis=text(required(o, "axis", f"{path}."), f"{path}.axis"),
         tier=choice(required(o, "tier", f"{path}."), f"{path}.tier", TIERS),
-        group_size=None
-        if size is None
-        else integer(size, f"{path}.group_size", lo=1, hi=_MAX_WORLD),
+        group_size=_optional_int(o.get("group_size"), f"{path}.group_size", lo=1, hi=_MAX_WORLD),
         calls=integer(required(o, "calls", f"{path}."), f"{path}.calls", hi=_MAX_SEQ),
         bytes=integer(required(o, "bytes", f"{path}."), f"{path}.bytes", hi=_MAX_BYTES),
         seconds=seconds,
@@ -161,7 +152,7 @@ def _pending(raw: Any, path: str) -> PendingCollective | None:
     return PendingCollective(
         seq=integer(required(o, "seq", f"{path}."), f"{path}.seq", hi=_MAX_SEQ),
         op=choice(required(o, "op", f"{path}."), f"{path}.op", PENDING_OPS),
-        bytes=_optional_int(o.get("bytes"), f"{path}.bytes", _MAX_BYTES),
+        bytes=_optional_int(o.get("bytes"), f"{path}.bytes", hi=_MAX_BYTES),
         waited_s=number(required(o, "waited_s", f"{path}."), f"{path}.waited_s", hi=_MAX_SECONDS),
     )
 
@@ -172,12 +163,11 @@ def _group(raw: Any, path: str) -> GroupProgress:
     pending = _pending(o.get("pending"), f"{path}.pending")
     if pending is not None and pending.seq > entered:
         raise SchemaError(f"{path}.pending.seq", f"{pending.seq} above entered_seq {entered}")
-    size = o.get("size")
     return GroupProgress(
         group=text(required(o, "group", f"{path}."), f"{path}.group", allow_empty=True),
         axis=text(required(o, "axis", f"{path}."), f"{path}.axis"),
         tier=choice(required(o, "tier", f"{path}."), f"{path}.tier", TIERS),
-        size=None if size is None else integer(size, f"{path}.size", lo=1, hi=_MAX_WORLD),
+        size=_optional_int(o.get("size"), f"{path}.size", lo=1, hi=_MAX_WORLD),
         entered_seq=entered,
         completed_seq=integer(
             required(o, "completed_seq", f"{path}."), f"{path}.completed_seq", hi=entered
@@ -210,12 +200,12 @@ def parse_comm(raw: Any) -> CommRecords | None:
         raise SchemaError("comm.groups", "a group appears twice")
     return CommRecords(
         source=choice(required(o, "source", "comm."), "comm.source", COMM_SOURCES),
-        durations=_flag(o.get("durations", False), "comm.durations"),
+        durations=flag(o.get("durations", False), "comm.durations"),
         status_interval_s=number(
             required(o, "status_interval_s", "comm."), "comm.status_interval_s", lo=0.1, hi=3600.0
         ),
         lost_total=integer(o.get("lost_total", 0), "comm.lost_total", hi=_MAX_SEQ),
-        p2p_recorded=_flag(o.get("p2p_recorded", False), "comm.p2p_recorded"),
+        p2p_recorded=flag(o.get("p2p_recorded", False), "comm.p2p_recorded"),
         traffic=tuple(
             _traffic(t, f"comm.traffic[{i}]")
             for i, t in enumerate(entries(o.get("traffic", []), "comm.traffic", MAX_TRAFFIC_KEYS))

@@ -76,6 +76,7 @@ from typing import Any
 
 from mfuscope.core._fields import choice as _enum
 from mfuscope.core._fields import entries as _list
+from mfuscope.core._fields import flag as _flag
 from mfuscope.core._fields import integer as _int
 from mfuscope.core._fields import number as _float
 from mfuscope.core._fields import obj as _obj
@@ -400,9 +401,7 @@ def _parse_topology(raw: Any) -> Topology | None:
                     f"{path}.link_peak_source",
                     "'unknown' exactly when link_peak_bytes_per_s is absent",
                 )
-        spans = _get(gobj, "spans_hosts", f"{path}.")
-        if not isinstance(spans, bool):
-            raise SchemaError(f"{path}.spans_hosts", "expected true or false")
+        spans = _flag(_get(gobj, "spans_hosts", f"{path}."), f"{path}.spans_hosts")
         groups.append(
             GroupInfo(
                 axis=_str(_get(gobj, "axis", f"{path}."), f"{path}.axis"),
@@ -466,14 +465,8 @@ def parse_batch(raw: Any) -> ReportBatch:
         hardware=parse_hardware(obj.get("hardware")),
         node=_str(obj.get("node", ""), "node", allow_empty=True),
         comm=parse_comm(obj.get("comm")),
-        closing=_closing(obj.get("closing", False)),
+        closing=_flag(obj.get("closing", False), "closing"),
     )
-
-
-def _closing(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise SchemaError("closing", "expected true or false")
-    return value
 
 
 def batch_from_json(text: str | bytes) -> ReportBatch:

@@ -85,14 +85,14 @@ def _now_row() -> Row:
                 "Model FLOPs per second of the selected jobs, summed (the MFU numerator). "
                 "Recomputation under activation checkpointing is not included.",
                 "flops",
-                Query(f"sum(job:mfuscope_model_flops:rate5m{{{JOB}}})"),
+                Query(f"sum({n.MODEL_FLOPS_5M}{{{JOB}}})"),
             ),
             stat_panel(
                 "Peak FLOP/s in use",
                 "Sum of the dense peak FLOP/s (training dtype, no sparsity) of every reporting "
                 "rank's device: what the selected jobs could do at 100 % MFU.",
                 "flops",
-                Query(f"sum(job:mfuscope_peak_flops:sum{{{JOB}}})"),
+                Query(f"sum({n.PEAK_FLOPS_SUM}{{{JOB}}})"),
             ),
             stat_panel(
                 "Alerts firing",
@@ -121,10 +121,10 @@ def _jobs_row() -> Row:
                 "recomputation, so HFU >= MFU.",
                 "percentunit",
                 [
-                    Query(f"job:mfuscope_mfu_regression:ratio{{{JOB}}}", instant=True, table=True),
-                    Query(f"job:mfuscope_mfu:ratio_increase15m{{{JOB}}}", instant=True, table=True),
-                    Query(f"job:mfuscope_mfu:ratio_baseline6h{{{JOB}}}", instant=True, table=True),
-                    Query(f"job:mfuscope_hfu:ratio_rate5m{{{JOB}}}", instant=True, table=True),
+                    Query(f"{n.MFU_REGRESSION}{{{JOB}}}", instant=True, table=True),
+                    Query(f"{n.MFU_INCREASE_15M}{{{JOB}}}", instant=True, table=True),
+                    Query(f"{n.MFU_BASELINE_6H}{{{JOB}}}", instant=True, table=True),
+                    Query(f"{n.HFU_5M}{{{JOB}}}", instant=True, table=True),
                     Query(f"sum by (job) (mfuscope_ranks{{{JOB}}})", instant=True, table=True),
                 ],
                 renames={
@@ -145,7 +145,7 @@ def _jobs_row() -> Row:
                 "MFU per job now",
                 MFU_MEANING + "Last 5 min, best first. Red below 25 %, amber below 40 %.",
                 "percentunit",
-                [Query(f"sort_desc(job:mfuscope_mfu:ratio_rate5m{{{JOB}}})", "{{job}}", True)],
+                [Query(f"sort_desc({n.MFU_5M}{{{JOB}}})", "{{job}}", True)],
                 thresholds=MFU_BANDS,
                 min_value=0,
                 max_value=1,
@@ -156,7 +156,7 @@ def _jobs_row() -> Row:
                 MFU_MEANING + "5 min rate per job. A step down that persists is a regression; "
                 "compare with the job's decomposition on the Job dashboard.",
                 "percentunit",
-                [Query(f"job:mfuscope_mfu:ratio_rate5m{{{JOB}}}", "{{job}}")],
+                [Query(f"{n.MFU_5M}{{{JOB}}}", "{{job}}")],
                 thresholds=MFU_BANDS,
                 min_value=0,
             ),
@@ -166,7 +166,7 @@ def _jobs_row() -> Row:
                 "peak FLOP/s. The gap HFU - MFU is the arithmetic spent recomputing activations "
                 "(activation checkpointing).",
                 "percentunit",
-                [Query(f"job:mfuscope_hfu:ratio_rate5m{{{JOB}}}", "{{job}}")],
+                [Query(f"{n.HFU_5M}{{{JOB}}}", "{{job}}")],
                 min_value=0,
             ),
             timeseries_panel(
@@ -175,7 +175,7 @@ def _jobs_row() -> Row:
                 "job's own recent normal. Dashed lines: the warning (10 %) and critical (25 %) "
                 "levels of MFUScopeMFURegression, which also needs 10 min above them.",
                 "percentunit",
-                [Query(f"job:mfuscope_mfu_regression:ratio{{{JOB}}}", "{{job}}")],
+                [Query(f"{n.MFU_REGRESSION}{{{JOB}}}", "{{job}}")],
                 thresholds=REGRESSION_BANDS,
             ),
             bargauge_panel(
@@ -241,8 +241,7 @@ def _alerts_row() -> Row:
                 "percentunit",
                 [
                     Query(
-                        "sort(min by (job, tier) (job_op_axis_tier:mfuscope_collective_busbw_"
-                        f"efficiency:last1h_ratio_rate5m{{{JOB_AXIS_TIER}}}))",
+                        f"sort(min by (job, tier) ({n.EFFICIENCY_LATEST}{{{JOB_AXIS_TIER}}}))",
                         "{{job}} {{tier}}",
                         True,
                     )

@@ -79,7 +79,7 @@ def _utilisation_row() -> Row:
                 "Empty until the job has run 1 h 30 min, and while it ran under 10 of the last "
                 "15 min.",
                 "percentunit",
-                Query(f"job:mfuscope_mfu_regression:ratio{{{JOB}}}"),
+                Query(f"{n.MFU_REGRESSION}{{{JOB}}}"),
                 thresholds=REGRESSION_BANDS,
                 width=3,
             ),
@@ -87,7 +87,7 @@ def _utilisation_row() -> Row:
                 "Model FLOP/s (5 min)",
                 "Model FLOPs per second of all ranks together (the MFU numerator).",
                 "flops",
-                Query(f"job:mfuscope_model_flops:rate5m{{{JOB}}}"),
+                Query(f"{n.MODEL_FLOPS_5M}{{{JOB}}}"),
                 width=3,
             ),
             stat_panel(
@@ -248,12 +248,11 @@ def _decomposition_row() -> Row:
                 "percentunit",
                 [
                     Query(
-                        "job_axis_tier:mfuscope_exposed_comm_fraction:ratio_rate5m"
-                        f'{{{JOB}, axis=~"$axis", tier=~"$tier"}}',
+                        f'{n.EXPOSED_COMM_AXIS_TIER_5M}{{{JOB}, axis=~"$axis", tier=~"$tier"}}',
                         "{{axis}}/{{tier}}",
                     ),
                     Query(
-                        f"job:mfuscope_overlapped_comm_fraction:ratio_rate5m{{{JOB}}}",
+                        f"{n.OVERLAPPED_COMM_5M}{{{JOB}}}",
                         "overlapped (hidden under compute)",
                     ),
                 ],

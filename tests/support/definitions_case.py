@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from mfuscope.core.bandwidth import aggregate_busbw_bytes_per_s, bus_factor, busbw_efficiency
 from mfuscope.core.mfu import StepBuckets, mfu_waterfall, utilization
-from mfuscope.core.vocabulary import ELEMENTWISE_SLICE, KERNEL_INEFFICIENCY_SLICE
+from mfuscope.core.vocabulary import COMPONENTS, ELEMENTWISE_SLICE, KERNEL_INEFFICIENCY_SLICE
 
 PATH = Path(__file__).resolve().parents[2] / "deploy/prometheus/tests/definitions_test.yml"
 MINUTES = 30
@@ -116,13 +116,8 @@ def _gauge(name: str, labels: dict[str, str], value: float) -> dict[str, str]:
 
 def _components(job: Job) -> list[dict[str, str]]:
     b = job.buckets
-    plain = {
-        "compute": b.compute_s,
-        "recompute": b.recompute_s,
-        "other": b.other_s,
-        "bubble_pipeline": b.bubble_pipeline_s,
-        "bubble_idle": b.bubble_idle_s,
-    }
+    # exposed_comm is split by axis and tier below.
+    plain = {c: b.seconds(c) for c in COMPONENTS if c != "exposed_comm"}
     rows = [
         _series(
             "mfuscope_step_component_seconds_total",
