@@ -29,7 +29,7 @@ COMMITTED = ROOT / "tests" / "data" / "kernel_names.tsv"
 
 
 def _clear() -> None:
-    from mfuscope.core.trace import _kineto, kernel_classes
+    from mfuscope.core.trace import kernel_classes
 
     for cached in (
         kernel_classes.kernel_family,
@@ -38,7 +38,6 @@ def _clear() -> None:
         kernel_classes._family_of_callee,
     ):
         cached.cache_clear()
-    _kineto._comm_name_cache.clear()
 
 
 def _classify(names: list[str]) -> float:

@@ -9,7 +9,6 @@ the engine (numpy) is loaded.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from mfuscope.core.bandwidth import busbw_efficiency
 from mfuscope.core.hardware import PeakLookup
@@ -90,7 +89,7 @@ def of_spec(rank: RankAnalysis, tier: str, busbw_bytes_per_s: float | None) -> s
     return "      -" if efficiency is None else f"{efficiency:7.1%}"
 
 
-def waterfall_line(steps: Sequence[int], rank: RankAnalysis) -> str | None:
+def waterfall_line(rank: RankAnalysis) -> str | None:
     """The MFU waterfall over all of the rank's steps (`core.mfu.mfu_waterfall` on the summed
     buckets; model FLOPs enter only as MFU x wall, so a peak of 1 FLOP/s stands in). None when
     MFU is unknown."""
@@ -116,5 +115,6 @@ def waterfall_line(steps: Sequence[int], rank: RankAnalysis) -> str | None:
         for name, fraction in waterfall.slices().items()
         if abs(fraction) >= 5e-4
     )
-    span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    first, last = rank.steps[0].step, rank.steps[-1].step
+    span = f"step {first}" if len(rank.steps) == 1 else f"steps {first}-{last}"
     return f"  waterfall ({span}): MFU {waterfall.mfu:.1%} = 100% - {slices}"

@@ -25,9 +25,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from mfuscope.cli._args import quantity
 from mfuscope.core.bandwidth import aggregate_busbw_bytes_per_s, bus_factor
 from mfuscope.core.errors import TraceError
-from mfuscope.core.settings import env_name, parse_mapping, parse_quantity
+from mfuscope.core.settings import env_name, parse_mapping
 from mfuscope.core.trace.trace_io import (
     DEFAULT_MAX_TRACE_BYTES,
     ScannedTrace,
@@ -63,10 +64,7 @@ _MAX_FLOPS_PER_STEP = 1e30
 
 
 def _flops(text: str) -> float:
-    try:
-        value = parse_quantity(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    value = quantity(text)
     if not (math.isfinite(value) and 0 <= value <= _MAX_FLOPS_PER_STEP):
         raise argparse.ArgumentTypeError(
             f"expected FLOPs in [0, {_MAX_FLOPS_PER_STEP:g}], got {text}"
@@ -75,10 +73,7 @@ def _flops(text: str) -> float:
 
 
 def _peak(text: str) -> float:
-    try:
-        value = parse_quantity(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    value = quantity(text)
     if not (math.isfinite(value) and (value == 0 or 1 <= value <= 1e21)):
         raise argparse.ArgumentTypeError(f"expected a FLOP/s in [1, 1e21] (0: unset), got {text}")
     return value
@@ -230,15 +225,9 @@ def _analyse_all(
     axis_overrides = _axis_overrides(args.axis)
     _announce(progress, 1, files)
     pending: ScannedTrace | None = _scan_first(files[0], args.max_trace_bytes)
-    from mfuscope.core.hardware import resolve_peak
     from mfuscope.core.trace.decompose import analyze_trace  # loaded: _ENGINE_MODULES
     from mfuscope.core.trace.inputs import input_warnings
-    from mfuscope.core.trace.options import (
-        analysis_options,
-        options_for_trace,
-        trace_device,
-    )
-    from msgspec.structs import replace
+    from mfuscope.core.trace.options import analysis_options, options_for_trace
 
     base = analysis_options(
         device=None,  # per trace, below
@@ -259,8 +248,7 @@ def _analyse_all(
         trace = decode_scanned(pending)
         pending = None  # its bytes are freed now
         try:
-            peak = resolve_peak(trace_device(trace), args.dtype, args.peak_flops or None)
-            options = replace(options_for_trace(trace, base), peak_flops=peak.peak_flops)
+            options, peak = options_for_trace(trace, base, args.dtype)
             results.append((str(file), analyze_trace(trace, options)))
         except TraceError as exc:
             raise TraceError(file, exc.message) from None
@@ -339,7 +327,7 @@ def _format_rank(
     if exposed:
         parts = [f"{a}/{t} {sec * 1e3:.3f} ms" for (a, t), sec in sorted(exposed.items())]
         out.append("  exposed comm over all steps: " + ", ".join(parts))
-    waterfall = waterfall_line([s.step for s in rank.steps], rank)
+    waterfall = waterfall_line(rank)
     if waterfall is not None:
         out.append(waterfall)
     groups: dict[tuple[str, str, str, int | None, int | None], list[float]] = defaultdict(list)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mfuscope.cli.report._load import TraceOptions
 from mfuscope.core.errors import ReportInputError, TraceError
-from mfuscope.core.hardware import PeakLookup, resolve_peak
+from mfuscope.core.hardware import PeakLookup
 from mfuscope.core.run_summary.run_data import Launches, RankRun, RunData
 from mfuscope.core.schema import (
     GroupInfo,
@@ -109,33 +109,31 @@ def run_from_analyses(
     return RunData(
         job=job,
         world_size=max(a.world_size for a in analyses),
-        ranks=tuple(
-            RankRun(
-                rank=a.rank,
-                host="(from trace)",
-                device=a.device,
-                peak_flops=peak.peak_flops,
-                peak_source=peak.source,
-                steps=tuple(step_report_from_decomposition(s, options) for s in a.steps),
-                topology=topology_from_analysis(a),
-                recent=tuple(
-                    step_report_from_decomposition(s, options)
-                    for s in a.steps[-DEFAULT_WINDOW_STEPS:]
-                ),
-            )
-            for a, peak in pairs
-        ),
+        ranks=tuple(_rank_run(a, peak, options) for a, peak in pairs),
         source=source,
         flops_known=options.model_flops_per_step is not None,
         launches=Launches(step_reports=sum(len(a.steps) for a in analyses)),
     )
 
 
+def _rank_run(analysis: RankAnalysis, peak: PeakLookup, options: TraceOptions) -> RankRun:
+    steps = tuple(step_report_from_decomposition(s, options) for s in analysis.steps)
+    return RankRun(
+        rank=analysis.rank,
+        host="(from trace)",
+        device=analysis.device,
+        peak_flops=peak.peak_flops,
+        peak_source=peak.source,
+        steps=steps,
+        topology=topology_from_analysis(analysis),
+        recent=steps[-DEFAULT_WINDOW_STEPS:],
+    )
+
+
 def run_from_traces(paths: Sequence[Path], options: TraceOptions) -> RunData:
     """Decompose each trace with the engine and gather the ranks into one run."""
     from mfuscope.core.trace import analyze_trace, read_trace
-    from mfuscope.core.trace.options import analysis_options, options_for_trace, trace_device
-    from msgspec.structs import replace
+    from mfuscope.core.trace.options import analysis_options, options_for_trace
 
     base = analysis_options(
         device=None,  # per trace, below: the same options `mfuscope analyze` builds
@@ -148,8 +146,7 @@ def run_from_traces(paths: Sequence[Path], options: TraceOptions) -> RunData:
     for path in paths:
         try:
             trace = read_trace(path)
-            peak = resolve_peak(trace_device(trace), options.dtype, options.peak_flops)
-            traced = replace(options_for_trace(trace, base), peak_flops=peak.peak_flops)
+            traced, peak = options_for_trace(trace, base, options.dtype)
             analyses.append(analyze_trace(trace, traced))
         except TraceError as exc:
             raise TraceError(path, exc.message) from None

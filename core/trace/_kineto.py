@@ -70,21 +70,15 @@ _TS = operator.attrgetter("ts")
 _DUR = operator.attrgetter("dur")
 _NAME = operator.attrgetter("name")
 _CORRELATION = operator.attrgetter("args.correlation")
-_comm_name_cache: dict[str, bool] = {}
 _NO_ARGS = EventArgs()
 _NO_METADATA = "neither the kernel nor a record_param_comms around its launch gives the group"
 _NO_GROUP_SIZE = "the collective's metadata does not give its group size"
 _encode = msgspec.json.Encoder().encode
 
 
-def is_comm_kernel(name: str) -> bool:
-    """Whether a kernel is communication (`kernel_classes.is_communication_kernel`: NCCL /
-    RCCL, symmetric-memory and custom all-reduce kernels, NVSHMEM, ...)."""
-    known = _comm_name_cache.get(name)
-    if known is None:
-        known = is_communication_kernel(name)
-        _comm_name_cache[name] = known
-    return known
+# Whether a kernel is communication (NCCL / RCCL, symmetric-memory and custom all-reduce
+# kernels, NVSHMEM, ...): `kernel_classes` decides, and caches per distinct name.
+is_comm_kernel = is_communication_kernel
 
 
 def _device_pid(scanned: ScannedEvents) -> Any:
@@ -277,6 +271,15 @@ def _floats(events: Sequence[Event], field: operator.attrgetter[Any]) -> FloatAr
     return values
 
 
+def _comm_and_class(kernels: Sequence[Event]) -> tuple[NDArray[np.bool_], NDArray[np.int8]]:
+    """Per kernel, from its name: whether it is communication, and its class code."""
+    names = list(map(_NAME, kernels))
+    return (
+        np.fromiter(map(is_comm_kernel, names), bool, len(names)),
+        np.fromiter(map(class_code, names), np.int8, len(names)),
+    )
+
+
 class _DeviceEvents(msgspec.Struct, frozen=True):
     """The rank's kernels or memory ops: times, and the launch row of each (-1: none)."""
 
@@ -316,8 +319,7 @@ def _device_from_events(scanned: ScannedEvents) -> _Device:
 
     kernels, kernel_events = on_device(scanned.kernels)
     memops, _ = on_device(scanned.memops)
-    is_comm = np.fromiter(map(is_comm_kernel, map(_NAME, kernel_events)), bool, len(kernels.starts))
-    kernel_class = np.fromiter(map(class_code, map(_NAME, kernel_events)), np.int8, len(is_comm))
+    is_comm, kernel_class = _comm_and_class(kernel_events)
     comm_rows = np.flatnonzero(is_comm).tolist()
     return _Device(
         pid=pid,
@@ -350,17 +352,15 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
     memops = on_device(memop_rows, launches.lookup(memop_rows))
     # Decoded kernels line up with the rows marked decoded; the others are no communication.
     decoded_rows = np.flatnonzero(kernel_rows.decoded)
-    names = map(_NAME, scanned.kernels)
+    decoded_comm, decoded_class = _comm_and_class(scanned.kernels)
     comm_everywhere = np.zeros(len(kernel_rows), dtype=bool)
-    comm_everywhere[decoded_rows] = np.fromiter(map(is_comm_kernel, names), bool, len(decoded_rows))
+    comm_everywhere[decoded_rows] = decoded_comm
     comm_rows = np.flatnonzero(comm_everywhere & mine)
     # Classes: the names the selection read (by position in its list of distinct names),
     # and the decoded kernels' own names where it read none.
     by_name = np.array([*map(class_code, columns.kernel_names), class_code(None)], np.int8)
     kernel_class = by_name[kernel_rows.name]  # -1 (no name read) is the last: other
-    kernel_class[decoded_rows] = np.fromiter(
-        map(class_code, map(_NAME, scanned.kernels)), np.int8, len(decoded_rows)
-    )
+    kernel_class[decoded_rows] = decoded_class
     decoded_position = (np.cumsum(kernel_rows.decoded) - 1)[comm_rows].tolist()
     # The selection keeps in the document every launch a decoded kernel names.
     comm_launch_rows = kernel_launch[comm_rows]

@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mfuscope.core.bandwidth import LinkModel
-from mfuscope.core.hardware import LINK_TIER_KEYS, default_link_tiers, find_device, link_for_tier
+from mfuscope.core.hardware import (
+    LINK_TIER_KEYS,
+    PeakLookup,
+    default_link_tiers,
+    find_device,
+    link_for_tier,
+    resolve_peak,
+)
 from mfuscope.core.interconnects import DetectedLinks
 from mfuscope.core.trace._events import KinetoTrace
 from mfuscope.core.trace.result import AnalysisOptions
@@ -87,10 +94,15 @@ def trace_device(trace: KinetoTrace) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
-def options_for_trace(trace: KinetoTrace, base: AnalysisOptions) -> AnalysisOptions:
+def options_for_trace(
+    trace: KinetoTrace, base: AnalysisOptions, dtype: str
+) -> tuple[AnalysisOptions, PeakLookup]:
     """`base` with the link models of the device `trace` was recorded on (offline: no detection,
-    so the device's defaults)."""
-    return replace(base, links=link_models(trace_device(trace)))
+    so the device's defaults) and MFU against `base.peak_flops` if set, else that device's
+    datasheet peak for `dtype`; and where that peak came from (`hardware.resolve_peak`)."""
+    device = trace_device(trace)
+    peak = resolve_peak(device, dtype, base.peak_flops)
+    return replace(base, links=link_models(device), peak_flops=peak.peak_flops), peak
 
 
 def trace_tier_specs(device: str | None) -> dict[str, float]:

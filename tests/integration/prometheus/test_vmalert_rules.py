@@ -74,13 +74,6 @@ FIRING = {"a": range(2, 10), "c": range(2, 17), "d": range(2, 8), "e": range(2, 
 REWRITE_FIRING = {**FIRING, "e": range(2, 8)}
 
 
-def _promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.skip("promtool is not installed: `./dev setup` installs it (Debian `prometheus`)")
-    return path
-
-
 def _rewrite(out: Path, files: list[Path], interval: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, str(SCRIPT), "--out", str(out), "--interval", interval]
     return subprocess.run([*command, *map(str, files)], capture_output=True, text=True, timeout=60)
@@ -155,10 +148,9 @@ def _held_alerts() -> set[str]:
     }
 
 
-def test_the_shipped_rule_tests_pass_on_the_rewritten_files(tmp_path: Path) -> None:
+def test_the_shipped_rule_tests_pass_on_the_rewritten_files(tmp_path: Path, promtool: str) -> None:
     """The shipped unit tests of the rewritten alerts, run on the rewritten files (the other
     rules pass through unchanged: checked here, and their tests are not run twice)."""
-    promtool = _promtool()
     held = _held_alerts()
     if not held:
         pytest.skip("no shipped alert uses keep_firing_for: the rewrite changes nothing")
@@ -183,8 +175,7 @@ def test_the_shipped_rule_tests_pass_on_the_rewritten_files(tmp_path: Path) -> N
     _promtool_test(promtool, suites)
 
 
-def test_the_rewrite_fires_and_resolves_as_keep_firing_for(tmp_path: Path) -> None:
-    promtool = _promtool()
+def test_the_rewrite_fires_and_resolves_as_keep_firing_for(tmp_path: Path, promtool: str) -> None:
     original, rewritten = _write_held_rules(tmp_path)
     _promtool_test(
         promtool,
