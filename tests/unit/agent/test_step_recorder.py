@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -22,35 +21,16 @@ from torch import nn
 
 from tests.support.agent_fakes import FakeProfiler
 from tests.support.step_records import (
-    RECORDER_CORES,
+    FakeClock,
     recorder_class,
     reporter_for,
     use_recorder_clock,
-    use_recorder_core,
 )
 
 WIDTH = 16
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_ns = 1_000_000_000
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-
-@pytest.fixture(autouse=True, params=RECORDER_CORES)
-def recorder_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test runs on both hot paths: C (where built) and Python."""
-    use_recorder_core(monkeypatch, request.param)
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
-    fake = FakeClock()
-    with use_recorder_clock(monkeypatch, fake):
-        yield fake
+pytestmark = pytest.mark.usefixtures("recorder_core")  # every test on both hot paths
 
 
 def _model() -> nn.Module:
