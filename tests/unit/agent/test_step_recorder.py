@@ -19,7 +19,7 @@ from mfuscope.agent._step_recorder import CAPACITY, PyStepCore, PyStepRecorder, 
 from mfuscope.core.schema import batch_from_json
 from torch import nn
 
-from tests.support.agent_fakes import FakeProfiler
+from tests.support.agent_fakes import FakeProfiler, jsonl_agent
 from tests.support.step_records import (
     FakeClock,
     recorder_class,
@@ -36,18 +36,6 @@ pytestmark = pytest.mark.usefixtures("recorder_core")  # every test on both hot 
 def _model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH))
-
-
-def _agent(tmp_path: Path, model: nn.Module | None = None, **options: Any) -> Agent:
-    settings: dict[str, Any] = {
-        "job": "unit",
-        "jsonl_path": str(tmp_path / "out.jsonl"),
-        "peak_flops": 1e11,
-        "profile": False,
-        "flush_interval_s": 60.0,
-        **options,
-    }
-    return Agent(model=model, **settings)
 
 
 def _reports(path: Path) -> dict[int, Any]:
@@ -78,7 +66,7 @@ def test_a_steady_step_runs_nothing_but_the_recorder_and_the_clock(tmp_path: Pat
     thread runs `step()`, `__enter__`, `__exit__` and two clock reads; no lock, no logging, no
     call into the FLOP tracker, the window coordinator, the reports or the transports."""
     model = _model()
-    agent = _agent(tmp_path, model, profile=True, profile_first_step=1000)
+    agent = jsonl_agent(tmp_path, model, profile=True, profile_first_step=1000)
     inputs = torch.randn(4, WIDTH)
     for _ in range(3):  # the first step counts FLOPs; then the shapes are steady
         with agent.step():
@@ -156,7 +144,7 @@ def test_window_steps_take_the_slow_path_and_the_rest_do_not(
 
 def test_shape_changes_on_steady_steps_are_counted(tmp_path: Path) -> None:
     model = _model()
-    agent = _agent(tmp_path, model)
+    agent = jsonl_agent(tmp_path, model)
     for batch in (4, 4, 8, 8, 4, 8, 8):
         with agent.step():
             model(torch.randn(batch, WIDTH)).sum().backward()
@@ -169,7 +157,7 @@ def test_shape_changes_on_steady_steps_are_counted(tmp_path: Path) -> None:
 
 
 def test_reports_are_shipped_while_training_runs(tmp_path: Path) -> None:
-    agent = _agent(tmp_path, flops_per_step=1e9, flush_interval_s=0.05, max_batch_reports=4)
+    agent = jsonl_agent(tmp_path, flops_per_step=1e9, flush_interval_s=0.05, max_batch_reports=4)
     path = tmp_path / "out.jsonl"
     deadline = time.monotonic() + 30.0
     shipped: dict[int, Any] = {}
