@@ -259,14 +259,21 @@ def _device(model: Any, topology: RankTopology, log: RateLimitedLog, seams: Seam
 
 
 def _hardware(
-    config: AgentConfig, device: _Device, topology: RankTopology, seams: Seams, log: RateLimitedLog
+    config: AgentConfig,
+    device: _Device,
+    topology: RankTopology,
+    seams: Seams,
+    log: RateLimitedLog,
+    *,
+    node_nics: Mapping[str, str],
 ) -> HardwareSampler | None:
-    """The rank's counter sampler: its own GPU, and the node's NICs it samples for its node."""
+    """The rank's counter sampler: its own GPU, and of the node's NICs (`node_nics`, device name
+    -> id, what went into the node claim) those it samples for its node."""
     if not config.hardware_counters:
         return None
     from mfuscope.agent.detect import link_peaks
 
-    nics = topology.nics_sampled(nic_ids(seams.sysfs_root or "/"))
+    nics = topology.nics_sampled(node_nics)
     return build_hardware_sampler(
         gpu=device.gpu,
         sample_nics=nics,
@@ -465,8 +472,15 @@ def build_runtime(
     clock = seams.clock or time.monotonic
     schedule_values = _schedule_values(config)
     # The NICs this rank can read go into its node claim: one rank per NIC and node samples it.
-    nics = tuple(nic_ids(seams.sysfs_root or "/").values()) if config.hardware_counters else ()
-    topology = _topology(mesh, log, schedule_values, config.node_name, config.axis_overrides, nics)
+    node_nics = nic_ids(seams.sysfs_root or "/") if config.hardware_counters else {}
+    topology = _topology(
+        mesh,
+        log,
+        schedule_values,
+        config.node_name,
+        config.axis_overrides,
+        tuple(node_nics.values()),
+    )
     device = _device(model, topology, log, seams)
     peak_flops, peak_source = _peak(config, device, log)
     group_specs = _group_link_specs(config, device, topology)
@@ -520,7 +534,7 @@ def build_runtime(
     )
     recorder.bind(flops, windows)
     unwrap = wrap_checkpoint() if config.wrap_checkpoint else (lambda: None)
-    hardware = _hardware(config, device, topology, seams, log)
+    hardware = _hardware(config, device, topology, seams, log, node_nics=node_nics)
     if hardware is not None:
         hardware.start()
     collectives = build_collective_reader(config, topology, log, seams.collective_sources)

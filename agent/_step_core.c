@@ -79,25 +79,24 @@ has_timer(StepCore *self)
     return self->timer != NULL && self->timer != Py_None;
 }
 
-/* self.<name>(args...) for the slow path; returns 0, or -1 with the exception set. */
+/* The names of the subclass's methods the hot path calls back (interned at module init, so a
+ * call looks a method up without making a string). */
+static PyObject *name_begin_slow;
+static PyObject *name_exit_slow;
+static PyObject *name_device_mark;
+
+/* self.<name>(number, flag) for the slow path and the device timer (`_exit_slow`,
+ * `_device_mark`); returns 0, or -1 with the exception set. */
 static int
-call_method(StepCore *self, const char *name, const char *format, ...)
+call_method(StepCore *self, PyObject *name, long long number, PyObject *flag)
 {
-    PyObject *method = PyObject_GetAttrString((PyObject *)self, name);
-    if (method == NULL) {
+    PyObject *value = PyLong_FromLongLong(number);
+    if (value == NULL) {
         return -1;
     }
-    va_list va;
-    va_start(va, format);
-    PyObject *args = Py_VaBuildValue(format, va);
-    va_end(va);
-    if (args == NULL) {
-        Py_DECREF(method);
-        return -1;
-    }
-    PyObject *result = PyObject_Call(method, args, NULL);
-    Py_DECREF(args);
-    Py_DECREF(method);
+    PyObject *args[] = {(PyObject *)self, value, flag};
+    PyObject *result = PyObject_VectorcallMethod(name, args, 3, NULL);
+    Py_DECREF(value);
     if (result == NULL) {
         return -1;
     }
@@ -110,9 +109,12 @@ StepCore_enter(StepCore *self, PyObject *Py_UNUSED(ignored))
 {
     long long n = self->begun;
     if (self->depth || n >= self->slow_from) {
-        if (call_method(self, "_begin_slow", "(O)", Py_None) < 0) {
+        PyObject *args[] = {(PyObject *)self, Py_None};
+        PyObject *result = PyObject_VectorcallMethod(name_begin_slow, args, 2, NULL);
+        if (result == NULL) {
             return NULL;
         }
+        Py_DECREF(result);
         return Py_NewRef(self);
     }
     if (self->starts == NULL || !PyList_CheckExact(self->starts) ||
@@ -134,7 +136,7 @@ StepCore_enter(StepCore *self, PyObject *Py_UNUSED(ignored))
     PyList_SET_ITEM(self->starts, n & RING_MASK, start);
     Py_XDECREF(old);
     if (has_timer(self) &&
-        call_method(self, "_device_mark", "(LO)", self->first_step + n, Py_True) < 0) {
+        call_method(self, name_device_mark, self->first_step + n, Py_True) < 0) {
         return NULL;
     }
     self->begun = n + 1; /* publishes the slot to the report thread */
@@ -151,15 +153,14 @@ StepCore_exit(StepCore *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *exc_type = nargs > 0 ? args[0] : Py_None;
     if (exc_type != Py_None || self->depth != 1 ||
         self->forwards_matched != self->steady_forwards) {
-        if (call_method(self, "_exit_slow", "(LO)", now,
-                        exc_type != Py_None ? Py_True : Py_False) < 0) {
+        PyObject *failed = exc_type != Py_None ? Py_True : Py_False;
+        if (call_method(self, name_exit_slow, now, failed) < 0) {
             return NULL;
         }
         Py_RETURN_NONE; /* never swallows the training loop's own exception */
     }
     if (has_timer(self) &&
-        call_method(self, "_device_mark", "(LO)", self->first_step + self->begun - 1,
-                    Py_False) < 0) {
+        call_method(self, name_device_mark, self->first_step + self->begun - 1, Py_False) < 0) {
         return NULL;
     }
     self->last_end_ns = now;
@@ -339,7 +340,11 @@ static struct PyModuleDef step_core_module = {
 PyMODINIT_FUNC
 PyInit__step_core_c(void)
 {
-    if (PyType_Ready(&StepCoreType) < 0 || PyType_Ready(&AgentCoreType) < 0) {
+    name_begin_slow = PyUnicode_InternFromString("_begin_slow");
+    name_exit_slow = PyUnicode_InternFromString("_exit_slow");
+    name_device_mark = PyUnicode_InternFromString("_device_mark");
+    if (name_begin_slow == NULL || name_exit_slow == NULL || name_device_mark == NULL ||
+        PyType_Ready(&StepCoreType) < 0 || PyType_Ready(&AgentCoreType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&step_core_module);

@@ -75,10 +75,8 @@ class StoreAgreement:
         pass  # `fetched` asks the store itself
 
     def fetched(self, key: str) -> int | None:
-        full = self._key(key)
-        if not self._call(lambda: self._store.check([full])):
-            return None  # never `get` an absent key here: that waits for it to appear
-        return _step(self._call(lambda: self._store.get(full)), key)
+        text = self._present(key)
+        return None if text is None else _step(text, key)
 
     def wait_for(self, key: str) -> int:
         """The value published under `key`, waiting for it (the store's own timeout)."""
@@ -102,13 +100,19 @@ class StoreAgreement:
         self._call(lambda: self._store.add(self._key(key), 1))
 
     def read(self, key: str) -> float | None:
-        full = self._key(key)
-        if not self._call(lambda: self._store.check([full])):
-            return None  # never `get` an absent key: that waits for it to appear
-        return _number(self._call(lambda: self._store.get(full)), key)
+        text = self._present(key)
+        return None if text is None else _number(text, key)
 
     def close(self) -> None:
         pass
+
+    def _present(self, key: str) -> str | None:
+        """What `key` holds, None when it is absent (answers at once)."""
+        full = self._key(key)
+        if not self._call(lambda: self._store.check([full])):
+            return None  # never `get` an absent key: that waits for it to appear
+        result: str = self._call(lambda: self._store.get(full))
+        return result
 
     def _swap(self, full_key: str, expected: str, wanted: str) -> str:
         """Set `full_key` to `wanted` if it still holds `expected`; what it holds afterwards."""

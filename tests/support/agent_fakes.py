@@ -5,16 +5,22 @@
   engine's own `ExposedComm`.
 - `FakeProfiler`: the part of `torch.profiler.profile` the window recorder uses; it logs the
   calls it gets and can fail on `start` or `export`.
+- `jsonl_agent`: an agent that writes its batches to a JSONL file (profiling off by default).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mfuscope.core.trace.result import ExposedComm as Exposed
 
-__all__ = ["EMPTY_TRACE", "Decomposition", "Exposed", "FakeProfiler", "Record"]
+if TYPE_CHECKING:
+    from mfuscope.agent import Agent
+    from mfuscope.agent._agent import Seams
+
+__all__ = ["EMPTY_TRACE", "Decomposition", "Exposed", "FakeProfiler", "Record", "jsonl_agent"]
 
 EMPTY_TRACE = '{"traceEvents": []}'
 
@@ -63,3 +69,24 @@ class FakeProfiler:
         if self.fail == "export":
             raise RuntimeError("injected export failure")
         Path(path).write_text(EMPTY_TRACE)
+
+
+def jsonl_agent(
+    tmp_path: Path, model: Any = None, seams: Seams | None = None, **options: Any
+) -> Agent:
+    """An agent writing to `tmp_path/out.jsonl` (flushed at close), profiling off, 1e11 FLOP/s
+    peak; `options` override those; `seams` given: built through `agent_with_seams`."""
+    # Imported here, not with the module: core's tests use this module without the agent.
+    from mfuscope.agent._agent import Agent, agent_with_seams
+
+    defaults: dict[str, Any] = {
+        "job": "unit",
+        "jsonl_path": str(tmp_path / "out.jsonl"),
+        "peak_flops": 1e11,
+        "profile": False,
+        "flush_interval_s": 60.0,
+    }
+    defaults.update(options)
+    if seams is not None:
+        return agent_with_seams(seams, model=model, **defaults)
+    return Agent(model=model, **defaults)

@@ -23,6 +23,7 @@ from mfuscope.agent.step_timer import TimedStep
 __all__ = [
     "RECORDER_CORES",
     "CollectingAssembler",
+    "FakeClock",
     "FakeWindows",
     "recorder_class",
     "reporter_for",
@@ -65,6 +66,19 @@ def use_recorder_clock(monkeypatch: pytest.MonkeyPatch, clock: Callable[[], int]
         yield
     finally:
         core.set_clock(None)
+
+
+class FakeClock:
+    """perf_counter_ns as the recorder and the reporter see it: `now_ns`, moved by the test."""
+
+    def __init__(self, start_ns: int = 1_000_000_000) -> None:
+        self.now_ns = start_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance(self, seconds: float) -> None:
+        self.now_ns += round(seconds * 1e9)
 
 
 class FakeWindows:

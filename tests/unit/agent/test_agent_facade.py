@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import torch
 from mfuscope.agent import Agent, ConfigError, checkpoint_context
-from mfuscope.agent._agent import Seams, agent_with_seams
+from mfuscope.agent._agent import Seams
 from mfuscope.core.errors import InputError
 from mfuscope.core.schema import ReportBatch, batch_from_json
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
-from tests.support.agent_fakes import Decomposition, Exposed, FakeProfiler, Record
+from tests.support.agent_fakes import Decomposition, Exposed, FakeProfiler, Record, jsonl_agent
 
 WIDTH = 32
 
@@ -56,22 +56,6 @@ def _step_until_analysed(agent: Agent) -> None:
             time.sleep(0.001)
 
 
-def _agent(
-    tmp_path: Path, model: nn.Module | None = None, seams: Seams | None = None, **options: Any
-) -> Agent:
-    defaults: dict[str, Any] = {
-        "job": "unit",
-        "jsonl_path": str(tmp_path / "out.jsonl"),
-        "peak_flops": 1e11,
-        "profile": False,
-        "flush_interval_s": 60.0,
-    }
-    defaults.update(options)
-    if seams is not None:
-        return agent_with_seams(seams, model=model, **defaults)
-    return Agent(model=model, **defaults)
-
-
 def test_importing_the_package_does_not_import_torch() -> None:
     code = (
         "import sys, mfuscope.agent, mfuscope.core.trace, mfuscope.agent.config\n"
@@ -87,7 +71,7 @@ def test_every_step_reported_once_with_counted_flops(tmp_path: Path) -> None:
     model = Net()
     with FlopCounterMode(display=False) as counter:
         _train(model)
-    agent = _agent(tmp_path, model)
+    agent = jsonl_agent(tmp_path, model)
     for _ in range(5):
         with agent.step():
             _train(model)
@@ -106,14 +90,14 @@ def test_every_step_reported_once_with_counted_flops(tmp_path: Path) -> None:
 
 
 def test_given_flops_and_disabled_agent(tmp_path: Path) -> None:
-    agent = _agent(tmp_path, flops_per_step=3e9, recompute_flops_per_step=1e9)
+    agent = jsonl_agent(tmp_path, flops_per_step=3e9, recompute_flops_per_step=1e9)
     with agent.step():
         pass
     agent.close()
     report = _batches(tmp_path / "out.jsonl")[0].reports[0]
     assert (report.model_flops, report.recompute_flops) == (3e9, 1e9)
 
-    disabled = _agent(tmp_path, jsonl_path=str(tmp_path / "off.jsonl"), enabled=False)
+    disabled = jsonl_agent(tmp_path, jsonl_path=str(tmp_path / "off.jsonl"), enabled=False)
     with disabled.step():
         pass
     disabled.close()
@@ -123,8 +107,8 @@ def test_given_flops_and_disabled_agent(tmp_path: Path) -> None:
 def test_flops_given_to_a_step_take_precedence(tmp_path: Path) -> None:
     # Per-step FLOPs beat both counting and flops_per_step, for that step only.
     model = Net()
-    counted = _agent(tmp_path, model)
-    plain = _agent(tmp_path, jsonl_path=str(tmp_path / "given.jsonl"), flops_per_step=3e9)
+    counted = jsonl_agent(tmp_path, model)
+    plain = jsonl_agent(tmp_path, jsonl_path=str(tmp_path / "given.jsonl"), flops_per_step=3e9)
     for agent in (counted, plain):
         with agent.step(flops=7e9, recompute_flops=2e9):
             _train(model)
@@ -162,7 +146,7 @@ def test_flops_given_to_a_step_take_precedence(tmp_path: Path) -> None:
 def test_bad_step_flops_raise_a_clear_error(
     tmp_path: Path, kwargs: dict[str, Any], message: str
 ) -> None:
-    for agent in (_agent(tmp_path), _agent(tmp_path, enabled=False)):
+    for agent in (jsonl_agent(tmp_path), jsonl_agent(tmp_path, enabled=False)):
         with pytest.raises(InputError, match=message):
             agent.step(**kwargs)
         with agent.step(flops=0):  # the agent is still usable
@@ -172,14 +156,14 @@ def test_bad_step_flops_raise_a_clear_error(
 
 def test_bad_options_raise_at_construction(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
-        _agent(tmp_path, profile_steps=0)
+        jsonl_agent(tmp_path, profile_steps=0)
     with pytest.raises(ConfigError):
-        _agent(tmp_path, no_such_option=True)
+        jsonl_agent(tmp_path, no_such_option=True)
 
 
 def test_user_exceptions_propagate_and_the_agent_carries_on(tmp_path: Path) -> None:
     model = Net()
-    agent = _agent(tmp_path, model)
+    agent = jsonl_agent(tmp_path, model)
     with pytest.raises(ZeroDivisionError), agent.step():
         _ = 1 / 0
     with agent.step(), agent.step():  # a nested step is ignored, not an error
@@ -208,7 +192,7 @@ class ExplodingTimer:
 def test_internal_errors_are_counted_and_logged_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent = _agent(tmp_path, seams=Seams(timer=ExplodingTimer()))
+    agent = jsonl_agent(tmp_path, seams=Seams(timer=ExplodingTimer()))
     with caplog.at_level(logging.WARNING, logger="mfuscope.agent"):
         for _ in range(5):
             with agent.step():
@@ -236,7 +220,7 @@ def test_window_breakdown_attaches_to_later_steps(tmp_path: Path) -> None:
     def analyse(path: str) -> Sequence[Any]:
         return [_window_step(2), _window_step(3, compute_s=0.7, bubble_idle_s=0.0)]
 
-    agent = _agent(
+    agent = jsonl_agent(
         tmp_path,
         flops_per_step=1e9,
         profile=True,
@@ -276,7 +260,7 @@ def test_window_breakdown_attaches_to_later_steps(tmp_path: Path) -> None:
 def test_real_profiler_window_on_one_process(tmp_path: Path) -> None:
     """The real torch.profiler and the real engine, without torch.distributed."""
     model = Net()
-    agent = _agent(tmp_path, model, profile=True, profile_first_step=1, profile_steps=2)
+    agent = jsonl_agent(tmp_path, model, profile=True, profile_first_step=1, profile_steps=2)
     for _ in range(3):
         with agent.step():
             _train(model, batch=64)
@@ -301,7 +285,9 @@ def test_first_step_numbers_a_resumed_job_and_each_agent_is_its_own_incarnation(
 ) -> None:
     paths = [tmp_path / "first.jsonl", tmp_path / "resumed.jsonl"]
     for path, first_step in zip(paths, (0, 40), strict=True):
-        agent = _agent(tmp_path, jsonl_path=str(path), first_step=first_step, max_batch_reports=2)
+        agent = jsonl_agent(
+            tmp_path, jsonl_path=str(path), first_step=first_step, max_batch_reports=2
+        )
         for _ in range(5):
             with agent.step():
                 pass
@@ -319,7 +305,7 @@ def test_real_profiler_window_trace_is_kept_and_analysable(tmp_path: Path) -> No
 
     model = Net()
     kept = tmp_path / "kept"
-    agent = _agent(
+    agent = jsonl_agent(
         tmp_path,
         model,
         profile=True,

@@ -3,7 +3,6 @@ asynchronously by the report thread (never synchronised, also not at close)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,49 +13,26 @@ from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
 from mfuscope.core.schema import batch_from_json
 
 from tests.support.agent_fakes import FakeProfiler
-from tests.support.step_records import (
-    RECORDER_CORES,
-    FakeWindows,
-    recorder_class,
-    reporter_for,
-    use_recorder_clock,
-    use_recorder_core,
-)
+from tests.support.step_records import FakeClock, FakeWindows, recorder_class, reporter_for
 
-
-class FakeClock:
-    """perf_counter_ns for the recorder and the reporter (s, shown as ns)."""
-
-    def __init__(self) -> None:
-        self.now = 10.0
-
-    def __call__(self) -> int:
-        return round(self.now * 1e9)
-
-
-@pytest.fixture(autouse=True, params=RECORDER_CORES)
-def recorder_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test runs on both hot paths: C (where built) and Python."""
-    use_recorder_core(monkeypatch, request.param)
+pytestmark = pytest.mark.usefixtures("recorder_core")  # every test on both hot paths
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
-    fake = FakeClock()
-    with use_recorder_clock(monkeypatch, fake):
-        yield fake
+def clock_start_ns() -> int:
+    return 10_000_000_000  # the recorder's clock reads 10 s at the first step
 
 
 def test_host_periods_run_from_start_to_next_start(clock: FakeClock) -> None:
     recorder, reporter, timed = reporter_for(clock, wall_offset_ns=0)
     with recorder:
-        clock.now += 0.5
-    clock.now += 0.25  # data loading between steps belongs to step 0 (bubble)
+        clock.advance(0.5)
+    clock.advance(0.25)  # data loading between steps belongs to step 0 (bubble)
     reporter.drain()
     assert timed == []  # step 0's period ends when step 1 begins
     with recorder:
-        clock.now += 0.75
-    clock.now += 9.0  # after the last step: not part of it
+        clock.advance(0.75)
+    clock.advance(9.0)  # after the last step: not part of it
     reporter.drain()
     assert timed == [TimedStep(0, 10_000_000_000, 0.75)]
     reporter.drain(final=True)
@@ -70,7 +46,7 @@ def test_host_clock_reports_every_step_once(clock: FakeClock, steps: int) -> Non
     recorder, reporter, timed = reporter_for(clock)
     for _ in range(steps):
         with recorder:
-            clock.now += 0.1
+            clock.advance(0.1)
         reporter.drain()
     reporter.drain(final=True)
     assert [t.step for t in timed] == list(range(steps))
@@ -80,9 +56,9 @@ def test_host_clock_reports_every_step_once(clock: FakeClock, steps: int) -> Non
 def test_a_step_still_open_at_close_ends_at_close_with_unknown_flops(clock: FakeClock) -> None:
     recorder, reporter, timed = reporter_for(clock)
     with recorder:
-        clock.now += 1.0
+        clock.advance(1.0)
     recorder.__enter__()
-    clock.now += 2.0
+    clock.advance(2.0)
     recorder.close()
     reporter.drain(final=True)
     assert [(t.step, t.wall_s) for t in timed] == [(0, 1.0), (1, 2.0)]

@@ -171,7 +171,7 @@ def test_mig_peak_links_and_counters_follow_the_physical_gpu(
     else:
         assert (peak, source) == (pytest.approx(H100_BF16), "spec")
     nvml.lookups.clear()  # detection enumerates every GPU by NVML index; the sampler must not
-    sampler = _runtime._hardware(AgentConfig(job="j"), device, topology, seams, log)
+    sampler = _runtime._hardware(AgentConfig(job="j"), device, topology, seams, log, node_nics={})
     assert sampler is not None
     sampler.stop()
     assert nvml.handles_read == {physical}

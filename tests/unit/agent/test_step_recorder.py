@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -20,54 +19,23 @@ from mfuscope.agent._step_recorder import CAPACITY, PyStepCore, PyStepRecorder, 
 from mfuscope.core.schema import batch_from_json
 from torch import nn
 
-from tests.support.agent_fakes import FakeProfiler
+from tests.support.agent_fakes import FakeProfiler, jsonl_agent
 from tests.support.step_records import (
-    RECORDER_CORES,
+    FakeClock,
     recorder_class,
     reporter_for,
     use_recorder_clock,
-    use_recorder_core,
 )
 
 WIDTH = 16
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_ns = 1_000_000_000
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-
-@pytest.fixture(autouse=True, params=RECORDER_CORES)
-def recorder_core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test runs on both hot paths: C (where built) and Python."""
-    use_recorder_core(monkeypatch, request.param)
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
-    fake = FakeClock()
-    with use_recorder_clock(monkeypatch, fake):
-        yield fake
+pytestmark = pytest.mark.usefixtures("recorder_core")  # every test on both hot paths
 
 
 def _model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH))
-
-
-def _agent(tmp_path: Path, model: nn.Module | None = None, **options: Any) -> Agent:
-    settings: dict[str, Any] = {
-        "job": "unit",
-        "jsonl_path": str(tmp_path / "out.jsonl"),
-        "peak_flops": 1e11,
-        "profile": False,
-        "flush_interval_s": 60.0,
-        **options,
-    }
-    return Agent(model=model, **settings)
 
 
 def _reports(path: Path) -> dict[int, Any]:
@@ -98,7 +66,7 @@ def test_a_steady_step_runs_nothing_but_the_recorder_and_the_clock(tmp_path: Pat
     thread runs `step()`, `__enter__`, `__exit__` and two clock reads; no lock, no logging, no
     call into the FLOP tracker, the window coordinator, the reports or the transports."""
     model = _model()
-    agent = _agent(tmp_path, model, profile=True, profile_first_step=1000)
+    agent = jsonl_agent(tmp_path, model, profile=True, profile_first_step=1000)
     inputs = torch.randn(4, WIDTH)
     for _ in range(3):  # the first step counts FLOPs; then the shapes are steady
         with agent.step():
@@ -176,7 +144,7 @@ def test_window_steps_take_the_slow_path_and_the_rest_do_not(
 
 def test_shape_changes_on_steady_steps_are_counted(tmp_path: Path) -> None:
     model = _model()
-    agent = _agent(tmp_path, model)
+    agent = jsonl_agent(tmp_path, model)
     for batch in (4, 4, 8, 8, 4, 8, 8):
         with agent.step():
             model(torch.randn(batch, WIDTH)).sum().backward()
@@ -189,7 +157,7 @@ def test_shape_changes_on_steady_steps_are_counted(tmp_path: Path) -> None:
 
 
 def test_reports_are_shipped_while_training_runs(tmp_path: Path) -> None:
-    agent = _agent(tmp_path, flops_per_step=1e9, flush_interval_s=0.05, max_batch_reports=4)
+    agent = jsonl_agent(tmp_path, flops_per_step=1e9, flush_interval_s=0.05, max_batch_reports=4)
     path = tmp_path / "out.jsonl"
     deadline = time.monotonic() + 30.0
     shipped: dict[int, Any] = {}
