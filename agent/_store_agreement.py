@@ -48,25 +48,20 @@ _OPERATION_TIMEOUT = timedelta(minutes=5)
 # when it is late, and none when the agent closes.
 _FIRST_LOOK_S = 0.005
 _LAST_LOOK_S = 1.0
-# How often a decision is looked for on a store shared with torch.distributed (synchronous use).
-_POLL_S = 0.01
 # How long `close` waits for the thread to finish what is queued (publications: one round trip).
 _CLOSE_TIMEOUT_S = 5.0
 
 
 class StoreAgreement:
     """`Agreement` over a torch `Store` (anything with `set`, `get`, `compare_set`, `add` and
-    `check`), every operation on the calling thread.
-
-    `poll_s`: `wait_for` asks `check` this often instead of a `get` that waits for the key, for
-    a store shared with torch.distributed (a waiting `get` would hold its connection, and with
-    it any store operation of torch's, until the decider publishes).
+    `check`), every operation on the calling thread. It never `get`s a key that is not there
+    (such a `get` waits for it, holding the connection, and with it any store operation of
+    torch's on a shared store, until the decider publishes).
     """
 
-    def __init__(self, store: Any, prefix: str, poll_s: float | None = None) -> None:
+    def __init__(self, store: Any, prefix: str) -> None:
         self._store = store
         self._prefix = prefix
-        self._poll_s = poll_s
 
     def publish(self, key: str, value: int) -> None:
         self._call(lambda: self._store.set(self._key(key), str(value)))
@@ -77,14 +72,6 @@ class StoreAgreement:
     def fetched(self, key: str) -> int | None:
         text = self._present(key)
         return None if text is None else _step(text, key)
-
-    def wait_for(self, key: str) -> int:
-        """The value published under `key`, waiting for it (the store's own timeout)."""
-        if self._poll_s is not None:
-            while (found := self.fetched(key)) is None:
-                time.sleep(self._poll_s)
-            return found
-        return _step(self._call(lambda: self._store.get(self._key(key))), key)
 
     def raise_to(self, key: str, value: float) -> None:
         full = self._key(key)
@@ -280,11 +267,9 @@ def own_client(store: Any) -> Any | None:
 
 def _connect(store: Any, prefix: str) -> StoreAgreement:
     """The agreement's own connection to the job's store; a store without connections (a file)
-    is shared with torch.distributed, and then polled, never waited on."""
+    is shared with torch.distributed (never waited on either way: `StoreAgreement`)."""
     client = own_client(store)
-    if client is None:
-        return StoreAgreement(store, prefix, poll_s=_POLL_S)
-    return StoreAgreement(client, prefix)
+    return StoreAgreement(store if client is None else client, prefix)
 
 
 def default_store_agreement(incarnation: str) -> BackgroundAgreement | None:
