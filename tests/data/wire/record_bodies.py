@@ -39,13 +39,29 @@ def _batch() -> Any:
             lost_total=3,
             p2p_recorded=True,
             traffic=(
-                c.CollectiveTraffic("all_reduce", "dp", "inter_node", 16, 4812, 504658329600,
-                                    12.5, 12.0, 504000000000),
+                c.CollectiveTraffic(
+                    "all_reduce",
+                    "dp",
+                    "inter_node",
+                    16,
+                    4812,
+                    504658329600,
+                    12.5,
+                    12.0,
+                    504000000000,
+                ),
                 c.CollectiveTraffic("all_gather", "tp", "intra_node", None, 9000, 1 << 33),
             ),
             groups=(
-                c.GroupProgress("3", "dp", "inter_node", 16, 4812, 4811,
-                                c.PendingCollective(4812, "all_reduce", 104857600, 94.25)),
+                c.GroupProgress(
+                    "3",
+                    "dp",
+                    "inter_node",
+                    16,
+                    4812,
+                    4811,
+                    c.PendingCollective(4812, "all_reduce", 104857600, 94.25),
+                ),
                 c.GroupProgress("0", "tp", "intra_node", 8, 9000, 9000),
             ),
             arrivals=(
@@ -87,19 +103,40 @@ def _batch() -> Any:
             ),
             compute_classes=classes,
         ),
-        _make(s.StepReport, step=121, start_unix_ns=1763700000810000000, wall_s=0.8,
-              model_flops=3.1e14, recompute_flops=0.0),
+        _make(
+            s.StepReport,
+            step=121,
+            start_unix_ns=1763700000810000000,
+            wall_s=0.8,
+            model_flops=3.1e14,
+            recompute_flops=0.0,
+        ),
     )
     topology = s.Topology(
         groups=(
-            _make(s.GroupInfo, axis="tp", tier="intra_node", size=8, spans_hosts=False,
-                  link_peak_bytes_per_s=4.5e11, link_peak_source="nvml"),
-            _make(s.GroupInfo, axis="dp", tier="inter_node", size=16, spans_hosts=True,
-                  link_peak_source="unknown"),
+            _make(
+                s.GroupInfo,
+                axis="tp",
+                tier="intra_node",
+                size=8,
+                spans_hosts=False,
+                link_peak_bytes_per_s=4.5e11,
+                link_peak_source="nvml",
+            ),
+            _make(
+                s.GroupInfo,
+                axis="dp",
+                tier="inter_node",
+                size=16,
+                spans_hosts=True,
+                link_peak_source="unknown",
+            ),
         )
     )
     if s.SCHEMA_VERSION == "1.0":  # no source yet: a group without a rate is just unknown
-        topology = s.Topology(groups=(topology.groups[0], s.GroupInfo("dp", "inter_node", 16, True)))
+        topology = s.Topology(
+            groups=(topology.groups[0], s.GroupInfo("dp", "inter_node", 16, True))
+        )
     return _make(
         s.ReportBatch,
         job="llama-8b",
@@ -113,8 +150,12 @@ def _batch() -> Any:
         peak_source="spec",
         sent_unix_ns=1763700001000000000,
         reports=reports,
-        health=s.AgentHealth(reports_dropped_total=2, send_failures_total=1,
-                             profiler_failures_total=0, windows_analysed_total=5),
+        health=s.AgentHealth(
+            reports_dropped_total=2,
+            send_failures_total=1,
+            profiler_failures_total=0,
+            windows_analysed_total=5,
+        ),
         topology=topology,
         incarnation="5f0c9a1e2b7d4c38",
         hardware=hardware,
