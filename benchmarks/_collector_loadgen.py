@@ -1,12 +1,17 @@
 """Payloads, bare-decode baseline and load generator of `collector_load.py` (run as a script).
 
-    python benchmarks/_collector_loadgen.py baseline --world N --rounds R --batch-every S
+    python benchmarks/_collector_loadgen.py baseline --world N --rounds R --batch-every S \
+        [--payload 1.2|1.0]
     python benchmarks/_collector_loadgen.py generate --world N --rounds R --batch-every S \
-        --addr HOST:PORT --t0-file FILE --out FILE
+        [--payload 1.2|1.0] --addr HOST:PORT --t0-file FILE --out FILE
 
 Each simulated rank behaves like the agent (`agent/sinks.py`, `agent/config.py`): one step per
 second, one batch every `batch_every` seconds, one fresh connection per batch, gzip above 4 KiB;
-every `PROFILE_EVERY`-th step is a profiled step carrying collectives.
+every `PROFILE_EVERY`-th step is a profiled step carrying collectives. Payloads are today's
+(schema 1.2): every batch carries the rank's collective records (traffic per op x axis, progress
+per group, one arrival sample per group and step) and the compute split by kernel class, every
+`HARDWARE_EVERY`-th batch its hardware counters; ``--payload 1.0`` sends step reports only, as a
+schema-1.0 agent did.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 GZIP_MIN_BYTES = 4096  # the agent's threshold (agent/sinks.py)
 PROFILE_EVERY = 10
+HARDWARE_EVERY = 3  # batches between two hardware-counter records
 
 
 # --- payloads (deterministic, so every process builds the same bytes) ----------------------------
@@ -77,12 +83,111 @@ def _report(rank: int, step: int, rng: random.Random) -> dict[str, Any]:
     return report
 
 
-def batch_body(world: int, rank: int, first_step: int, steps: int) -> tuple[bytes, bool]:
-    """One batch as the agent would send it: (body, gzipped)."""
+# The process groups a rank of a 3-D (tp x pp x dp) job uses, named per group as PyTorch does
+# (each tp group of 8 ranks its own name, ...): (group, axis, tier, size, collectives per step).
+def _groups(world: int, rank: int) -> list[tuple[str, str, str, int, int]]:
+    return [
+        (f"tp{rank // 8}", "tp", "intra_node", 8, 24),
+        (f"pp{rank // 2}", "pp", "inter_node", 2, 0),  # p2p only: no sequence numbers here
+        (f"dp{rank % 16}", "dp", "inter_node", max(1, world // 16), 2),
+        ("0", "world", "inter_node", world, 1),
+    ]
+
+
+# Cumulative traffic per (op, axis, tier, group size): (op, axis, tier, size, calls/step, bytes).
+def _traffic_keys(world: int) -> list[tuple[str, str, str, int, int, int]]:
+    dp = max(1, world // 16)
+    return [
+        ("all_gather", "tp", "intra_node", 8, 12, 33_554_432),
+        ("reduce_scatter", "tp", "intra_node", 8, 12, 33_554_432),
+        ("all_reduce", "dp", "inter_node", dp, 2, 104_857_600),
+        ("send", "pp", "inter_node", 2, 4, 8_388_608),
+        ("recv", "pp", "inter_node", 2, 4, 8_388_608),
+        ("all_reduce", "world", "inter_node", world, 1, 8),
+    ]
+
+
+def _comm(world: int, rank: int, first_step: int, steps: int) -> dict[str, Any]:
+    """The always-on collective records (schema 1.2) of a batch holding `steps` steps from
+    `first_step`: cumulative traffic, progress per group, one arrival sample per group and step."""
+    last = first_step + steps - 1
+    start_ns = 1_763_700_000_000_000_000
+    groups = [g for g in _groups(world, rank) if g[4]]
+    return {
+        "source": "flight_recorder",
+        "durations": False,
+        "status_interval_s": 10.0,
+        "lost_total": 0,
+        "p2p_recorded": False,
+        "traffic": [
+            {
+                "op": op,
+                "axis": axis,
+                "tier": tier,
+                "group_size": n,
+                "calls": per * last,
+                "bytes": per * last * size,
+                "seconds": 0.0,
+                "sized_seconds": 0.0,
+                "sized_bytes": 0,
+            }
+            for op, axis, tier, n, per, size in _traffic_keys(world)
+        ],
+        "groups": [
+            {
+                "group": g,
+                "axis": axis,
+                "tier": tier,
+                "size": n,
+                "entered_seq": per * last,
+                "completed_seq": per * last,
+                "pending": None,
+            }
+            for g, axis, tier, n, per in groups
+        ],
+        "arrivals": [
+            {
+                "group": g,
+                "seq": per * (s - 1) + 1,
+                "enqueued_unix_ns": start_ns + s * 1_000_000_000 + 37_000 * (rank % 101),
+            }
+            for s in range(first_step, last + 1)
+            for g, _, _, _, per in groups
+        ],
+    }
+
+
+def _hardware(rank: int, batch_index: int) -> dict[str, Any]:
+    elapsed = 1 + batch_index
+    return {
+        "memory_busy_ratio": 0.41,
+        "sm_clock_ratio": 0.93,
+        "power_watts": 655.0 + rank % 7,
+        "energy_joules_total": 655.0 * 5 * elapsed,
+        "links": [
+            {"link": link, "direction": d, "bytes_total": 912_345_678 * elapsed}
+            for link in ("nvlink", "pcie", "ib")
+            for d in ("tx", "rx")
+        ],
+        "link_peaks": [
+            {"link": "nvlink", "bytes_per_s": 4.5e11},
+            {"link": "ib", "bytes_per_s": 5e10},
+        ],
+        "throttle": [{"reason": "sw_power_cap", "seconds_total": 0.5 * elapsed}],
+    }
+
+
+def batch_body(
+    world: int, rank: int, first_step: int, steps: int, payload: str = "1.2"
+) -> tuple[bytes, bool]:
+    """One batch as the agent would send it: (body, gzipped). `payload` "1.2" is today's agent
+    (collective records in every batch, hardware counters every `HARDWARE_EVERY` batches, the
+    compute split by kernel class); "1.0" an agent of schema 1.0 (step reports only)."""
     rng = random.Random(rank * 1_000_003 + first_step)
-    batch = {
+    reports = [_report(rank, s, rng) for s in range(first_step, first_step + steps)]
+    batch: dict[str, Any] = {
         "schema": "mfuscope.report",
-        "version": "1.0",
+        "version": payload,
         "job": f"bench-{world}",
         "rank": rank,
         "world_size": world,
@@ -111,17 +216,32 @@ def batch_body(world: int, rank: int, first_step: int, steps: int) -> tuple[byte
                 },
             ]
         },
-        "reports": [_report(rank, s, rng) for s in range(first_step, first_step + steps)],
+        "reports": reports,
     }
+    if payload != "1.0":
+        batch_index = (first_step - 1) // steps
+        batch["incarnation"] = "5f0c9a1e2b7d4c38"
+        batch["node"] = f"node-{rank // 8}"
+        for report in reports:
+            wall = report["wall_s"]
+            report["compute_classes"] = [
+                {"kernel_class": k, "seconds": wall * f}
+                for k, f in (("gemm", 0.4), ("attention", 0.12), ("elementwise_norm_reduce", 0.1))
+            ]
+        batch["comm"] = _comm(world, rank, first_step, steps)
+        if batch_index % HARDWARE_EVERY == 0:
+            batch["hardware"] = _hardware(rank, batch_index)
     body = json.dumps(batch, separators=(",", ":")).encode()
     if len(body) >= GZIP_MIN_BYTES:
         return gzip.compress(body, compresslevel=5), True
     return body, False
 
 
-def all_bodies(world: int, rounds: int, batch_every: int) -> list[list[tuple[bytes, bool]]]:
+def all_bodies(
+    world: int, rounds: int, batch_every: int, payload: str
+) -> list[list[tuple[bytes, bool]]]:
     return [
-        [batch_body(world, r, 1 + k * batch_every, batch_every) for k in range(rounds)]
+        [batch_body(world, r, 1 + k * batch_every, batch_every, payload) for k in range(rounds)]
         for r in range(world)
     ]
 
@@ -136,11 +256,11 @@ def _rss_mb(pid: int | str = "self") -> float:
     return float("nan")
 
 
-def baseline(world: int, rounds: int, batch_every: int) -> dict[str, float]:
+def baseline(world: int, rounds: int, batch_every: int, payload: str) -> dict[str, float]:
     """Bare `json.loads` of the same payloads (gunzipped first, untimed), timed in CPU time of
     this thread so a busy shared machine inflates it as little as possible. The RSS figure is
     taken first, holding one decoded batch per rank and nothing else."""
-    first = [batch_body(world, r, 1, batch_every) for r in range(world)]
+    first = [batch_body(world, r, 1, batch_every, payload) for r in range(world)]
     first_raw = [gzip.decompress(b) if gz else b for b, gz in first]
     del first
     clock = time.thread_time
@@ -152,7 +272,7 @@ def baseline(world: int, rounds: int, batch_every: int) -> dict[str, float]:
 
     raw = [
         gzip.decompress(b) if gz else b
-        for rank in all_bodies(world, rounds, batch_every)
+        for rank in all_bodies(world, rounds, batch_every, payload)
         for b, gz in rank
     ]
     per_batch = []
@@ -275,7 +395,7 @@ def generator_main(args: argparse.Namespace) -> None:
     (`--t0-file`): building 4,096 ranks' payloads for a long run takes many seconds, and a late
     start would turn the first rounds into one burst."""
     os.sched_setaffinity(0, {1})
-    bodies = all_bodies(args.world, args.rounds, args.batch_every)
+    bodies = all_bodies(args.world, args.rounds, args.batch_every, args.payload)
     host, port = args.addr.rsplit(":", 1)
     t0 = time.time() + 1.0
     tmp = Path(args.t0_file + ".tmp")
@@ -291,12 +411,13 @@ def main() -> int:
     parser.add_argument("--world", type=int, required=True)
     parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--batch-every", type=int, required=True)
+    parser.add_argument("--payload", default="1.2", choices=["1.2", "1.0"])
     parser.add_argument("--addr")
     parser.add_argument("--t0-file")
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.mode == "baseline":
-        json.dump(baseline(args.world, args.rounds, args.batch_every), sys.stdout)
+        json.dump(baseline(args.world, args.rounds, args.batch_every, args.payload), sys.stdout)
     else:
         generator_main(args)
     return 0

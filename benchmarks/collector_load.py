@@ -24,6 +24,11 @@ noisy, run twice.
 
     .venv/bin/python benchmarks/collector_load.py                  # 20 s per size, aiohttp
     .venv/bin/python benchmarks/collector_load.py --stacks aiohttp,stdlib --duration 60
+    .venv/bin/python benchmarks/collector_load.py --ranks 4096 --payloads 1.2,1.0 --before main
+
+Payloads are today's agent's (schema 1.2: collective records in every batch, hardware counters
+every few batches; `_collector_loadgen.py`); ``--payloads 1.0`` adds a schema-1.0 agent's.
+``--before COMMIT`` runs that commit's collector just before this checkout's on each size.
 """
 
 from __future__ import annotations
@@ -78,7 +83,9 @@ def _pinned(cpu: int) -> Any:
     return lambda: os.sched_setaffinity(0, {cpu})
 
 
-def _start_collector(stack: str, tmp: Path, per_rank: bool) -> tuple[subprocess.Popen[bytes], str]:
+def _start_collector(
+    stack: str, tmp: Path, per_rank: bool, tree: str | None
+) -> tuple[subprocess.Popen[bytes], str]:
     addr_file = tmp / f"addr-{stack}-{time.monotonic_ns()}"  # fresh: never a stale address
     common = ["--listen", "127.0.0.1:0", "--address-file", str(addr_file), "--rate-limit", "0"]
     common += ["--per-rank-labels"] if per_rank else []
@@ -86,7 +93,10 @@ def _start_collector(stack: str, tmp: Path, per_rank: bool) -> tuple[subprocess.
         cmd = [sys.executable, "-m", "mfuscope.cli", "collector", *common]
     else:
         cmd = [sys.executable, str(HERE / "_stdlib_collector.py"), *common]
-    proc = subprocess.Popen(cmd, preexec_fn=_pinned(0), stdout=subprocess.DEVNULL)
+    env = dict(os.environ)
+    if tree is not None:  # an older mfuscope, exported by `export_tree`, imported first
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(cmd, preexec_fn=_pinned(0), stdout=subprocess.DEVNULL, env=env)
     deadline = time.time() + 30
     while not addr_file.exists():
         if proc.poll() is not None or time.time() > deadline:
@@ -106,13 +116,32 @@ def _scrape(addr: str) -> tuple[float, int]:
     return time.perf_counter() - t0, size
 
 
-def run_one(stack: str, world: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def export_tree(commit: str, tmp: Path) -> str:
+    """The mfuscope packages of `commit` as an importable tree (`mfuscope/<layer>`): a collector
+    of that commit runs from it, against the same payloads, in the same run."""
+    root = tmp / f"tree-{commit}"
+    (root / "mfuscope").mkdir(parents=True)
+    (root / "mfuscope" / "__init__.py").write_text("")
+    layers = ["core", "collector", "exporters", "cli", "agent", "integrations"]
+    archive = subprocess.run(
+        ["git", "-C", str(HERE.parent), "archive", commit, *layers],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(root / "mfuscope")], input=archive, check=True)
+    return str(root)
+
+
+def run_one(
+    stack: str, world: int, args: argparse.Namespace, tmp: Path, payload: str, tree: str | None
+) -> dict[str, Any]:
     rounds = max(2, args.duration // args.batch_every)
     shape = ["--world", str(world), "--rounds", str(rounds), "--batch-every", str(args.batch_every)]
+    shape += ["--payload", payload]
     base_cmd = [sys.executable, str(LOADGEN), "baseline", *shape]
     base = json.loads(subprocess.check_output(base_cmd, preexec_fn=_pinned(0)))
 
-    proc, addr = _start_collector(stack, tmp, args.per_rank_labels)
+    proc, addr = _start_collector(stack, tmp, args.per_rank_labels, tree)
     try:
         gen_out = tmp / f"gen-{stack}-{world}.json"
         t0_file = tmp / f"t0-{stack}-{world}"
@@ -173,6 +202,8 @@ def run_one(stack: str, world: int, args: argparse.Namespace, tmp: Path) -> dict
     reports_per_s = out["accepted"] / wall
     return {
         "stack": stack,
+        "collector": args.before if tree else "this checkout",
+        "payload": payload,
         "ranks": world,
         "offered_reports_per_s": world * rounds * args.batch_every / wall,
         "accepted_reports_per_s": reports_per_s,
@@ -202,7 +233,8 @@ def run_one(stack: str, world: int, args: argparse.Namespace, tmp: Path) -> dict
 def _print(r: dict[str, Any]) -> None:
     b = r["baseline"]
     print(
-        f"\n== {r['stack']}, {r['ranks']} ranks: {r['requests']} batches, statuses "
+        f"\n== {r['stack']}, collector {r['collector']}, schema-{r['payload']} payloads, "
+        f"{r['ranks']} ranks: {r['requests']} batches, statuses "
         f"{r['statuses']}, connect errors {r['connect_errors']}, generator lag p99 "
         f"{r['generator_lag_p99_s'] * 1e3:.1f} ms, load average {r['loadavg_1m']:.1f}"
     )
@@ -241,6 +273,15 @@ def main() -> int:
     parser.add_argument("--duration", type=int, default=20, help="seconds per size (default 20)")
     parser.add_argument("--batch-every", type=int, default=5, help="seconds between batches")
     parser.add_argument("--per-rank-labels", action="store_true")
+    parser.add_argument(
+        "--payloads", default="1.2", help="comma-separated: 1.2 (today's agent) and/or 1.0"
+    )
+    parser.add_argument(
+        "--before",
+        metavar="COMMIT",
+        help="also run the collector of COMMIT (git archive of this repository) on each size, "
+        "just before this checkout's: before/after in the same run",
+    )
     parser.add_argument("--json", action="store_true", help="also print raw results as JSON")
     args = parser.parse_args()
     if os.cpu_count() is None or len(os.sched_getaffinity(0)) < 2:
@@ -248,17 +289,23 @@ def main() -> int:
         return 2
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        trees: list[str | None] = [None]
+        if args.before:
+            trees.insert(0, export_tree(args.before, Path(tmp)))
         for stack in args.stacks.split(","):
             for world in (int(w) for w in args.ranks.split(",")):
-                try:
-                    result = run_one(stack, world, args, Path(tmp))
-                except Collapsed as exc:
-                    print(f"\n== {stack}, {world} ranks: FAILED, run stopped ({exc})")
-                    sys.stdout.flush()
-                    continue
-                _print(result)
-                sys.stdout.flush()
-                results.append(result)
+                for payload in args.payloads.split(","):
+                    for tree in trees:
+                        label = f"{stack}, {args.before if tree else 'this checkout'}, {payload}"
+                        try:
+                            result = run_one(stack, world, args, Path(tmp), payload, tree)
+                        except Collapsed as exc:
+                            print(f"\n== {label}, {world} ranks: FAILED, run stopped ({exc})")
+                            sys.stdout.flush()
+                            continue
+                        _print(result)
+                        sys.stdout.flush()
+                        results.append(result)
     if args.json:
         print(json.dumps(results, indent=1))
     return 0

@@ -21,7 +21,7 @@ from mfuscope.collector._accumulators import CollectiveAcc
 from mfuscope.collector._incarnations import RankIncarnations
 from mfuscope.collector._sums import Contribution, Key, Kind
 from mfuscope.core.collective_records import GroupProgress
-from mfuscope.core.schema import ReportBatch, StepReport
+from mfuscope.core.schema import ComponentShare, ReportBatch, StepReport
 from mfuscope.core.stragglers import own_time_s, recent_step_times
 from mfuscope.core.vocabulary import component_axis
 
@@ -41,6 +41,7 @@ class RankState:
     __slots__ = (
         "breakdown_items",
         "breakdown_step",
+        "breakdown_taken",
         "closed",
         "collective_items",
         "collectives_step",
@@ -76,6 +77,9 @@ class RankState:
         self.recent: deque[tuple[float, float | None, float, float]] = deque(maxlen=window_steps)
         self.breakdown_items: _Items = ()
         self.breakdown_step = -1
+        # The latest report's components, until `refresh` turns them into `breakdown_items`: of a
+        # batch's reports only the latest breakdown counts, so it is built once per batch.
+        self.breakdown_taken: tuple[ComponentShare, ...] | None = None
         self.collective_items: _Items = ()
         self.collectives_step = -1
         # When (monotonic s) the latest report of a profiled step arrived; None before any.
@@ -133,18 +137,7 @@ class RankState:
             self.window_seen_s = now_s
         if r.components and r.step >= self.breakdown_step:
             self.breakdown_step = r.step
-            self.breakdown_items = tuple(
-                (
-                    (
-                        Kind.COMPONENT,
-                        _name(c.component),
-                        _name(component_axis(c.component, c.axis)),
-                        _name(c.tier),
-                    ),
-                    (c.seconds,),
-                )
-                for c in r.components
-            )
+            self.breakdown_taken = r.components
         if r.collectives and r.step >= self.collectives_step:
             self.collectives_step = r.step
             per_op: dict[tuple[str, str, str], CollectiveAcc] = {}
@@ -162,6 +155,20 @@ class RankState:
     def refresh(self) -> None:
         """Recompute the medians and the contribution; call once per batch, after `add`s."""
         recent = self.recent
+        if self.breakdown_taken is not None:
+            self.breakdown_items = tuple(
+                (
+                    (
+                        Kind.COMPONENT,
+                        _name(c.component),
+                        _name(component_axis(c.component, c.axis)),
+                        _name(c.tier),
+                    ),
+                    (c.seconds,),
+                )
+                for c in self.breakdown_taken
+            )
+            self.breakdown_taken = None
         items: list[tuple[Key, tuple[float, ...]]] = []
         if self.peak_flops is None:
             items.append(((Kind.PEAK_UNKNOWN,), (1.0,)))

@@ -76,6 +76,10 @@ class CountedSums:
             if total is None:
                 sums[key] = values
                 counts[key] = 1
+            elif len(values) == 1:  # most items: one number, no generator needed
+                sums[key] = (total[0] + values[0] - (0.0 if before is None else before[0]),)
+                if before is None:
+                    counts[key] += 1
             elif before is None:
                 sums[key] = tuple(a + b for a, b in zip(total, values, strict=True))
                 counts[key] += 1
