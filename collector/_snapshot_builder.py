@@ -94,12 +94,12 @@ def _series(rank: int | None, acc: SeriesAcc) -> SeriesTotals:
     )
 
 
-def _by_kind(sums: _Sums, kind: Kind) -> list[tuple[tuple[str, ...], tuple[float, ...]]]:
+def _by_kind(sums: _Sums, kind: str) -> list[tuple[tuple[str, ...], tuple[float, ...]]]:
     """The items of one kind, keyed by the rest of their key as text (see `RankState.refresh`)."""
     return sorted(
         (tuple(str(part) for part in key[1:]), values)
         for key, values in sums.items()
-        if key[0] is kind
+        if key[0] == kind
     )
 
 
@@ -167,12 +167,12 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
     spec_sources: set[tuple[str, str, str]] = set()
     world_size = 1
     for kind, *labels in sums:
-        if kind is Kind.TIER_PEAK:
+        if kind == Kind.TIER_PEAK:
             axis, tier, value = str(labels[0]), str(labels[1]), float(labels[2])
             peaks[(axis, tier)] = max(peaks.get((axis, tier), 0.0), value)
-        elif kind is Kind.TIER_SPEC_SOURCE:
+        elif kind == Kind.TIER_SPEC_SOURCE:
             spec_sources.add((str(labels[0]), str(labels[1]), str(labels[2])))
-        elif kind is Kind.WORLD_SIZE:
+        elif kind == Kind.WORLD_SIZE:
             world_size = max(world_size, int(labels[0]))
     stragglers, basis = _stragglers(ranks, config.straggler_top)
     windows_seen = [r.window_seen_s for r in ranks if r.window_seen_s is not None]

@@ -272,62 +272,70 @@ class ReportBatch(Struct, frozen=True, kw_only=True, gc=False):
 # --- the rules no single field states ------------------------------------------------------------
 
 
-def _check_component(c: ComponentShare, path: str) -> None:
+# The checks raise `SchemaError` on a field relative to the record; `_within` prefixes the
+# record's own path, on the error path only (no path strings are built for a valid batch).
+
+
+def _within(prefix: str, exc: SchemaError) -> SchemaError:
+    return SchemaError(f"{prefix}.{exc.field}", exc.message)
+
+
+def _check_component(c: ComponentShare) -> None:
     if c.component == "exposed_comm":
         if not c.axis:
-            raise SchemaError(f"{path}.axis", "required on exposed_comm")
+            raise SchemaError("axis", "required on exposed_comm")
         if not c.tier:
-            raise SchemaError(
-                f"{path}.tier", f"required on exposed_comm: one of {', '.join(TIERS)}"
-            )
+            raise SchemaError("tier", f"required on exposed_comm: {', '.join(TIERS)}")
     elif c.axis or c.tier:
-        raise SchemaError(f"{path}.axis", f"only exposed_comm carries axis/tier, not {c.component}")
+        raise SchemaError("axis", f"only exposed_comm carries axis/tier, not {c.component}")
 
 
-def _check_collective(c: CollectiveSample, path: str) -> None:
+def _check_collective(c: CollectiveSample) -> None:
     if 0 < c.seconds < MIN_COLLECTIVE_SECONDS:
-        raise SchemaError(f"{path}.seconds", f"{c.seconds!r} is below {MIN_COLLECTIVE_SECONDS} s")
+        raise SchemaError("seconds", f"{c.seconds!r} is below {MIN_COLLECTIVE_SECONDS} s")
     if c.overlapped_s > c.seconds:
         if _exceeds(c.overlapped_s, c.seconds):
-            raise SchemaError(
-                f"{path}.overlapped_s", f"{c.overlapped_s} exceeds seconds {c.seconds}"
-            )
+            raise SchemaError("overlapped_s", f"{c.overlapped_s} exceeds seconds {c.seconds}")
         force_setattr(c, "overlapped_s", c.seconds)  # float rounding; freshly decoded, not shared
 
 
-def _check_report(r: StepReport, path: str) -> None:
+def _check_report(r: StepReport) -> None:
     wall_s = r.wall_s
     if r.overlapped_comm_s > wall_s:
         if _exceeds(r.overlapped_comm_s, wall_s):
             raise SchemaError(
-                f"{path}.overlapped_comm_s", f"{r.overlapped_comm_s!r} exceeds wall_s {wall_s!r}"
+                "overlapped_comm_s", f"{r.overlapped_comm_s!r} exceeds wall_s {wall_s!r}"
             )
         force_setattr(r, "overlapped_comm_s", wall_s)
-    if r.components:
-        for i, c in enumerate(r.components):
+    components = r.components
+    if components:
+        for i, c in enumerate(components):
             if c.axis or c.tier or c.component == "exposed_comm":
-                _check_component(c, f"{path}.components[{i}]")
-        total = math.fsum(c.seconds for c in r.components)
+                try:
+                    _check_component(c)
+                except SchemaError as exc:
+                    raise _within(f"components[{i}]", exc) from None
+        total = math.fsum([c.seconds for c in components])
         if not math.isclose(total, wall_s, rel_tol=SUM_REL_TOL, abs_tol=SUM_ABS_TOL):
-            raise SchemaError(
-                f"{path}.components", f"seconds sum to {total!r}, not to wall_s {wall_s!r}"
-            )
+            raise SchemaError("components", f"seconds sum to {total!r}, not to wall_s {wall_s!r}")
     for i, sample in enumerate(r.collectives):
-        _check_collective(sample, f"{path}.collectives[{i}]")
-    if r.compute_classes:
-        shares = r.compute_classes
+        try:
+            _check_collective(sample)
+        except SchemaError as exc:
+            raise _within(f"collectives[{i}]", exc) from None
+    shares = r.compute_classes
+    if shares:
         for i, share in enumerate(shares):
             if share.seconds > wall_s:
                 raise SchemaError(
-                    f"{path}.compute_classes[{i}].seconds",
-                    f"{share.seconds!r} exceeds wall_s {wall_s!r}",
+                    f"compute_classes[{i}].seconds", f"{share.seconds!r} exceeds wall_s {wall_s!r}"
                 )
         if len({s.kernel_class for s in shares}) != len(shares):
-            raise SchemaError(f"{path}.compute_classes", "a kernel class appears twice")
-        total = math.fsum(s.seconds for s in shares)
+            raise SchemaError("compute_classes", "a kernel class appears twice")
+        total = math.fsum([s.seconds for s in shares])
         if _exceeds(total, wall_s):
             raise SchemaError(
-                f"{path}.compute_classes", f"seconds sum to {total!r}, more than wall_s {wall_s!r}"
+                "compute_classes", f"seconds sum to {total!r}, more than wall_s {wall_s!r}"
             )
 
 
@@ -354,7 +362,10 @@ def check_batch(batch: ReportBatch) -> None:
         raise SchemaError("peak_flops", f"missing although peak_source is {batch.peak_source!r}")
     steps = set()
     for i, report in enumerate(batch.reports):
-        _check_report(report, f"reports[{i}]")
+        try:
+            _check_report(report)
+        except SchemaError as exc:
+            raise _within(f"reports[{i}]", exc) from None
         steps.add(report.step)
     if len(steps) != len(batch.reports):
         raise SchemaError("reports", "the same step appears twice in one batch")
