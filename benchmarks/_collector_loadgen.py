@@ -17,6 +17,7 @@ schema-1.0 agent did.
 from __future__ import annotations
 
 import argparse
+import bisect
 import gzip
 import json
 import os
@@ -301,11 +302,12 @@ class _Request:
     """One batch in flight on a non-blocking socket (selectors: far cheaper than asyncio streams,
     so one generator core can offer 4,096 ranks' load)."""
 
-    __slots__ = ("due", "received", "sent", "sock", "started", "wire")
+    __slots__ = ("attempt", "due", "k", "rank", "received", "sent", "sock", "started", "wire")
 
     def __init__(self, due: float, wire: bytes, host: str, port: int) -> None:
         self.due = due
         self.wire = wire
+        self.rank = self.k = self.attempt = 0
         self.sent = 0
         self.received: list[bytes] = []
         self.started = time.perf_counter()
@@ -323,22 +325,54 @@ def _wire(host: str, port: int, body: bytes, gz: bool) -> bytes:
     return head.encode() + body
 
 
+# The agent's retry policy (`agent/transport.py`, `RetryPolicy` defaults): a batch whose send
+# fails (connection refused or reset, 408/429/5xx) stays in the rank's buffer and is re-sent after
+# min(max, base * 2**(attempt-1)) s, longer if the collector asks with Retry-After.
+RETRY_BASE_S = 0.5
+RETRY_MAX_S = 10.0
+# After the last scheduled batch, how long failed batches are still retried before they count
+# as lost (an agent would go on retrying while its buffer, 10,000 reports by default, has room).
+DRAIN_S = 60.0
+_RETRY_STATUS = frozenset({"408", "425", "429", "500", "502", "503", "504"})
+
+
+def _retry_after(data: bytes) -> float:
+    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"retry-after" and value.strip().isdigit():
+            return float(value.strip())
+    return 0.0
+
+
 def _generate(
     host: str, port: int, bodies: list[list[tuple[bytes, bool]]], batch_every: int, t0: float
 ) -> dict[str, Any]:
     world = len(bodies)
     schedule = [
-        (t0 + batch_every * rank / world + k * batch_every, rank, k)
+        (t0 + batch_every * rank / world + k * batch_every, rank, k, 0)
         for rank in range(world)
         for k in range(len(bodies[rank]))
     ]
     schedule.sort(reverse=True)  # pop() from the end = earliest first
+    give_up = schedule[0][0] + DRAIN_S
     sel = selectors.DefaultSelector()
     latencies: list[float] = []
     lags: list[float] = []
     statuses: dict[str, int] = {}
-    accepted = errors = 0
+    accepted = errors = retries = lost = 0
+    most_waiting = 0  # the most batches one rank held unsent at once (its buffer)
+    waiting = [0] * world
     inflight = 0
+
+    def retry(req: _Request, delay: float) -> None:
+        nonlocal retries, lost
+        due = time.time() + min(RETRY_MAX_S, max(delay, RETRY_BASE_S * 2**req.attempt))
+        if due > give_up:
+            lost += 1
+            waiting[req.rank] -= 1
+            return
+        retries += 1
+        bisect.insort(schedule, (due, req.rank, req.k, req.attempt + 1), key=lambda e: -e[0])
 
     def finish(req: _Request, failed: bool) -> None:
         nonlocal accepted, errors, inflight
@@ -349,20 +383,29 @@ def _generate(
         parts = data.split(b" ", 2)
         if failed or len(parts) < 3 or not parts[1].isdigit():
             errors += 1
+            retry(req, 0.0)
             return
         latencies.append(time.perf_counter() - req.started)
         status = parts[1].decode()
         statuses[status] = statuses.get(status, 0) + 1
+        if status in _RETRY_STATUS:
+            retry(req, _retry_after(data))
+            return
+        waiting[req.rank] -= 1
         if status == "200":
             accepted += json.loads(data.split(b"\r\n\r\n", 1)[1])["accepted"]
 
     while schedule or inflight:
         now = time.time()
         while schedule and schedule[-1][0] <= now:
-            due, rank, k = schedule.pop()
-            lags.append(now - due)
+            due, rank, k, attempt = schedule.pop()
+            if attempt == 0:
+                lags.append(now - due)
+                waiting[rank] += 1
+                most_waiting = max(most_waiting, waiting[rank])
             body, gz = bodies[rank][k]
             req = _Request(due, _wire(host, port, body, gz), host, port)
+            req.rank, req.k, req.attempt = rank, k, attempt
             sel.register(req.sock, selectors.EVENT_WRITE, req)
             inflight += 1
         timeout = min(0.05, max(0.0, schedule[-1][0] - now)) if schedule else 0.05
@@ -387,6 +430,9 @@ def _generate(
         "statuses": statuses,
         "accepted": accepted,
         "errors": errors,
+        "retries": retries,
+        "lost_batches": lost,
+        "most_batches_waiting": most_waiting,
     }
 
 

@@ -3,8 +3,13 @@
 Each simulated rank behaves like the agent (`agent/sinks.py`, `agent/config.py`): one step per
 second, one batch every `--batch-every` seconds (default 5, the agent's flush interval) holding the
 steps since the last one, one fresh connection per batch, gzip above 4 KiB; every 10th step is a
-profiled step carrying collectives (`_collector_loadgen.py` builds the payloads and sends them).
+profiled step carrying collectives, every batch the rank's collective records (schema 1.2;
+`_collector_loadgen.py` builds the payloads and sends them).
 Ranks are spread evenly over the batch interval.
+
+A refused or failed send is retried as the agent does (`agent/transport.py`: capped exponential
+backoff, ``Retry-After`` honoured), so an overloaded collector shows as re-sends and batches
+waiting in the ranks' buffers; a batch still unsent a minute after the last one counts as lost.
 
 Processes: the collector is pinned to CPU 0 (so "per core" means one core), the load generator to
 CPU 1, and this script samples the collector's RSS every second and scrapes ``/metrics`` every
@@ -210,6 +215,9 @@ def run_one(
         "requests": sum(out["statuses"].values()),
         "statuses": out["statuses"],
         "connect_errors": out["errors"],
+        "retries": out["retries"],
+        "lost_batches": out["lost_batches"],
+        "most_batches_waiting": out["most_batches_waiting"],
         "generator_lag_p99_s": out["lag_p99_s"],
         "core_use": cpu / wall,
         "cpu_per_report_s": cpu / max(out["accepted"], 1),
@@ -237,6 +245,10 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['ranks']} ranks: {r['requests']} batches, statuses "
         f"{r['statuses']}, connect errors {r['connect_errors']}, generator lag p99 "
         f"{r['generator_lag_p99_s'] * 1e3:.1f} ms, load average {r['loadavg_1m']:.1f}"
+    )
+    print(
+        f"backpressure: {r['retries']} re-sends (the agent's backoff), {r['lost_batches']} batches "
+        f"lost, at most {r['most_batches_waiting']} batches waiting in one rank's buffer"
     )
     print(
         f"accepted {r['accepted_reports_per_s']:.0f} reports/s (offered "
