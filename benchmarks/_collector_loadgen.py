@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import collections
 import gzip
 import json
 import os
 import random
+import resource
 import selectors
 import socket
 import statistics
@@ -304,7 +306,7 @@ class _Request:
 
     __slots__ = ("attempt", "due", "k", "rank", "received", "sent", "sock", "started", "wire")
 
-    def __init__(self, due: float, wire: bytes, host: str, port: int) -> None:
+    def __init__(self, due: float, wire: bytes, host: str, port: int, source: str) -> None:
         self.due = due
         self.wire = wire
         self.rank = self.k = self.attempt = 0
@@ -313,6 +315,8 @@ class _Request:
         self.started = time.perf_counter()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setblocking(False)
+        if source:
+            self.sock.bind((source, 0))
         self.sock.connect_ex((host, port))
 
 
@@ -333,7 +337,19 @@ RETRY_MAX_S = 10.0
 # After the last scheduled batch, how long failed batches are still retried before they count
 # as lost (an agent would go on retrying while its buffer, 10,000 reports by default, has room).
 DRAIN_S = 60.0
+REQUEST_TIMEOUT_S = 5.0  # the agent's whole deadline of one send attempt
 _RETRY_STATUS = frozenset({"408", "425", "429", "500", "502", "503", "504"})
+
+
+def _source(host: str, rank: int) -> str:
+    """The address a rank sends from: against a loopback collector, one 127.0.x.y per node of 8
+    ranks, as ranks on different nodes would. From one address, the ~28,000 ephemeral ports run
+    out: every connection the collector closes waits 60 s in TIME_WAIT, and 4,096 ranks open
+    ~800 a second (a run started within a minute of another failed most of its connects)."""
+    if not host.startswith("127."):
+        return ""
+    node = rank // 8
+    return f"127.0.{node // 250 % 250}.{node % 250 + 1}"
 
 
 def _retry_after(data: bytes) -> float:
@@ -347,7 +363,11 @@ def _retry_after(data: bytes) -> float:
 def _generate(
     host: str, port: int, bodies: list[list[tuple[bytes, bool]]], batch_every: int, t0: float
 ) -> dict[str, Any]:
+    """Send every rank's batches as its agent would: in order, one request at a time per rank
+    (the agent's one transport thread), the rest waiting in the rank's buffer; a failed or
+    timed-out send re-sent after the agent's backoff."""
     world = len(bodies)
+    # (due, rank, k, attempt): attempt 0 a batch the rank makes, else a re-send of its oldest.
     schedule = [
         (t0 + batch_every * rank / world + k * batch_every, rank, k, 0)
         for rank in range(world)
@@ -359,26 +379,42 @@ def _generate(
     latencies: list[float] = []
     lags: list[float] = []
     statuses: dict[str, int] = {}
-    accepted = errors = retries = lost = 0
-    most_waiting = 0  # the most batches one rank held unsent at once (its buffer)
-    waiting = [0] * world
-    inflight = 0
+    accepted = errors = retries = lost = timeouts = 0
+    buffers: list[collections.deque[int]] = [collections.deque() for _ in range(world)]
+    busy = [False] * world  # a request in flight, or a re-send waiting for its time
+    most_waiting = 0  # the most batches one rank held unsent at once
+    inflight: dict[socket.socket, _Request] = {}
+
+    def start(rank: int, attempt: int) -> None:
+        k = buffers[rank][0]
+        body, gz = bodies[rank][k]
+        req = _Request(0.0, _wire(host, port, body, gz), host, port, _source(host, rank))
+        req.rank, req.k, req.attempt = rank, k, attempt
+        busy[rank] = True
+        sel.register(req.sock, selectors.EVENT_WRITE, req)
+        inflight[req.sock] = req
+
+    def done(rank: int) -> None:
+        buffers[rank].popleft()
+        busy[rank] = False
+        if buffers[rank]:
+            start(rank, 0)
 
     def retry(req: _Request, delay: float) -> None:
         nonlocal retries, lost
         due = time.time() + min(RETRY_MAX_S, max(delay, RETRY_BASE_S * 2**req.attempt))
         if due > give_up:
             lost += 1
-            waiting[req.rank] -= 1
+            done(req.rank)
             return
         retries += 1
         bisect.insort(schedule, (due, req.rank, req.k, req.attempt + 1), key=lambda e: -e[0])
 
     def finish(req: _Request, failed: bool) -> None:
-        nonlocal accepted, errors, inflight
+        nonlocal accepted, errors
         sel.unregister(req.sock)
         req.sock.close()
-        inflight -= 1
+        del inflight[req.sock]
         data = b"".join(req.received)
         parts = data.split(b" ", 2)
         if failed or len(parts) < 3 or not parts[1].isdigit():
@@ -391,26 +427,31 @@ def _generate(
         if status in _RETRY_STATUS:
             retry(req, _retry_after(data))
             return
-        waiting[req.rank] -= 1
         if status == "200":
             accepted += json.loads(data.split(b"\r\n\r\n", 1)[1])["accepted"]
+        done(req.rank)
 
     while schedule or inflight:
         now = time.time()
         while schedule and schedule[-1][0] <= now:
             due, rank, k, attempt = schedule.pop()
-            if attempt == 0:
-                lags.append(now - due)
-                waiting[rank] += 1
-                most_waiting = max(most_waiting, waiting[rank])
-            body, gz = bodies[rank][k]
-            req = _Request(due, _wire(host, port, body, gz), host, port)
-            req.rank, req.k, req.attempt = rank, k, attempt
-            sel.register(req.sock, selectors.EVENT_WRITE, req)
-            inflight += 1
+            if attempt:
+                start(rank, attempt)
+                continue
+            lags.append(now - due)
+            buffers[rank].append(k)
+            most_waiting = max(most_waiting, len(buffers[rank]))
+            if not busy[rank]:
+                start(rank, 0)
+        late = time.perf_counter() - REQUEST_TIMEOUT_S
+        for req in [r for r in inflight.values() if r.started < late]:
+            timeouts += 1
+            finish(req, failed=True)
         timeout = min(0.05, max(0.0, schedule[-1][0] - now)) if schedule else 0.05
         for key, events in sel.select(timeout):
             req = key.data
+            if req.sock not in inflight:
+                continue
             try:
                 if events & selectors.EVENT_WRITE:
                     req.sent += req.sock.send(req.wire[req.sent :])
@@ -430,6 +471,7 @@ def _generate(
         "statuses": statuses,
         "accepted": accepted,
         "errors": errors,
+        "timeouts": timeouts,
         "retries": retries,
         "lost_batches": lost,
         "most_batches_waiting": most_waiting,
@@ -441,6 +483,9 @@ def generator_main(args: argparse.Namespace) -> None:
     (`--t0-file`): building 4,096 ranks' payloads for a long run takes many seconds, and a late
     start would turn the first rounds into one burst."""
     os.sched_setaffinity(0, {1})
+    # One connection per rank at most: 8,192 ranks need more than the default 1,024 files.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     bodies = all_bodies(args.world, args.rounds, args.batch_every, args.payload)
     host, port = args.addr.rsplit(":", 1)
     t0 = time.time() + 1.0

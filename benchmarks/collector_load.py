@@ -216,6 +216,7 @@ def run_one(
         "statuses": out["statuses"],
         "connect_errors": out["errors"],
         "retries": out["retries"],
+        "timeouts": out["timeouts"],
         "lost_batches": out["lost_batches"],
         "most_batches_waiting": out["most_batches_waiting"],
         "generator_lag_p99_s": out["lag_p99_s"],
@@ -247,7 +248,8 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['generator_lag_p99_s'] * 1e3:.1f} ms, load average {r['loadavg_1m']:.1f}"
     )
     print(
-        f"backpressure: {r['retries']} re-sends (the agent's backoff), {r['lost_batches']} batches "
+        f"backpressure: {r['retries']} re-sends (the agent's backoff; {r['timeouts']} after the "
+        f"5 s request timeout), {r['lost_batches']} batches "
         f"lost, at most {r['most_batches_waiting']} batches waiting in one rank's buffer"
     )
     print(
