@@ -148,8 +148,9 @@ def run_one(
 
     proc, addr = _start_collector(stack, tmp, args.per_rank_labels, tree)
     try:
-        gen_out = tmp / f"gen-{stack}-{world}.json"
-        t0_file = tmp / f"t0-{stack}-{world}"
+        run = time.monotonic_ns()  # fresh names: a stale start time would skew every figure
+        gen_out = tmp / f"gen-{stack}-{world}-{run}.json"
+        t0_file = tmp / f"t0-{stack}-{world}-{run}"
         gen_cmd = [sys.executable, str(LOADGEN), "generate", *shape, "--addr", addr]
         gen_cmd += ["--t0-file", str(t0_file), "--out", str(gen_out)]
         gen = subprocess.Popen(gen_cmd)
