@@ -334,8 +334,9 @@ def _wire(host: str, port: int, body: bytes, gz: bool) -> bytes:
 # min(max, base * 2**(attempt-1)) s, longer if the collector asks with Retry-After.
 RETRY_BASE_S = 0.5
 RETRY_MAX_S = 10.0
-# After the last scheduled batch, how long failed batches are still retried before they count
-# as lost (an agent would go on retrying while its buffer, 10,000 reports by default, has room).
+# After the last scheduled batch, how long failed batches are still retried before the run
+# stops; those still unsent then are reported as such (an agent would go on retrying while its
+# buffer, 10,000 reports by default, has room: it loses a batch only when the buffer is full).
 DRAIN_S = 60.0
 REQUEST_TIMEOUT_S = 5.0  # the agent's whole deadline of one send attempt
 _RETRY_STATUS = frozenset({"408", "425", "429", "500", "502", "503", "504"})
@@ -379,7 +380,7 @@ def _generate(
     latencies: list[float] = []
     lags: list[float] = []
     statuses: dict[str, int] = {}
-    accepted = errors = retries = lost = timeouts = 0
+    accepted = errors = retries = unsent = timeouts = 0
     buffers: list[collections.deque[int]] = [collections.deque() for _ in range(world)]
     busy = [False] * world  # a request in flight, or a re-send waiting for its time
     most_waiting = 0  # the most batches one rank held unsent at once
@@ -401,10 +402,10 @@ def _generate(
             start(rank, 0)
 
     def retry(req: _Request, delay: float) -> None:
-        nonlocal retries, lost
+        nonlocal retries, unsent
         due = time.time() + min(RETRY_MAX_S, max(delay, RETRY_BASE_S * 2**req.attempt))
         if due > give_up:
-            lost += 1
+            unsent += 1
             done(req.rank)
             return
         retries += 1
@@ -473,7 +474,7 @@ def _generate(
         "errors": errors,
         "timeouts": timeouts,
         "retries": retries,
-        "lost_batches": lost,
+        "unsent_batches": unsent,
         "most_batches_waiting": most_waiting,
     }
 

@@ -9,7 +9,8 @@ Ranks are spread evenly over the batch interval.
 
 A refused or failed send is retried as the agent does (`agent/transport.py`: capped exponential
 backoff, ``Retry-After`` honoured), so an overloaded collector shows as re-sends and batches
-waiting in the ranks' buffers; a batch still unsent a minute after the last one counts as lost.
+waiting in the ranks' buffers (an agent loses a batch only when its buffer of 10,000 reports
+is full); the run stops a minute after the last batch is made, counting those still unsent.
 
 Processes: the collector is pinned to CPU 0 (so "per core" means one core), the load generator to
 CPU 1, and this script samples the collector's RSS every second and scrapes ``/metrics`` every
@@ -218,7 +219,7 @@ def run_one(
         "connect_errors": out["errors"],
         "retries": out["retries"],
         "timeouts": out["timeouts"],
-        "lost_batches": out["lost_batches"],
+        "unsent_batches": out["unsent_batches"],
         "most_batches_waiting": out["most_batches_waiting"],
         "generator_lag_p99_s": out["lag_p99_s"],
         "core_use": cpu / wall,
@@ -250,8 +251,9 @@ def _print(r: dict[str, Any]) -> None:
     )
     print(
         f"backpressure: {r['retries']} re-sends (the agent's backoff; {r['timeouts']} after the "
-        f"5 s request timeout), {r['lost_batches']} batches "
-        f"lost, at most {r['most_batches_waiting']} batches waiting in one rank's buffer"
+        f"5 s request timeout), {r['unsent_batches']} batches still unsent a minute after the "
+        f"last was made, at most {r['most_batches_waiting']} batches waiting in one rank's buffer "
+        f"(an agent's holds 2,000 batches of 5 steps)"
     )
     print(
         f"accepted {r['accepted_reports_per_s']:.0f} reports/s (offered "
