@@ -20,13 +20,13 @@ import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mfuscope.agent._announce import ensure_visible, quiet_kineto, startup_line
 from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._runtime import Runtime, build_runtime
-from mfuscope.agent._step_recorder import C_CORE_MODULE, GivenStep, StepRecorder
+from mfuscope.agent._step_recorder import GivenStep, StepRecorder
 from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.profiler_windows import ProfilerLike
@@ -71,39 +71,7 @@ class _NoStep:
 _NO_STEP = _NoStep()
 
 
-class _PyAgentStep:
-    """`Agent.step()` in Python, where agent/_step_core.c (which has it in C, `AgentCore`, with
-    the same behaviour and doc) was not built."""
-
-    __slots__ = ("_scope",)
-    _scope: contextlib.AbstractContextManager[Any]  # what `step()` returns
-
-    def step(
-        self, flops: float | None = None, recompute_flops: float | None = None
-    ) -> contextlib.AbstractContextManager[Any]:
-        """Context manager around one training step (forward, backward, optimizer step).
-
-        `flops`: this rank's model FLOPs for this step (the MFU numerator; recomputation
-        excluded). It takes precedence over `flops_per_step` and over counting, and the step is
-        not counted. `recompute_flops`: the step's activation-recomputation FLOPs (HFU adds them;
-        default 0); only with `flops`. Each must be a finite number >= 0, else `InputError`.
-        """
-        # Not keyword-only: a call without arguments then fills them from the function's
-        # defaults tuple rather than its keyword-defaults dictionary, measurably cheaper.
-        if flops is None and recompute_flops is None:
-            return self._scope
-        return self._given_step(flops, recompute_flops)  # type: ignore[attr-defined, no-any-return]
-
-
-# `step()` runs on every training step: in C where it is built (no Python frame, see
-# `_step_recorder`'s docstring for what that buys), else in Python.
-if TYPE_CHECKING:
-    _AgentStep = _PyAgentStep
-else:
-    _AgentStep = _PyAgentStep if C_CORE_MODULE is None else C_CORE_MODULE.AgentCore
-
-
-class Agent(_AgentStep):
+class Agent:
     """Live MFU/HFU and step decomposition for one training rank.
 
     ``Agent(job="llama-8b", collector_url="http://127.0.0.1:9464", model=model)`` then
@@ -121,6 +89,8 @@ class Agent(_AgentStep):
     # Slots: `step()` reads `_scope` (the base's field) from the agent object itself on every
     # step (an instance dictionary would be one more memory line to fetch, and a cold one after
     # a training step).
+    # Slots: `step()` reads `_scope` from the agent object itself on every step (an instance
+    # dictionary would be one more memory line to fetch, and a cold one after a training step).
     __slots__ = (
         "__weakref__",
         "_closed",
@@ -129,6 +99,7 @@ class Agent(_AgentStep):
         "_reporter",
         "_reports",
         "_runtime",
+        "_scope",
         "_transports",
         "config",
         "health",
@@ -234,10 +205,18 @@ class Agent(_AgentStep):
 
     # --- public API ----------------------------------------------------------------------------
 
-    def _given_step(
+    def step(
         self, flops: float | None = None, recompute_flops: float | None = None
     ) -> contextlib.AbstractContextManager[Any]:
-        """`step()` given any argument (see `_AgentStep.step`)."""
+        """Context manager around one training step (forward, backward, optimizer step).
+
+        `flops`: this rank's model FLOPs for this step (the MFU numerator; recomputation
+        excluded). It takes precedence over `flops_per_step` and over counting, and the step is
+        not counted. `recompute_flops`: the step's activation-recomputation FLOPs (HFU adds them;
+        default 0); only with `flops`. Each must be a finite number >= 0, else `InputError`.
+        """
+        # Not keyword-only: a call without arguments then fills them from the function's
+        # defaults tuple rather than its keyword-defaults dictionary, measurably cheaper.
         if flops is None and recompute_flops is None:
             return self._scope
         given = _given_step_flops(flops, recompute_flops)
