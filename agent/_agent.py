@@ -3,8 +3,9 @@
 On the training thread a step costs two clock reads and a few stores into a preallocated ring
 (`_step_recorder`, whose docstring says what that hot path may do); the steps that open or take a
 profiled window, count FLOPs or follow a window decision do more, and are known in advance.
-Reports are built, encoded and shipped on the agent's report thread (`_step_reports`) and the
-transports' threads; profiles are analysed on the analyser thread (`profiler_windows`). No method
+The agent's own threads are at most three: the periodic thread (`_periodic`: step reports,
+collective records, hardware counters, window agreement), the analyser (`profiler_windows`, from
+the first window on) and the transport's (`transport`, one per sink). No method
 raises into the training loop: telemetry failures are caught, counted, and logged at most once per
 interval. Only constructor misuse (a bad option) and bad `agent.step(flops=...)` arguments raise,
 at once (`ConfigError`, `InputError`).
@@ -104,6 +105,7 @@ class Agent:
         "config",
         "health",
     )
+    _scope: contextlib.AbstractContextManager[Any]  # what `step()` returns
 
     def __init__(
         self,
@@ -177,7 +179,7 @@ class Agent:
         )
         if collectives is not None:
             collectives.follow_steps(self._reporter.drain)
-        self._reporter.start()
+        self._reporter.start(runtime.periodic)
         self._announce(seams)
         # A job that forgets close() still flushes at interpreter exit (bounded by the timeout).
         atexit.register(self.close)
@@ -285,7 +287,7 @@ class Agent:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- shipping (the report thread; at close the closing thread) ----------------------------
+    # --- shipping (the periodic thread; at close the closing thread) ----------------------------
 
     def _ship(self, reports: Sequence[StepReport]) -> None:
         for report in reports:

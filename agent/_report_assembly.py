@@ -1,11 +1,12 @@
-"""Where the agent's step reports and wire batches are put together (the agent's report thread
+"""Where the agent's step reports and wire batches are put together (the agent's periodic thread
 and the transport threads; pure bookkeeping, no I/O).
 
 A step's report needs three things that arrive at different times: its period (from the step
 timer, possibly a few steps late on CUDA), its FLOPs (at the end of the step) and, for a step of
 a profiled window, its window's analysis (seconds later, from a background thread). The
 `ReportAssembler` keeps what has arrived, holds the reports of window steps until their result is
-in, and returns each report once it is complete; the report thread (`_step_reports`) ships them.
+in, and returns each report once it is complete; the periodic thread (`_step_reports`) ships
+them.
 
 After a window's result each of its steps carries its *own* decomposition and collectives, and the
 window's average breakdown becomes the one every later step carries. A failed window's steps
@@ -66,7 +67,7 @@ class ReportAssembler:
     """Builds each step's `StepReport` once its parts are in, and encodes batches of them.
 
     `flops_counted` and `step_finished` / `window_finished` / `flush` run on the agent's report
-    thread (and at close on the closing thread, the report thread stopped); `encode` runs on a
+    thread (and at close on the closing thread, the periodic thread stopped); `encode` runs on a
     transport thread and reads only the fixed header, the health counters,
     the hardware sampler's latest counters (`hardware`, thread-safe; None without a sampler) and
     the collective reader's records (`comm`, thread-safe; None without a reader). Once `closing`

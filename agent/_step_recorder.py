@@ -16,7 +16,7 @@ steady ones), `StepRecorder.__enter__` and `__exit__` together may only:
   event and a deque append; never a synchronisation).
 
 Nothing else: no lock, no allocation besides the clock's int, no logging call, no dictionary, no
-report, no call into the rest of the agent. The agent's report thread (`_step_reports`) turns the
+report, no call into the rest of the agent. The agent's periodic thread (`_step_reports`) turns the
 ring into periods, FLOPs into reports, encodes and ships them, hands the collective reader its
 step starts and the window coordinator its baseline of step periods.
 
@@ -35,8 +35,8 @@ previous slow step); the forward hook sees the last during the step.
 
 Why the ring needs no lock
 --------------------------
-One producer (the training thread) and one consumer (the report thread; at close, the closing
-thread once the report thread has stopped). In CPython each bytecode runs under the GIL, a list
+One producer (the training thread) and one consumer (the periodic thread; at close, the closing
+thread once the periodic thread has stopped). In CPython each bytecode runs under the GIL, a list
 item store and an attribute store are single bytecodes, and handing the GIL from one thread to
 another orders memory: a consumer that reads `begun == n + 1` sees everything the producer stored
 before it published that value (the start of step n, and what every earlier step logged). The
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CAPACITY", "GivenStep", "StepRecorder"]
 
-# Steps the ring holds (a power of two). The report thread reads it at least every 0.1 s, and
+# Steps the ring holds (a power of two). The periodic thread reads it at least every 0.1 s, and
 # sooner when steps come fast enough to fill a quarter of it in that time: it falls a whole ring
 # behind only when steps come faster than it builds their reports (tens of microseconds each).
 CAPACITY = 4096
@@ -135,7 +135,7 @@ class StepRecorder:
         self.timer = timer
         self.first_step = first_step
         self.closed = False
-        # Passed on to the report thread by slow steps only (deques: see the module docstring).
+        # Passed on to the periodic thread by slow steps only (deques: see the module docstring).
         self.flops_log = collections.deque()
         self.window_steps = collections.deque()  # steps recorded in a window
         # (the step at whose end a window result came in, the result): it applies from that

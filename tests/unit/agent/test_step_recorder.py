@@ -17,7 +17,7 @@ from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
 from mfuscope.core.schema import batch_from_json
 from torch import nn
 
-from tests.support.agent_fakes import FakeProfiler, jsonl_agent
+from tests.support.agent_fakes import FakeProfiler, jsonl_agent, step_until
 from tests.support.step_records import FakeClock, reporter_for, use_recorder_clock
 
 WIDTH = 16
@@ -100,10 +100,8 @@ def test_window_steps_take_the_slow_path_and_the_rest_do_not(
         profile_every_steps=1000,
         flush_interval_s=60.0,
     )
-    deadline = time.monotonic() + 30.0
-    while agent.health.snapshot().profiler_failures_total == 0 and time.monotonic() < deadline:
-        with agent.step():  # until the (empty) window's analysis is in and has failed
-            time.sleep(0.001)
+    # until the (empty) window's analysis is in and has failed
+    step_until(agent, lambda health: health.profiler_failures_total > 0)
     for _ in range(50):
         with agent.step():
             pass
@@ -137,15 +135,18 @@ def test_shape_changes_on_steady_steps_are_counted(tmp_path: Path) -> None:
 def test_reports_are_shipped_while_training_runs(tmp_path: Path) -> None:
     agent = jsonl_agent(tmp_path, flops_per_step=1e9, flush_interval_s=0.05, max_batch_reports=4)
     path = tmp_path / "out.jsonl"
-    deadline = time.monotonic() + 30.0
-    shipped: dict[int, Any] = {}
-    while len(shipped) < 8 and time.monotonic() < deadline:
+    for _ in range(9):
         with agent.step():
-            time.sleep(0.002)
-        if path.exists():
-            shipped = _reports(path)
-    assert len(shipped) >= 8  # before close: the report thread builds and ships them
+            pass
+    # Before close: the periodic thread reports the 8 steps whose period is known (step 8 ends
+    # when a next step begins) and the transport ships them in two batches of 4.
+    deadline = time.monotonic() + 60.0
+    while len(shipped := _reports(path) if path.exists() else {}) < 8:
+        assert time.monotonic() < deadline, "nothing shipped before close"
+        time.sleep(0.005)
+    assert sorted(shipped) == list(range(8))
     agent.close()
+    assert sorted(_reports(path)) == list(range(9))
 
 
 class Starts:
