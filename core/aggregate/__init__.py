@@ -7,7 +7,7 @@ and `stragglers` re-export their new modules' names.
 
 from __future__ import annotations
 
-from mfuscope.core._moved import warn_moved
+from mfuscope.core.moved import warn_moved
 
 __all__: list[str] = []
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from mfuscope.core._moved import REMOVED_IN
+from mfuscope.core.moved import REMOVED_IN
 
 ROOT = Path(__file__).resolve().parents[2]
 
