@@ -1094,10 +1094,22 @@ static int merge_scans(Scan *into, const Scan *from) {
     return 1;
 }
 
+/* The split settings and counters are read and written by scans running without the GIL
+ * (several analyser threads may scan at once): relaxed atomics, so a race is defined. */
+#if defined(__GNUC__) || defined(__clang__)
+#define ATOMIC_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define ATOMIC_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+#define ATOMIC_INCREMENT(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
+#else
+#define ATOMIC_LOAD(x) (x)
+#define ATOMIC_STORE(x, v) ((x) = (v))
+#define ATOMIC_INCREMENT(x) (++(x))
+#endif
+
 /* Arrays at least this long are scanned in two halves on two threads (-1: never). */
 static Py_ssize_t split_min_bytes = 4 << 20;
 /* Splits whose halves joined up, and those abandoned (the split point was no element start):
- * diagnostics for the tests, not exact under concurrent calls. */
+ * diagnostics for the tests. */
 static Py_ssize_t splits_joined, splits_abandoned;
 
 /* A likely element start near the middle of [from, end): a '{' after "}," (whitespace
@@ -1181,7 +1193,8 @@ static int scan_document(const char *raw, Py_ssize_t n, const Rules *rules, Scan
 
 #ifdef HAVE_THREADS
     const char *split = NULL;
-    if (split_min_bytes >= 0 && c.end - c.p >= split_min_bytes)
+    Py_ssize_t split_min = ATOMIC_LOAD(split_min_bytes);
+    if (split_min >= 0 && c.end - c.p >= split_min)
         split = split_point(c.p, c.end);
     Half half = {raw, split, c.end, rules, {0}, 0};
     pthread_t thread;
@@ -1194,9 +1207,9 @@ static int scan_document(const char *raw, Py_ssize_t n, const Rules *rules, Scan
         /* Landing on the split point proves it an element start: the halves join up. */
         int joined = first == STOPPED && half.ok && !half.s.failed;
         if (first == STOPPED)
-            splits_joined++;
+            ATOMIC_INCREMENT(splits_joined);
         else
-            splits_abandoned++;
+            ATOMIC_INCREMENT(splits_abandoned);
         if (joined && !merge_scans(s, &half.s))
             s->failed = 1;
         s->failed |= half.s.failed;
@@ -1395,15 +1408,15 @@ static PyObject *set_split_min_bytes(PyObject *module, PyObject *args) {
     (void)module;
     if (!PyArg_ParseTuple(args, "n:set_split_min_bytes", &value))
         return NULL;
-    Py_ssize_t previous = split_min_bytes;
-    split_min_bytes = value;
+    Py_ssize_t previous = ATOMIC_LOAD(split_min_bytes);
+    ATOMIC_STORE(split_min_bytes, value);
     return PyLong_FromSsize_t(previous);
 }
 
 static PyObject *split_counts(PyObject *module, PyObject *args) {
     (void)module;
     (void)args;
-    return Py_BuildValue("(nn)", splits_joined, splits_abandoned);
+    return Py_BuildValue("(nn)", ATOMIC_LOAD(splits_joined), ATOMIC_LOAD(splits_abandoned));
 }
 
 static PyMethodDef methods[] = {

@@ -1,5 +1,6 @@
 """The C trace pre-filter (`core/trace/_select.c`) built with AddressSanitizer and
-UndefinedBehaviorSanitizer, and a pytest plugin that runs tests against that build.
+UndefinedBehaviorSanitizer (or ThreadSanitizer), and a pytest plugin that runs tests against that
+build.
 
 The scanner runs in every rank's analyser thread, so a memory error in it ends a training job.
 `build` compiles it with ``-fsanitize=address,undefined`` (every undefined-behaviour report
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from types import ModuleType
 
 __all__ = [
     "MODULE",
@@ -34,6 +36,7 @@ __all__ = [
     "REPORT_MARKERS",
     "SOURCE",
     "build",
+    "installed",
     "sanitized_env",
     "sanitizer_runtimes",
 ]
@@ -43,7 +46,12 @@ SOURCE = ROOT / "core" / "trace" / "_select.c"
 MODULE = "mfuscope.core.trace._select_c"
 PATH_ENV = "MFUSCOPE_SANITIZED_SELECT"
 # What a sanitizer writes when it finds something (ASan's header; UBSan's per-report line).
-REPORT_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")
+REPORT_MARKERS = (
+    "ERROR: AddressSanitizer",
+    "runtime error:",
+    "ERROR: LeakSanitizer",
+    "WARNING: ThreadSanitizer",
+)
 
 _FLAGS = [
     "-shared",
@@ -51,10 +59,11 @@ _FLAGS = [
     "-O1",  # some optimisation, so the code is close to the -O2 build, still exact reports
     "-g",
     "-fno-omit-frame-pointer",
-    "-fsanitize=address,undefined",
     "-fno-sanitize-recover=all",  # any UB report aborts the process: the test fails
     "-pthread",  # big arrays are scanned in two halves on two threads
 ]
+# sanitizer -> its shared runtime
+_RUNTIMES = {"address": "libasan.so", "undefined": "libubsan.so", "thread": "libtsan.so"}
 
 
 def _compiler() -> str | None:
@@ -65,10 +74,11 @@ def _compiler() -> str | None:
     return None
 
 
-def sanitizer_runtimes(compiler: str) -> list[str] | None:
-    """The ASan and UBSan shared runtimes of `compiler`, or None when it has none."""
+def sanitizer_runtimes(compiler: str, sanitizers: str) -> list[str] | None:
+    """The shared runtimes of `compiler` for `sanitizers` (``address,undefined``), or None when
+    it lacks one."""
     found = []
-    for name in ("libasan.so", "libubsan.so"):
+    for name in (_RUNTIMES[s] for s in sanitizers.split(",")):
         result = subprocess.run(
             [compiler, f"-print-file-name={name}"], capture_output=True, text=True, check=False
         )
@@ -79,19 +89,22 @@ def sanitizer_runtimes(compiler: str) -> list[str] | None:
     return found
 
 
-def build(out_dir: Path, source: Path = SOURCE) -> tuple[Path, list[str]] | str:
+def build(
+    out_dir: Path, source: Path = SOURCE, sanitizers: str = "address,undefined"
+) -> tuple[Path, list[str]] | str:
     """Compile `source` as the extension `_select_c` (or a module named after the source's
-    stem) with the sanitizers; the built file and the runtimes to preload, or why not."""
+    stem) with `sanitizers`; the built file and the runtimes to preload, or why not."""
     compiler = _compiler()
     if compiler is None:
         return "no C compiler on PATH"
-    runtimes = sanitizer_runtimes(compiler)
+    runtimes = sanitizer_runtimes(compiler, sanitizers)
     if runtimes is None:
-        return f"{compiler} has no ASan/UBSan shared runtime"
+        return f"{compiler} has no shared runtime for -fsanitize={sanitizers}"
     stem = "_select_c" if source == SOURCE else source.stem
     target = out_dir / (stem + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
     include = sysconfig.get_paths()["include"]
-    command = [compiler, *_FLAGS, f"-I{include}", str(source), "-o", str(target)]
+    flags = [*_FLAGS, f"-fsanitize={sanitizers}"]
+    command = [compiler, *flags, f"-I{include}", str(source), "-o", str(target)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         return f"sanitized build failed: {' '.join(command)}\n{result.stderr}"
@@ -104,6 +117,7 @@ def sanitized_env(runtimes: list[str], module_path: Path | None = None) -> dict[
     env["LD_PRELOAD"] = " ".join(runtimes)
     env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86"
     env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1:exitcode=87"
+    env["TSAN_OPTIONS"] = "halt_on_error=1:report_signal_unsafe=0:exitcode=88"
     env["PYTHONFAULTHANDLER"] = "1"
     if module_path is not None:
         env[PATH_ENV] = str(module_path)
@@ -122,6 +136,11 @@ def _install() -> None:
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     sys.modules[MODULE] = module
+
+
+def installed() -> ModuleType:
+    """The sanitized build this process runs (after `_install`)."""
+    return sys.modules[MODULE]
 
 
 if os.environ.get(PATH_ENV) and __name__ != "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.sanitized_select import REPORT_MARKERS, build, sanitized_env
+from tests.support.sanitized_select import REPORT_MARKERS, SOURCE, build, sanitized_env
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
@@ -20,8 +20,10 @@ SUITE = [HERE / "test_select.py", HERE / "test_columns.py", HERE / "fuzz_select.
 TIMEOUT_S = 300
 
 
-def _built(out_dir: Path, source: Path | None = None) -> tuple[Path, list[str]]:
-    built = build(out_dir) if source is None else build(out_dir, source)
+def _built(
+    out_dir: Path, source: Path | None = None, sanitizers: str = "address,undefined"
+) -> tuple[Path, list[str]]:
+    built = build(out_dir, SOURCE if source is None else source, sanitizers)
     if isinstance(built, str):
         pytest.skip(built)  # no compiler or no sanitizer runtime: nothing to run under
     return built
@@ -106,3 +108,45 @@ def test_the_scanner_under_sanitizers(tmp_path: Path) -> None:
     assert not _reports(output), output[-20_000:]
     assert child.returncode == 0, output[-20_000:]
     assert " passed" in output, output[-2000:]
+
+
+_CONCURRENT = textwrap.dedent(
+    """
+    import threading
+    import tests.support.sanitized_select  # puts the sanitized build in place
+    from mfuscope.core.trace import _select
+    scanner = tests.support.sanitized_select.installed()
+    scanner.set_split_min_bytes(0)  # every array in two halves, on two threads
+    event = (
+        b'{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": 7, "ts": %d.5, '
+        b'"dur": 2, "args": {"correlation": %d}}, {"ph": "s", "cat": "ac2g", "id": %d}'
+    )
+    raw = b'{"traceEvents": [' + b", ".join(event % (i % 50, i, i, i) for i in range(3000)) + b"]}"
+    def scan():
+        for _ in range(4):
+            assert _select.select_events(raw).columns is not None
+    threads = [threading.Thread(target=scan) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("split", scanner.split_counts())
+    """
+)
+
+
+def test_concurrent_scans_under_thread_sanitizer(tmp_path: Path) -> None:
+    """Analyser threads may scan at once, each scan on two threads: no data race."""
+    module, runtimes = _built(tmp_path, sanitizers="thread")
+    child = subprocess.run(
+        [sys.executable, "-c", _CONCURRENT],
+        cwd=ROOT,
+        env=sanitized_env(runtimes, module),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert not _reports(child.stderr), child.stderr[-20_000:]
+    assert child.returncode == 0, child.stderr[-5000:]
+    assert "split (16, 0)" in child.stdout  # 16 scans, each joined from two halves
