@@ -56,6 +56,7 @@ class Group:
     name: str
     items: Sequence[Rule | Section]
     comment: str = ""
+    interval: str = ""  # the group's evaluation interval; empty: the server's global one
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -141,7 +142,10 @@ def render(header: str, groups: Sequence[Group]) -> str:
             lines.append("")
         if group.comment:
             lines += _comment(group.comment, 2)
-        lines += [f"  - name: {group.name}", "    rules:"]
+        lines.append(f"  - name: {group.name}")
+        if group.interval:
+            lines.append(f"    interval: {group.interval}")
+        lines.append("    rules:")
         for item in group.items:
             lines += _rule(item, 6) if isinstance(item, Rule) else _section(item, 6)
     return "\n".join(lines) + "\n"

@@ -45,8 +45,8 @@ class RunProfile:
     """What one side measured, and its figures.
 
     `slices` are ``(label, fraction)``: the MFU waterfall's slices when `waterfall` (FLOPs and peak
-    known), else each bucket's share of the measured step time. `kernel_classes` and
-    `kernel_families` are ``(name, mean seconds per measured step)``, averaged over ranks.
+    known), else each bucket's share of the measured step time. `kernel_classes` are ``(class,
+    mean compute seconds per measured step)``, averaged over ranks.
     `stragglers` are ``(rank, ratio to the job median)``, slowest first.
     """
 
@@ -66,7 +66,6 @@ class RunProfile:
     waterfall: bool
     slices: tuple[tuple[str, float], ...]
     kernel_classes: tuple[tuple[str, float], ...] = ()
-    kernel_families: tuple[tuple[str, float], ...] = ()
     collectives: tuple[CollectiveFigures, ...] = ()
     stragglers: tuple[tuple[int, float], ...] = ()
     named_stragglers: tuple[int, ...] = ()
@@ -116,7 +115,6 @@ class Comparison:
     headline: tuple[Row, ...]  # mean step time, MFU, HFU
     slices: tuple[Row, ...]
     kernel_classes: tuple[Row, ...]
-    kernel_families: tuple[Row, ...]  # largest growth first
     collectives: tuple[tuple[CollectiveFigures | None, CollectiveFigures | None], ...]
     stragglers: tuple[Row, ...]  # per rank: ratio to the job median
     regression: Regression | None
@@ -131,17 +129,6 @@ def _rows(
     b, c = dict(base), dict(cand)
     labels = list(b) + [label for label in c if label not in b]
     return tuple(Row(label, b.get(label), c.get(label)) for label in labels)
-
-
-def _families(
-    base: tuple[tuple[str, float], ...], cand: tuple[tuple[str, float], ...], top: int
-) -> tuple[Row, ...]:
-    """The `top` families whose time per step grew most (a family one side lacks counts 0
-    there: a kernel family that appears or vanishes is a change of what ran)."""
-    b, c = dict(base), dict(cand)
-    rows = [Row(name, b.get(name, 0.0), c.get(name, 0.0)) for name in {*b, *c}]
-    rows.sort(key=lambda r: (-(r.delta or 0.0), r.label))
-    return tuple(rows[:top])
 
 
 def regression(base: RunProfile, cand: RunProfile) -> Regression | None:
@@ -190,7 +177,7 @@ def size_warnings(base: RunProfile, cand: RunProfile) -> tuple[str, ...]:
     return tuple(out)
 
 
-def compare(base: RunProfile, cand: RunProfile, *, top_families: int = 5) -> Comparison:
+def compare(base: RunProfile, cand: RunProfile) -> Comparison:
     """Align two profiles figure by figure (`comparable` first: this assumes they are)."""
     headline = (
         Row("mean step time", base.mean_step_s, cand.mean_step_s),
@@ -212,7 +199,6 @@ def compare(base: RunProfile, cand: RunProfile, *, top_families: int = 5) -> Com
         headline=headline,
         slices=_rows(base.slices, cand.slices),
         kernel_classes=_rows(base.kernel_classes, cand.kernel_classes),
-        kernel_families=_families(base.kernel_families, cand.kernel_families, top_families),
         collectives=collectives,
         stragglers=stragglers,
         regression=regression(base, cand),
