@@ -49,11 +49,6 @@ def profile_of_content(content: ReportContent, kind: str) -> RunProfile:
     """The figures of a run loaded from traces or agent output."""
     run = content.run
     waterfall = content.waterfall
-    slices = (
-        tuple((s.label, s.fraction) for s in waterfall.slices)
-        if waterfall is not None
-        else _bucket_shares(content)
-    )
     mfu, hfu = content.overall if content.overall is not None else (None, None)
     collectives = tuple(
         CollectiveFigures(
@@ -79,11 +74,12 @@ def profile_of_content(content: ReportContent, kind: str) -> RunProfile:
         windows=content.coverage.windows,
         measured_rank_steps=content.coverage.measured,
         devices=tuple(sorted({r.device for r in run.ranks})),
+        peak_flops=tuple(sorted({r.peak_flops for r in run.ranks if r.peak_flops})),
         mean_step_s=content.mean_step_s or None,
         mfu=mfu,
         hfu=hfu,
-        waterfall=waterfall is not None,
-        slices=slices,
+        waterfall=tuple((s.label, s.fraction) for s in waterfall.slices) if waterfall else (),
+        shares=_bucket_shares(content),
         kernel_classes=_kernel_classes(content),
         collectives=collectives,
         stragglers=tuple((s.rank, s.ratio) for s in view.stragglers),
@@ -166,11 +162,15 @@ def profile_of_summary(document: Mapping[str, Any], job: str | None, source: str
             windows=int(health.get("windows_analysed_total", 0)) // per_rank,
             measured_rank_steps=None,
             devices=(),
+            # The summary gives the live ranks' sum; per rank, assuming one kind of device.
+            peak_flops=(peak / per_rank,)
+            if (peak := _number(chosen.get("peak_flops"), "peak_flops"))
+            else (),
             mean_step_s=seconds / steps if steps else None,
             mfu=_number(chosen.get("mfu"), "mfu"),
             hfu=_number(chosen.get("hfu"), "hfu"),
-            waterfall=False,
-            slices=_summary_slices(chosen),
+            waterfall=(),
+            shares=_summary_slices(chosen),
             collectives=collectives,
             stragglers=tuple(sorted(stragglers, key=lambda s: -s[1])),
             named_stragglers=tuple(rank for rank, ratio in stragglers if is_straggler(ratio)),

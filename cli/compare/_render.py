@@ -139,10 +139,9 @@ def render_text(
     out += [_line(row, _pct, _delta_points) for row in (mfu, hfu)]
     if comparison.slices:
         kind = (
-            "MFU waterfall (share of peak FLOPs lost)"
-            if base.waterfall and cand.waterfall
-            else "step buckets (share of the measured step time; waterfall slices where FLOPs "
-            "are known)"
+            "MFU waterfall (share of the peak FLOPs lost to each slice)"
+            if comparison.slices_are_waterfall
+            else "step buckets (share of the measured step time)"
         )
         out += ["", kind]
         out += [_line(row, _pct, _delta_points) for row in comparison.slices]
@@ -165,7 +164,8 @@ def render_text(
     regression = comparison.regression
     if regression is not None:
         what = "MFU" if regression.metric == "mfu" else "mean step time"
-        verdict = f"candidate {what} worse by {regression.worse_by:+.1%}"
+        change = "worse" if regression.worse_by > 0 else "better"
+        verdict = f"candidate {what} {change} by {abs(regression.worse_by):.1%}"
         if gate is not None:
             verdict += f" (limit {gate:.1%}): " + ("REGRESSION" if exceeded else "ok")
         out += ["", verdict]
@@ -202,7 +202,7 @@ def render_json(
         "candidate": asdict(comparison.candidate),
         "headline": _rows(comparison.headline),
         "slices": _rows(comparison.slices),
-        "slices_are_waterfall": comparison.baseline.waterfall and comparison.candidate.waterfall,
+        "slices_are_waterfall": comparison.slices_are_waterfall,
         "kernel_classes_s": _rows(comparison.kernel_classes),
         "collectives": [
             {

@@ -44,9 +44,11 @@ class CollectiveFigures:
 class RunProfile:
     """What one side measured, and its figures.
 
-    `slices` are ``(label, fraction)``: the MFU waterfall's slices when `waterfall` (FLOPs and peak
-    known), else each bucket's share of the measured step time. `kernel_classes` are ``(class,
-    mean compute seconds per measured step)``, averaged over ranks.
+    `waterfall` holds the MFU waterfall's slices ``(label, fraction of the peak FLOPs)`` when FLOPs
+    and peak are known (else empty); `shares` each bucket's share of the measured step time
+    (the same fractions for every slice but compute's, when the ranks' peaks are equal).
+    `kernel_classes` are ``(class, mean compute seconds per measured step)``, averaged over
+    ranks.
     `stragglers` are ``(rank, ratio to the job median)``, slowest first.
     """
 
@@ -60,11 +62,12 @@ class RunProfile:
     windows: int | None  # profiled windows (None: the input does not say)
     measured_rank_steps: int | None
     devices: tuple[str, ...]
+    peak_flops: tuple[float, ...]  # the distinct dense peaks of the ranks' devices, FLOP/s
     mean_step_s: float | None
     mfu: float | None
     hfu: float | None
-    waterfall: bool
-    slices: tuple[tuple[str, float], ...]
+    waterfall: tuple[tuple[str, float], ...]
+    shares: tuple[tuple[str, float], ...]
     kernel_classes: tuple[tuple[str, float], ...] = ()
     collectives: tuple[CollectiveFigures, ...] = ()
     stragglers: tuple[tuple[int, float], ...] = ()
@@ -113,7 +116,8 @@ class Comparison:
     baseline: RunProfile
     candidate: RunProfile
     headline: tuple[Row, ...]  # mean step time, MFU, HFU
-    slices: tuple[Row, ...]
+    slices: tuple[Row, ...]  # the waterfall's when both sides have one, else bucket shares
+    slices_are_waterfall: bool
     kernel_classes: tuple[Row, ...]
     collectives: tuple[tuple[CollectiveFigures | None, CollectiveFigures | None], ...]
     stragglers: tuple[Row, ...]  # per rank: ratio to the job median
@@ -149,6 +153,17 @@ def comparable(base: RunProfile, cand: RunProfile) -> str | None:
     return None
 
 
+def _same_peaks(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """Whether the mean peaks agree to 0.1 % (a summary gives only the ranks' sum)."""
+    x, y = sum(a) / len(a), sum(b) / len(b)
+    return abs(x - y) <= 1e-3 * max(x, y)
+
+
+def _flop_rates(peaks: tuple[float, ...]) -> str:
+    scale, unit = (1e12, "TFLOP/s") if max(peaks) >= 1e12 else (1e9, "GFLOP/s")
+    return ", ".join(f"{p / scale:.4g} {unit}" for p in peaks)
+
+
 def size_warnings(base: RunProfile, cand: RunProfile) -> tuple[str, ...]:
     """What differs in kind or size between the sides: the deltas are still shown."""
     out = []
@@ -159,16 +174,19 @@ def size_warnings(base: RunProfile, cand: RunProfile) -> tuple[str, ...]:
         )
     if base.ranks != cand.ranks:
         out.append(f"ranks measured differ: baseline {base.ranks}, candidate {cand.ranks}")
-    if base.devices != cand.devices:
+    if base.devices and cand.devices and base.devices != cand.devices:
         out.append(
             f"devices differ: baseline {', '.join(base.devices) or '?'}, "
             f"candidate {', '.join(cand.devices) or '?'}"
         )
+    if base.peak_flops and cand.peak_flops and not _same_peaks(base.peak_flops, cand.peak_flops):
+        out.append(
+            f"peaks differ: baseline {_flop_rates(base.peak_flops)}, candidate "
+            f"{_flop_rates(cand.peak_flops)} (each side's MFU is against its own peak)"
+        )
     if (base.mfu is None) != (cand.mfu is None):
         known = "baseline" if base.mfu is not None else "candidate"
         out.append(f"only the {known} has MFU (FLOPs and a peak): the gate uses mean step time")
-    if base.waterfall != cand.waterfall:
-        out.append("one side has an MFU waterfall, the other bucket shares: slices partly differ")
     if base.kind != cand.kind:
         out.append(
             f"the sides are different inputs ({base.kind} vs {cand.kind}): a collector summary "
@@ -193,11 +211,15 @@ def compare(base: RunProfile, cand: RunProfile) -> Comparison:
     ratio_c = {str(rank): ratio for rank, ratio in cand.stragglers}
     ranks = sorted({*ratio_b, *ratio_c}, key=int)
     stragglers = tuple(Row(f"rank {r}", ratio_b.get(r), ratio_c.get(r)) for r in ranks)
+    waterfall = bool(base.waterfall and cand.waterfall)
     return Comparison(
         baseline=base,
         candidate=cand,
         headline=headline,
-        slices=_rows(base.slices, cand.slices),
+        slices=_rows(base.waterfall, cand.waterfall)
+        if waterfall
+        else _rows(base.shares, cand.shares),
+        slices_are_waterfall=waterfall,
         kernel_classes=_rows(base.kernel_classes, cand.kernel_classes),
         collectives=collectives,
         stragglers=stragglers,

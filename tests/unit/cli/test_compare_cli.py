@@ -73,7 +73,7 @@ def test_a_slowed_copy_fails_the_gate(tmp_path: Path, capsys: pytest.CaptureFixt
     slow = _slowed_copy(GLOO, tmp_path / "slow", 1.25)
     code, out, err = _compare([str(GLOO), str(slow), "--max-regression", "10"], capsys)
     assert code == 3, err
-    assert "candidate mean step time worse by +25.0% (limit 10.0%): REGRESSION" in out
+    assert "candidate mean step time worse by 25.0% (limit 10.0%): REGRESSION" in out
     code, _, _ = _compare([str(GLOO), str(slow), "--max-regression", "30"], capsys)
     assert code == 0
     # Faster is never a regression.
@@ -132,7 +132,7 @@ def _step(step: int, rank: int, slow: float) -> StepReport:
     )
 
 
-def _batches(slow: float, world_size: int = 2) -> list[ReportBatch]:
+def _batches(slow: float, world_size: int = 2, peak: float = 1e11) -> list[ReportBatch]:
     return [
         ReportBatch(
             job="synthetic",
@@ -140,7 +140,7 @@ def _batches(slow: float, world_size: int = 2) -> list[ReportBatch]:
             world_size=world_size,
             host="node-0",
             device="cpu",
-            peak_flops=1e11,
+            peak_flops=peak,
             peak_source="measured",
             sent_unix_ns=first,
             reports=tuple(_step(s, rank, slow) for s in range(first, first + 4)),
@@ -198,12 +198,18 @@ def test_collector_summaries(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "different inputs (collector summary vs agent output)" in err
 
 
-def test_different_world_sizes_warn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_different_world_sizes_and_peaks_warn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base = _agent_output(tmp_path / "base", _batches(1.0))
     wide = _agent_output(tmp_path / "wide", _batches(1.0, world_size=4))
     code, _, err = _compare([str(base), str(wide)], capsys)
     assert code == 0
     assert "warning: world sizes differ: baseline 2, candidate 4" in err
+    faster = _agent_output(tmp_path / "faster", _batches(1.0, peak=2e11))
+    code, _, err = _compare([str(base), str(faster)], capsys)
+    assert code == 0
+    assert "peaks differ: baseline 100 GFLOP/s, candidate 200 GFLOP/s" in err
 
 
 def test_bad_input_is_one_line_and_exit_2(
