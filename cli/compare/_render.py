@@ -40,6 +40,8 @@ def measured_line(profile: RunProfile) -> str:
         parts.append("MFU and buckets of its latest window")
     if profile.devices:
         parts.append("device " + ", ".join(profile.devices))
+    if profile.run_key:
+        parts.append(f"run key {profile.run_key}")
     return "; ".join(parts)
 
 

@@ -72,6 +72,7 @@ class RunProfile:
     collectives: tuple[CollectiveFigures, ...] = ()
     stragglers: tuple[tuple[int, float], ...] = ()
     named_stragglers: tuple[int, ...] = ()
+    run_key: str = ""  # which runs are the same workload (docs/compare.md); "": not known
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,11 @@ def _flop_rates(peaks: tuple[float, ...]) -> str:
 def size_warnings(base: RunProfile, cand: RunProfile) -> tuple[str, ...]:
     """What differs in kind or size between the sides: the deltas are still shown."""
     out = []
+    if base.run_key and cand.run_key and base.run_key != cand.run_key:
+        out.append(
+            f"run keys differ: baseline {base.run_key}, candidate {cand.run_key} (another model "
+            "FLOPs count, world size, layout, device or dtype, or a user's key)"
+        )
     if base.world_size != cand.world_size:
         out.append(
             f"world sizes differ: baseline {base.world_size}, candidate {cand.world_size} "

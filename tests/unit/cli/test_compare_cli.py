@@ -127,12 +127,25 @@ def _step(step: int, rank: int, slow: float) -> StepReport:
             ComponentShare("exposed_comm", wall - compute, axis="dp", tier="intra_node"),
         ),
         breakdown_step=step,
-        collectives=(CollectiveSample("all_reduce", "dp", "intra_node", 2, 1 << 20, 2, 1e-3, 0.0),),
+        collectives=(
+            CollectiveSample(
+                op="all_reduce",
+                axis="dp",
+                tier="intra_node",
+                group_size=2,
+                bytes=1 << 20,
+                count=2,
+                seconds=1e-3,
+                overlapped_s=0.0,
+            ),
+        ),
         compute_classes=(ClassShare("gemm", compute),),
     )
 
 
-def _batches(slow: float, world_size: int = 2, peak: float = 1e11) -> list[ReportBatch]:
+def _batches(
+    slow: float, world_size: int = 2, peak: float = 1e11, run_key: str = "fp-1"
+) -> list[ReportBatch]:
     return [
         ReportBatch(
             job="synthetic",
@@ -144,6 +157,7 @@ def _batches(slow: float, world_size: int = 2, peak: float = 1e11) -> list[Repor
             peak_source="measured",
             sent_unix_ns=first,
             reports=tuple(_step(s, rank, slow) for s in range(first, first + 4)),
+            run_key=run_key,
         )
         for rank in range(2)
         for first in (0, 4)
@@ -202,10 +216,12 @@ def test_different_world_sizes_and_peaks_warn(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = _agent_output(tmp_path / "base", _batches(1.0))
-    wide = _agent_output(tmp_path / "wide", _batches(1.0, world_size=4))
-    code, _, err = _compare([str(base), str(wide)], capsys)
+    wide = _agent_output(tmp_path / "wide", _batches(1.0, world_size=4, run_key="fp-4"))
+    code, out, err = _compare([str(base), str(wide)], capsys)
     assert code == 0
     assert "warning: world sizes differ: baseline 2, candidate 4" in err
+    assert "warning: run keys differ: baseline fp-1, candidate fp-4" in err
+    assert "; run key fp-4" in out
     faster = _agent_output(tmp_path / "faster", _batches(1.0, peak=2e11))
     code, _, err = _compare([str(base), str(faster)], capsys)
     assert code == 0
