@@ -56,7 +56,6 @@ class Group:
     name: str
     items: Sequence[Rule | Section]
     comment: str = ""
-    interval: str = ""  # the group's evaluation interval; empty: the server's global one
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -142,10 +141,7 @@ def render(header: str, groups: Sequence[Group]) -> str:
             lines.append("")
         if group.comment:
             lines += _comment(group.comment, 2)
-        lines.append(f"  - name: {group.name}")
-        if group.interval:
-            lines.append(f"    interval: {group.interval}")
-        lines.append("    rules:")
+        lines += [f"  - name: {group.name}", "    rules:"]
         for item in group.items:
             lines += _rule(item, 6) if isinstance(item, Rule) else _section(item, 6)
     return "\n".join(lines) + "\n"
