@@ -45,6 +45,18 @@ def _kernel_classes(content: ReportContent) -> tuple[tuple[str, float], ...]:
     )
 
 
+def _kernel_families(content: ReportContent) -> tuple[tuple[str, float], ...]:
+    """Each family's kernel seconds per step, averaged over the ranks that have families."""
+    ranks = [r.kernel_families for r in content.run.ranks if r.kernel_families]
+    if not ranks:
+        return ()
+    sums: dict[str, float] = {}
+    for families in ranks:
+        for family, seconds in families:
+            sums[family] = sums.get(family, 0.0) + seconds
+    return tuple(sorted(((f, s / len(ranks)) for f, s in sums.items()), key=lambda fs: -fs[1]))
+
+
 def profile_of_content(content: ReportContent, kind: str) -> RunProfile:
     """The figures of a run loaded from traces or agent output."""
     run = content.run
@@ -81,6 +93,7 @@ def profile_of_content(content: ReportContent, kind: str) -> RunProfile:
         waterfall=tuple((s.label, s.fraction) for s in waterfall.slices) if waterfall else (),
         shares=_bucket_shares(content),
         kernel_classes=_kernel_classes(content),
+        kernel_families=_kernel_families(content),
         collectives=collectives,
         stragglers=tuple((s.rank, s.ratio) for s in view.stragglers),
         named_stragglers=tuple(s.rank for s in view.named),

@@ -150,6 +150,9 @@ def render_text(
     if comparison.kernel_classes:
         out += ["", "compute by kernel class (per measured step, mean over ranks)"]
         out += [_line(row, _ms, _delta_ms) for row in comparison.kernel_classes]
+    if comparison.kernel_families:
+        out += ["", "kernel families that grew most (kernel time per step, mean over ranks)"]
+        out += [_line(row, _ms, _delta_ms) for row in comparison.kernel_families]
     if comparison.collectives:
         out += ["", "collectives (per measured rank-step; busbw over calls of known size)"]
         for pair in comparison.collectives:
@@ -206,6 +209,7 @@ def render_json(
         "slices": _rows(comparison.slices),
         "slices_are_waterfall": comparison.slices_are_waterfall,
         "kernel_classes_s": _rows(comparison.kernel_classes),
+        "kernel_families_grown_s": _rows(comparison.kernel_families),
         "collectives": [
             {
                 "baseline": None if b is None else asdict(b),

@@ -47,8 +47,8 @@ class RunProfile:
     `waterfall` holds the MFU waterfall's slices ``(label, fraction of the peak FLOPs)`` when FLOPs
     and peak are known (else empty); `shares` each bucket's share of the measured step time
     (the same fractions for every slice but compute's, when the ranks' peaks are equal).
-    `kernel_classes` are ``(class, mean compute seconds per measured step)``, averaged over
-    ranks.
+    `kernel_classes` are ``(class, mean compute seconds per measured step)``, `kernel_families`
+    ``(family, mean kernel seconds per step)`` (traces only), both averaged over ranks.
     `stragglers` are ``(rank, ratio to the job median)``, slowest first.
     """
 
@@ -69,6 +69,7 @@ class RunProfile:
     waterfall: tuple[tuple[str, float], ...]
     shares: tuple[tuple[str, float], ...]
     kernel_classes: tuple[tuple[str, float], ...] = ()
+    kernel_families: tuple[tuple[str, float], ...] = ()
     collectives: tuple[CollectiveFigures, ...] = ()
     stragglers: tuple[tuple[int, float], ...] = ()
     named_stragglers: tuple[int, ...] = ()
@@ -120,6 +121,7 @@ class Comparison:
     slices: tuple[Row, ...]  # the waterfall's when both sides have one, else bucket shares
     slices_are_waterfall: bool
     kernel_classes: tuple[Row, ...]
+    kernel_families: tuple[Row, ...]  # the families that grew most, largest growth first
     collectives: tuple[tuple[CollectiveFigures | None, CollectiveFigures | None], ...]
     stragglers: tuple[Row, ...]  # per rank: ratio to the job median
     regression: Regression | None
@@ -134,6 +136,19 @@ def _rows(
     b, c = dict(base), dict(cand)
     labels = list(b) + [label for label in c if label not in b]
     return tuple(Row(label, b.get(label), c.get(label)) for label in labels)
+
+
+def _grown(
+    base: tuple[tuple[str, float], ...], cand: tuple[tuple[str, float], ...], top: int
+) -> tuple[Row, ...]:
+    """The `top` families whose time per step grew most, when both sides have families; a
+    family one side lacks counts 0 there (a kernel that appears or vanishes is a change)."""
+    if not base or not cand:
+        return ()
+    b, c = dict(base), dict(cand)
+    rows = [Row(name, b.get(name, 0.0), c.get(name, 0.0)) for name in {*b, *c}]
+    rows.sort(key=lambda r: (-(r.delta or 0.0), r.label))
+    return tuple(r for r in rows[:top] if (r.delta or 0.0) > 0)
 
 
 def regression(base: RunProfile, cand: RunProfile) -> Regression | None:
@@ -201,7 +216,7 @@ def size_warnings(base: RunProfile, cand: RunProfile) -> tuple[str, ...]:
     return tuple(out)
 
 
-def compare(base: RunProfile, cand: RunProfile) -> Comparison:
+def compare(base: RunProfile, cand: RunProfile, *, top_families: int = 5) -> Comparison:
     """Align two profiles figure by figure (`comparable` first: this assumes they are)."""
     headline = (
         Row("mean step time", base.mean_step_s, cand.mean_step_s),
@@ -227,6 +242,7 @@ def compare(base: RunProfile, cand: RunProfile) -> Comparison:
         else _rows(base.shares, cand.shares),
         slices_are_waterfall=waterfall,
         kernel_classes=_rows(base.kernel_classes, cand.kernel_classes),
+        kernel_families=_grown(base.kernel_families, cand.kernel_families, top_families),
         collectives=collectives,
         stragglers=stragglers,
         regression=regression(base, cand),

@@ -45,6 +45,8 @@ class RankRun:
     # `DEFAULT_WINDOW_STEPS`: the window its straggler ratio is measured over (core.stragglers).
     recent: tuple[StepReport, ...] = ()
     run_key: str = ""  # the rank's latest run key (docs/compare.md); "": none sent
+    # (kernel family, mean kernel seconds per step) from traces (largest first); agents send none.
+    kernel_families: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

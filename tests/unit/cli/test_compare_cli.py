@@ -109,6 +109,24 @@ def test_real_a100_trace_against_itself(capsys: pytest.CaptureFixture[str]) -> N
         "other",
     }
     assert all(r["delta"] == 0 for r in doc["slices"] + doc["kernel_classes_s"])
+    assert doc["kernel_families_grown_s"] == []  # nothing grew
+
+
+def test_kernel_families_that_grew_most(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = require(A100_TRACE)
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / trace.name).symlink_to(trace)
+    slow = _slowed_copy(tmp_path / "base", tmp_path / "slow", 1.25)
+    code, doc = _json([str(tmp_path / "base"), str(slow), "--max-regression", "10"], capsys)
+    assert code == 3
+    grown = doc["kernel_families_grown_s"]
+    # Every kernel lasts 1.25 times as long: the largest family grew most, each by 25 %.
+    assert grown[0]["label"] == "elementwise / norm / reduction / data movement"
+    assert [r["label"] for r in grown[:2]] == [
+        "elementwise / norm / reduction / data movement",
+        "GEMM / matmul",
+    ]
+    assert all(r["relative"] == pytest.approx(0.25, rel=1e-3) for r in grown)  # µs rounding
 
 
 def _step(step: int, rank: int, slow: float) -> StepReport:
