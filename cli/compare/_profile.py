@@ -14,8 +14,8 @@ from typing import Any
 from mfuscope.cli.report.writer import ReportContent
 from mfuscope.core.errors import ReportInputError
 from mfuscope.core.run_summary.breakdowns import segment_label
+from mfuscope.core.run_summary.collective_totals import collective_totals
 from mfuscope.core.run_summary.comparison import CollectiveFigures, RunProfile
-from mfuscope.core.run_summary.tier_bandwidth import collective_totals
 from mfuscope.core.stragglers import is_straggler
 from mfuscope.core.vocabulary import COMPONENTS
 
