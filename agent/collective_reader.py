@@ -54,6 +54,8 @@ __all__ = ["CollectiveReader", "build_collective_reader"]
 MIN_INTERVAL_S = 0.05
 # Dump again before this share of the ring can have been replaced.
 RING_SHARE = 0.25
+# The pause of a paused reader's task (`resume` wakes it sooner).
+_PAUSED_S = 3600.0
 # Entries accounted between two offers of the GIL to the training thread.
 ACCOUNT_CHUNK = 256
 
@@ -95,6 +97,7 @@ class CollectiveReader:
         self._cursors: dict[str, int] = {}  # sink -> arrival samples it has had
         self._lost = 0
         self._paused = False
+        self._missed = False  # a read came due while paused
         self._closed = False
         self._periodic: Periodic | None = None
         self._task: Task | None = None
@@ -154,7 +157,11 @@ class CollectiveReader:
         self._paused = True
 
     def resume(self) -> None:
+        """Read again; at once if a read came due while paused."""
         self._paused = False
+        if self._missed and self._periodic is not None and self._task is not None:
+            self._missed = False
+            self._periodic.wake(self._task)
         self._closed = False
 
     def close(self, timeout_s: float = 1.0) -> None:
@@ -177,8 +184,11 @@ class CollectiveReader:
     # --- reading (periodic thread; at close the closing thread) -------------------------------
 
     def tick(self) -> float:
-        """Read (unless paused); the pause before the next read (s)."""
-        return self._interval_s if self._paused else self._read_guarded()
+        """Read (unless paused: then at `resume`); the pause before the next read (s)."""
+        if self._paused:
+            self._missed = True
+            return _PAUSED_S
+        return self._read_guarded()
 
     def _read_guarded(self) -> float:
         """Read once; the pause before the next read (s), from the rate at which entries came
