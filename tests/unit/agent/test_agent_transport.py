@@ -452,6 +452,22 @@ def test_http_sink_timeout_is_a_deadline_for_the_whole_exchange() -> None:
         trickling.close()
 
 
+def test_http_sink_sends_without_a_thread_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the agent's thread budget: the deadline is kept by the socket, not a timer thread per send
+    trickling = TricklingCollector()
+    try:
+
+        def no_thread(self: threading.Thread) -> None:
+            raise AssertionError(f"a send started a thread: {self.name}")
+
+        monkeypatch.setattr(threading.Thread, "start", no_thread)
+        with pytest.raises(SendError):
+            HttpSink(trickling.url).send(_batch([1]), 0.2)
+    finally:
+        monkeypatch.undo()
+        trickling.close()
+
+
 @pytest.mark.parametrize(
     ("header", "expected"),
     [("7", 7.0), ("0", 0.0), (None, None), ("soon", None), ("99999999999999999", 1e9)],
