@@ -11,6 +11,10 @@ and the collectives seen in it (see docs/definitions.md). They become:
   only on that step's report so collector counters never count a collective twice;
 - the compute bucket split by kernel class (when the engine split it), scaled like the
   components: the live f_elementwise slice of the MFU waterfall.
+
+A profiled step's own report is its own decomposition in seconds as measured (`measured_s`, its
+window on the trace); what its measured period holds beyond that is the profiler's own cost on the
+training thread, the `instrumentation` component (docs/definitions.md#instrumentation).
 """
 
 from __future__ import annotations
@@ -263,9 +267,23 @@ def make_report(
     recompute_flops: float,
     breakdown: Breakdown | None,
     collectives: tuple[CollectiveSample, ...] = (),
+    measured_s: float | None = None,
 ) -> StepReport:
-    """One schema step report; components are `breakdown` scaled to `wall_s` (empty if None)."""
-    components = () if breakdown is None else components_for(breakdown, wall_s)
+    """One schema step report; components are `breakdown` scaled to `wall_s` (empty if None).
+
+    `measured_s`: the step's profiled window on the trace (s), when `breakdown` is its own: the
+    breakdown is scaled to it and the rest of `wall_s` is `instrumentation`.
+    """
+    if breakdown is None:
+        components: tuple[ComponentShare, ...] = ()
+    elif measured_s is not None and 0 < measured_s < wall_s:
+        components = (
+            *components_for(breakdown, measured_s),
+            ComponentShare(component="instrumentation", seconds=wall_s - measured_s),
+        )
+    else:
+        components = components_for(breakdown, wall_s)
+    measured = wall_s if measured_s is None or not 0 < measured_s < wall_s else measured_s
     return StepReport(
         step=step,
         start_unix_ns=start_unix_ns,
@@ -273,12 +291,12 @@ def make_report(
         model_flops=model_flops,
         recompute_flops=recompute_flops,
         components=components,
-        overlapped_comm_s=0.0 if breakdown is None else breakdown.overlapped_fraction * wall_s,
+        overlapped_comm_s=0.0 if breakdown is None else breakdown.overlapped_fraction * measured,
         breakdown_step=None if breakdown is None else breakdown.step,
         collectives=collectives,
         compute_classes=()
         if breakdown is None or wall_s <= 0
-        else tuple(ClassShare(name, f * wall_s) for name, f in breakdown.class_fractions),
+        else tuple(ClassShare(name, f * measured) for name, f in breakdown.class_fractions),
     )
 
 

@@ -98,7 +98,7 @@ mfuscope_rerun_steps_total{job="train"} 0.0
 # HELP mfuscope_job_restarts_total new launches of the job (agent incarnations) after the first one seen
 # TYPE mfuscope_job_restarts_total counter
 mfuscope_job_restarts_total{job="train"} 0.0
-# HELP mfuscope_step_component_seconds_total step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, bubble_idle); axis and tier set on exposed_comm, axis pp on bubble_pipeline, seconds
+# HELP mfuscope_step_component_seconds_total step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, bubble_idle, instrumentation); axis and tier set on exposed_comm, axis pp on bubble_pipeline, seconds
 # TYPE mfuscope_step_component_seconds_total counter
 mfuscope_step_component_seconds_total{axis="",component="compute",job="train",tier=""} 2.125
 mfuscope_step_component_seconds_total{axis="dp",component="exposed_comm",job="train",tier="intra_node"} 1.375
