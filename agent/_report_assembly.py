@@ -29,6 +29,7 @@ from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topo
 from mfuscope.core.step_report import (
     Breakdown,
     breakdown_from_steps,
+    carried_breakdown,
     collective_samples,
     make_report,
 )
@@ -125,7 +126,7 @@ class ReportAssembler:
             if not steps:
                 return []
         window = (
-            breakdown_from_steps(result.decompositions, max(result.steps))
+            carried_breakdown(result.decompositions, max(result.steps))
             if result.decompositions
             else None
         )

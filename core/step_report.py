@@ -34,6 +34,7 @@ __all__ = [
     "ExposedCommLike",
     "Share",
     "breakdown_from_steps",
+    "carried_breakdown",
     "collective_samples",
     "components_for",
     "make_report",
@@ -195,6 +196,20 @@ def breakdown_from_steps(
         overlapped_fraction=overlapped,
         class_fractions=classes,
     )
+
+
+def carried_breakdown(steps: Sequence[DecompositionLike], breakdown_step: int) -> Breakdown | None:
+    """The breakdown the steps after a window carry (docs/definitions.md#carried-breakdowns):
+    `breakdown_from_steps` over the window's steps but its first, when it has several.
+
+    The first step of a window is the one the profiler starts in, on every rank at once but not
+    equally fast: its collectives wait for the slowest rank's start (on a 2-rank gloo job, up to
+    half a second against a ~20 ms step) and that wait, real on that step, says nothing of the
+    steps after it. Weighted by time as it is, it swamped the window (measured:
+    benchmarks/ground_truth.py, docs/agent.md).
+    """
+    ordered = sorted(steps, key=lambda s: s.step)
+    return breakdown_from_steps(ordered[1:] if len(ordered) > 1 else ordered, breakdown_step)
 
 
 def components_for(breakdown: Breakdown, wall_s: float) -> tuple[ComponentShare, ...]:

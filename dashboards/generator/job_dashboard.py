@@ -19,7 +19,7 @@ from _common import (
     table_panel,
     timeseries_panel,
 )
-from breakdown_age import breakdown_age_panel
+from breakdown_age import breakdown_age_panel, breakdown_spread_panel
 from fleet_dashboard import EXPOSED_BANDS, MFU_BANDS, MFU_MEANING, REGRESSION_BANDS
 from hangs_row import hangs_row
 from hardware_rows import hardware_rows
@@ -264,9 +264,10 @@ def _decomposition_row() -> Row:
             breakdown_age_panel(
                 "the split of every step into buckets (decomposition, waterfall slices, kernel "
                 "classes)",
-                width=12,
+                width=6,
                 height=8,
             ),
+            breakdown_spread_panel(width=6, height=8),
         ],
     )
 

@@ -62,9 +62,10 @@ def test_window_steps_wait_for_their_result_then_carry_their_own_breakdown() -> 
     assert released[0].breakdown_step == 2 and len(released[0].collectives) == 1
     assert released[1].collectives == ()
     later = assembler.step_finished(_timed(4), hold=False)[0]
-    # later steps carry the window's average (compute 1.6 of 2 s), named after its last step
+    # later steps carry the window's steps but its first, the profiler's start (step 3: all
+    # compute), named after its last step
     assert later.breakdown_step == 3 and later.collectives == ()
-    assert _seconds(later.components)["compute"] == pytest.approx(1.6)
+    assert _seconds(later.components) == pytest.approx({"compute": 2.0})
 
 
 def test_a_failed_window_releases_its_steps_with_the_previous_breakdown() -> None:

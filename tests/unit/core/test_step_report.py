@@ -15,6 +15,7 @@ from mfuscope.core.schema import (
 )
 from mfuscope.core.step_report import (
     breakdown_from_steps,
+    carried_breakdown,
     collective_samples,
     components_for,
     make_report,
@@ -97,6 +98,16 @@ def test_a_profiled_step_keeps_its_measured_seconds_and_the_rest_is_instrumentat
     else:  # a trace window longer than the period (clock skew): scaled to the period, as before
         assert ("instrumentation", "") not in seconds
         assert seconds[("compute", "")] == pytest.approx(0.6 * wall_s)
+
+
+def test_the_carried_breakdown_leaves_out_the_window_step_the_profiler_starts_in() -> None:
+    # step 7: waits half a second for a peer's profiler start; steps 8, 9: ordinary
+    started = _step(7, exposed=0.5, compute_s=0.01)
+    steps = [_step(9, exposed=0.1), started, _step(8, exposed=0.3)]
+    carried = carried_breakdown(steps, 9)
+    assert carried == breakdown_from_steps([steps[0], steps[2]], 9)
+    assert carried_breakdown([started], 7) == breakdown_from_steps([started], 7)  # all there is
+    assert carried_breakdown([], 7) is None
 
 
 def test_unattributed_exposed_time_keeps_an_unknown_axis() -> None:

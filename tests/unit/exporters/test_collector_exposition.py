@@ -168,6 +168,8 @@ mfuscope_last_report_age_seconds{job="train"} 3.0
 # HELP mfuscope_breakdown_age_seconds seconds since the collector received the newest profiled window of any live rank: the age of the step breakdown and of the collective figures that come only from windows (absent before the first window)
 # TYPE mfuscope_breakdown_age_seconds gauge
 mfuscope_breakdown_age_seconds{job="train"} 3.0
+# HELP mfuscope_breakdown_spread_ratio how far a carried breakdown can be off: the largest spread (max - min) of exposed communication's share of the step between the latest profiled windows of any live rank (absent before a rank has two windows)
+# TYPE mfuscope_breakdown_spread_ratio gauge
 # HELP mfuscope_ranks live ranks reporting to this collector
 # TYPE mfuscope_ranks gauge
 mfuscope_ranks{job="train"} 2.0
