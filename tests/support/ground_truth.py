@@ -4,10 +4,10 @@ communication with the time the script itself spent in the all_reduce.
 Shares are in points (percent of a step): for a step report, its `exposed_comm` seconds and the
 script's all_reduce seconds (from the call until its work completed), both over the report's
 `wall_s`; for a decomposed trace step, both over the step's window on the trace. Compute and idle
-are not compared: the Python between the ops (the loop, `dist.all_reduce`'s wrapper, `time.sleep`'s
-call) is idle by definition (docs/definitions.md#step-buckets) while the script's own timers count
-it in their phase; so is a woken caller's wait for a CPU after its work completed, with nothing in
-flight (the job notes it apart).
+are not compared: the Python between the ops (the loop, the calls into the allreduce and
+`time.sleep`) is idle by definition (docs/definitions.md#step-buckets) while the script's own
+timers count it in their phase; so is a woken caller's wait for a CPU after its work completed,
+with nothing in flight (the job notes it apart).
 """
 
 from __future__ import annotations
@@ -43,9 +43,15 @@ class Run:
         return {r.step: r for line in lines for r in batch_from_json(line).reports}
 
     def comm_s(self, rank: int) -> dict[int, float]:
-        """The script's own seconds in the all_reduce until its work completed, per step."""
+        """The script's own seconds in the all_reduce until its work completed, per step whose
+        completion time the script knows (`ground_truth_job.py`)."""
         rows = json.loads(Path(self.truth.replace("{rank}", str(rank))).read_text())["steps"]
-        return {int(step): comm for step, _compute, comm, _wake, _sleep in rows}
+        return {int(row[0]): row[2] for row in rows if not row[5]}
+
+    def unknown_steps(self, rank: int) -> list[int]:
+        """The steps whose completion time the script does not know."""
+        rows = json.loads(Path(self.truth.replace("{rank}", str(rank))).read_text())["steps"]
+        return [int(row[0]) for row in rows if row[5]]
 
     def trace_files(self, rank: int) -> list[Path]:
         return sorted(self.traces.glob(f"mfuscope-rank{rank}-*"))

@@ -20,7 +20,10 @@ Each step, inside `agent.step()`, and each phase timed with `time.perf_counter`:
   from step to step with the ranks' relative speed (between ~5 % and ~35 % of its step on a
   loaded 2-core machine), which is what makes a sampled breakdown hard to carry.
 
-Each rank writes ``{"steps": [[step, compute_s, comm_s, wake_s, sleep_s], ...]}`` to `--truth`
+Each rank writes ``{"steps": [[step, compute_s, comm_s, wake_s, sleep_s, unknown], ...]}`` to
+`--truth`, `unknown` 1.0 on a step where the thread stalled around the call, so that its
+completion time, and so `comm_s` and `wake_s`, are not known (see `PROMPT_S` and the comment where
+it is used: under load the thread can wait milliseconds for the GIL or a CPU there)
 (``{rank}`` replaced). The agent runs with its ordinary options plus `--option NAME=VALUE`.
 """
 
@@ -38,6 +41,8 @@ SIZE = 256
 MATMULS = 12
 COMM_ELEMENTS = (1 << 20) // 4  # 1 MiB of float32
 SLEEP_S = {0: 0.004, 1: 0.002}
+# A call into the collective, or the few lines to its wait, that took longer than this stalled.
+PROMPT_S = 0.0005
 
 
 def main() -> None:
@@ -60,6 +65,12 @@ def main() -> None:
     sleep_s = SLEEP_S[rank]
     rows: list[list[float]] = []
     completed: list[float] = []
+
+    def note_completion(_: object) -> None:
+        completed.append(time.perf_counter())
+
+    world = dist.group.WORLD
+    assert world is not None
     for step in range(args.steps):
         with agent.step():
             t0 = time.perf_counter()
@@ -67,16 +78,26 @@ def main() -> None:
             for _ in range(MATMULS):
                 x = torch.tanh(x @ weight)
             t1 = time.perf_counter()
-            # dist.all_reduce(buffer), with the moment its work completes noted on the worker
-            work = dist.all_reduce(buffer, async_op=True)
-            assert work is not None
-            work.get_future().add_done_callback(lambda _: completed.append(time.perf_counter()))
+            # dist.all_reduce(buffer) on the group itself (no Python wrapper before the enqueue),
+            # with the moment its work completes noted on the worker
+            work = world.allreduce([buffer])
+            returned = time.perf_counter()
+            finished_first = work.is_completed()
+            work.get_future().add_done_callback(note_completion)
+            waiting = time.perf_counter()
             work.wait()
             t2 = time.perf_counter()
             time.sleep(sleep_s)
             t3 = time.perf_counter()
         done = min(completed.pop(), t2)
-        rows.append([step, t1 - t0, done - t1, t2 - done, t3 - t2])
+        # The completion time is known when this thread ran promptly around the call. Not when
+        # the call returned late (it waited for a CPU, or for the GIL after its enqueue), nor when
+        # the work was complete before the callback was set (the callback then notes the
+        # registration), nor when the thread stalled holding the GIL before `wait` (the
+        # callback, which needs the GIL, then runs late): under load each of these took
+        # milliseconds, time the script would count as communication with nothing in flight.
+        unknown = finished_first or returned - t1 > PROMPT_S or waiting - returned > PROMPT_S
+        rows.append([step, t1 - t0, done - t1, t2 - done, t3 - t2, float(unknown)])
     agent.close(60.0)
     with open(args.truth.replace("{rank}", str(rank)), "w") as handle:
         json.dump({"steps": rows}, handle)
