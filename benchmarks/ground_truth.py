@@ -64,6 +64,7 @@ def main() -> None:
         "carried per step: before, after | carried by time: before, after | spread"
     )
     after_abs: list[float] = []
+    equal_abs: list[float] = []
     before_abs: list[float] = []
     for n in range(args.runs):
         with tempfile.TemporaryDirectory() as workdir:
@@ -73,6 +74,8 @@ def main() -> None:
             for rank in (0, 1):
                 after = ground_truth.report_errors(run, rank)
                 before = ground_truth.report_errors_with(run, rank, ground_truth.all_steps_share)
+                equal = ground_truth.report_errors_with(run, rank, ground_truth.per_step_share)
+                equal_abs.append(abs(equal.carried_time_weighted))
                 coverage = rank_coverage(rank, list(run.reports(rank).values()))
                 spread = coverage.exposed_spread
                 after_abs.append(abs(after.carried_time_weighted))
@@ -87,7 +90,8 @@ def main() -> None:
     before_mean, after_mean = statistics.fmean(before_abs), statistics.fmean(after_abs)
     print(
         f"carried by time, mean |error| over runs and ranks: before {before_mean:.1f}, after "
-        f"{after_mean:.1f} points (after/before {after_mean / max(before_mean, 1e-9):.2f})"
+        f"{after_mean:.1f} points (after/before {after_mean / max(before_mean, 1e-9):.2f}); "
+        f"every window step weighing the same: {statistics.fmean(equal_abs):.1f}"
     )
 
 

@@ -162,6 +162,12 @@ def all_steps_share(parts: Sequence[tuple[float, float]]) -> float | None:
     return math.fsum(e for e, _ in parts) / measured if measured > 0 else None
 
 
+def per_step_share(parts: Sequence[tuple[float, float]]) -> float | None:
+    """Another rule: the mean of the window's steps' own shares, every step weighing the same."""
+    shares = [e / m for e, m in parts if m > 0]
+    return statistics.fmean(shares) if shares else None
+
+
 def report_errors_with(
     run_: Run, rank: int, carry: Callable[[Sequence[tuple[float, float]]], float | None]
 ) -> Errors:
