@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mfuscope.agent._announce import window_logger
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._hw_readers import nic_ids
+from mfuscope.agent._periodic import Periodic
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._window_coordinator import WindowCoordinator
@@ -78,11 +79,13 @@ class Runtime:
     device_name: str
     peak_flops: float | None
     peak_source: str
+    dtype: str
     timer: StepTimer | None  # device timer (GPU); on CPU the recorder's host clock
     recorder: StepRecorder
     flops: FlopsTracker
     windows: WindowCoordinator
     analyser: WindowAnalyser
+    periodic: Periodic  # the agent's periodic thread: reports, collectives, counters, agreement
     unwrap_checkpoint: Callable[[], None]
     hardware: HardwareSampler | None = None
     collectives: CollectiveReader | None = None
@@ -140,6 +143,8 @@ class Runtime:
             peak_source=self.peak_source,
             topology=self.schema_topology,
             incarnation=self.topology.incarnation,
+            dtype=self.dtype,
+            run_key=self.config.run_key or "",
         )
 
     def shutdown(self) -> None:
@@ -156,6 +161,7 @@ class Runtime:
         if self.collectives is not None:
             with contextlib.suppress(Exception):
                 self.collectives.close(0.5)
+        self.periodic.stop(1.0)
 
 
 def _for_sink(
@@ -294,10 +300,15 @@ def _mig_enabled(device: _Device) -> bool:
     return runs_in_mig_mode(getattr(device.facts, "gpus", ()) or (), device.gpu)
 
 
+def _dtype(config: AgentConfig, device: _Device) -> str:
+    """The training dtype: the user's, else bf16 on a GPU and fp32 on a CPU."""
+    return config.dtype or ("bf16" if device.use_cuda else "fp32")
+
+
 def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[float | None, str]:
     from mfuscope.core.hardware import resolve_peak
 
-    dtype = config.dtype or ("bf16" if device.use_cuda else "fp32")
+    dtype = _dtype(config, device)
     lookup = resolve_peak(device.name, dtype, config.peak_flops, mig=_mig_enabled(device))
     if lookup.peak_flops is not None:
         return lookup.peak_flops, lookup.source
@@ -379,10 +390,11 @@ def _window_schedule(
     topology: RankTopology,
     own: tuple[bool, int, int, int, float, int, float],
     log: RateLimitedLog,
+    periodic: Periodic,
 ) -> AlignedSchedule:
     """The schedule every rank follows: rank 0's options (handed out by the start-up gather),
     decisions taken by rank 0 and read by the others from the job's store (docs/agent.md,
-    "Profiled windows"). `own`: this rank's `_schedule_values`."""
+    "Profiled windows") on `periodic`'s thread. `own`: this rank's `_schedule_values`."""
     agreed = topology.agreed if topology.agreed and len(topology.agreed) == len(own) else own
     profile, first_step, first_offset, every_steps, every_s, window_steps, ratio = agreed
     if agreed != own:
@@ -405,7 +417,7 @@ def _window_schedule(
         try:
             from mfuscope.agent._store_agreement import default_store_agreement
 
-            shared = default_store_agreement(topology.incarnation)
+            shared = default_store_agreement(topology.incarnation, periodic)
             if shared is not None:
                 agreement, members = shared, topology.world_size
         except Exception as exc:
@@ -508,7 +520,8 @@ def build_runtime(
         keep=_keeper(config, topology, workers),
         on_analysed=window_logger(log.logger, topology.rank),
     )
-    schedule = _window_schedule(config, topology, schedule_values, log)
+    periodic = Periodic(log, clock=time.monotonic)
+    schedule = _window_schedule(config, topology, schedule_values, log, periodic)
     windows = WindowCoordinator(
         schedule=schedule,
         recorder=WindowRecorder(
@@ -536,10 +549,10 @@ def build_runtime(
     unwrap = wrap_checkpoint() if config.wrap_checkpoint else (lambda: None)
     hardware = _hardware(config, device, topology, seams, log, node_nics=node_nics)
     if hardware is not None:
-        hardware.start()
+        hardware.start(periodic)
     collectives = build_collective_reader(config, topology, log, seams.collective_sources)
     if collectives is not None:
-        collectives.start()
+        collectives.start(periodic)
     return Runtime(
         config=config,
         health=health,
@@ -549,11 +562,13 @@ def build_runtime(
         device_name=device.name,
         peak_flops=peak_flops,
         peak_source=peak_source,
+        dtype=_dtype(config, device),
         timer=timer,
         recorder=recorder,
         flops=flops,
         windows=windows,
         analyser=analyser,
+        periodic=periodic,
         unwrap_checkpoint=unwrap,
         hardware=hardware,
         collectives=collectives,

@@ -16,6 +16,7 @@ from mfuscope.core.promql._rules_job import (
     waterfall_rules,
 )
 from mfuscope.core.promql._rules_regression import regression_group, restarts_group
+from mfuscope.core.promql._rules_run_baseline import run_baseline_group
 from mfuscope.core.promql.rules_file import Group, Rule, render
 
 __all__ = ["GROUPS", "HEADER", "recorded_rules", "text"]
@@ -51,6 +52,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     regression_group(),
     restarts_group(),
+    run_baseline_group(),
 )
 
 

@@ -167,10 +167,8 @@ def test_the_rank_workload_on_a_one_rank_gloo_group(tmp_path: Path) -> None:
         import torch.distributed as dist
         from pathlib import Path
         from mfuscope.cli.validate_gpu import _flight
-        port = _flight._free_port()
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=0, world_size=1
-        )
+        # An in-process store: a port picked, freed and bound again can be taken in between.
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         _flight.rank_workload(0, 1, device="cpu", stall_s=0, out_dir=Path({str(tmp_path)!r}))
         dist.destroy_process_group()
         """
