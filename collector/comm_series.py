@@ -10,6 +10,12 @@ From the agents' always-on collective records (docs/definitions.md#hangs and #ar
   ``desync``: entered another op at that ``seq``, or waits in a cycle), how long they have been
   waited for; at most the collector's ``max_hang_suspects`` per job, the most waited-on first.
   ``mfuscope_collective_hang_suspects{job}`` counts them all.
+- ``mfuscope_collective_group_waiting_seq{job, group, seq, op, axis, tier}`` (value: ``seq``) and
+  ``mfuscope_collective_group_waiting_seconds`` (the longest wait): this collector's blocked ranks
+  per collective they wait in; ``mfuscope_collective_group_entered_seq{job, rank, host, node,
+  group, axis, tier}``: the highest sequence number a rank that is not blocked entered, while its
+  step is overdue or a rank of this collector is blocked. A rule joins them across collectors
+  (docs/fleet.md#hangs-across-sidecars); present only while something waits or is overdue.
 - ``mfuscope_collective_arrival_skew_seconds{job, axis, tier}``: smoothed spread of the ranks'
   enqueue times of one collective; ``mfuscope_collective_arrival_lateness_seconds{job, rank,
   host, node}``: the latest-arriving ranks' smoothed lateness behind their groups' median.
@@ -83,6 +89,45 @@ def comm_families(jobs: tuple[JobSnapshot, ...], add: AddFamily) -> None:
         "ranks the blocked ranks wait for (all of them; the suspect series lists the first)",
         ("job",),
         [Sample((j.job,), j.hangs.suspects_total) for j in jobs if j.hangs.blocked],
+    )
+    wait_labels = ("job", "group", "seq", "op", "axis", "tier")
+    add(
+        "mfuscope_collective_group_waiting_seq",
+        "gauge",
+        "1",
+        "sequence number of the collective this collector's blocked ranks wait in, per process "
+        "group (the rules join it with the entered sequence numbers of every collector's ranks)",
+        wait_labels,
+        [
+            Sample((j.job, w.group, str(w.seq), w.op, w.axis, w.tier), float(w.seq))
+            for j in jobs
+            for w in j.progress.waits
+        ],
+    )
+    add(
+        "mfuscope_collective_group_waiting_seconds",
+        "gauge",
+        "s",
+        "longest wait of this collector's blocked ranks in that collective, seconds",
+        wait_labels,
+        [
+            Sample((j.job, w.group, str(w.seq), w.op, w.axis, w.tier), w.waited_s)
+            for j in jobs
+            for w in j.progress.waits
+        ],
+    )
+    add(
+        "mfuscope_collective_group_entered_seq",
+        "gauge",
+        "1",
+        "highest collective sequence number a rank that is not blocked entered in a process "
+        "group, while its step is overdue or a rank of this collector is blocked",
+        ("job", "rank", "host", "node", "group", "axis", "tier"),
+        [
+            Sample((j.job, str(p.rank), p.host, p.node, p.group, p.axis, p.tier), p.entered_seq)
+            for j in jobs
+            for p in j.progress.progress
+        ],
     )
     add(
         "mfuscope_collective_arrival_skew_seconds",

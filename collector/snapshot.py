@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mfuscope.collector._hardware import JobHardware
-from mfuscope.core.hangs import HangView
+from mfuscope.core.hangs import HangView, ProgressExport
 from mfuscope.core.schema import AgentHealth
 from mfuscope.core.stragglers import Straggler
 
@@ -218,6 +218,9 @@ class JobSnapshot:
     all_closed: bool = False
     # Blocked ranks and the ranks they wait for (docs/definitions.md#hangs).
     hangs: HangView = field(default_factory=lambda: HangView((), (), 0))
+    # What the cross-collector hang join reads: this collector's waits and the progress of its
+    # overdue ranks (docs/fleet.md#hangs-across-sidecars).
+    progress: ProgressExport = field(default_factory=lambda: ProgressExport((), ()))
     # (axis, tier, smoothed arrival skew s) and (rank, host, node, smoothed lateness s) of the
     # latest-arriving ranks (docs/definitions.md#arrival-skew).
     arrival_skew: tuple[tuple[str, str, float], ...] = ()

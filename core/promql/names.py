@@ -17,6 +17,7 @@ __all__ = [
     "ELEMENTWISE_5M",
     "EXPOSED_COMM_5M",
     "EXPOSED_COMM_AXIS_TIER_5M",
+    "HANG_SUSPECT_SECONDS",
     "HFU_5M",
     "KERNEL_EFFICIENCY_5M",
     "KERNEL_INEFFICIENCY_5M",
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 MODEL_FLOPS_5M = "job:mfuscope_model_flops:rate5m"
+HANG_SUSPECT_SECONDS = "job_rank:mfuscope_collective_hang_suspect:seconds"
 PEAK_FLOP_SECONDS_5M = "job:mfuscope_peak_flop_seconds:rate5m"
 PEAK_FLOPS_SUM = "job:mfuscope_peak_flops:sum"
 MFU_5M = "job:mfuscope_mfu:ratio_rate5m"

@@ -9,6 +9,7 @@ public (alerts, dashboards, the promtool tests, users' own dashboards): never re
 from __future__ import annotations
 
 from mfuscope.core.promql._rules_collectives import collective_rules
+from mfuscope.core.promql._rules_hangs import hangs_group
 from mfuscope.core.promql._rules_job import (
     step_rules,
     straggler_rules,
@@ -51,6 +52,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     regression_group(),
     restarts_group(),
+    hangs_group(),
 )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
+from mfuscope.core.hangs import OVERDUE_AFTER_S
 
 from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
@@ -214,3 +215,34 @@ def test_lost_records_are_counted() -> None:
     _send(collector, 0, comm=_comm(lost=7))
     _send(collector, 1, comm=_comm(lost=2))
     assert _series(collector, "mfuscope_collective_records_lost_total") == {("job-a",): 9.0}
+
+
+def test_sidecars_export_what_the_hang_rule_joins() -> None:
+    # Per-node sidecars: ranks 0, 1 and 3 report to `waiting`, rank 2 to `stalled`'s sidecar.
+    # Rank 2 stops outside any collective; its sidecar sees nothing blocked and names nobody.
+    clock = FakeClock()
+    waiting = Aggregator(StateConfig(), clock=clock)
+    stalled = Aggregator(StateConfig(), clock=clock)
+    _send(stalled, 2, reports=[report_dict(1)], comm=_comm(groups=[_group(4811)]))
+    for rank in (0, 1, 3):
+        _send(
+            waiting, rank, reports=[report_dict(1)], comm=_comm(groups=[_group(4812, (4812, 12.0))])
+        )
+    key = ("job-a", "3", "4812", "all_reduce", "dp", "inter_node")
+    assert _series(waiting, "mfuscope_collective_group_waiting_seq") == {key: 4812.0}
+    assert _series(waiting, "mfuscope_collective_group_waiting_seconds") == {key: 12.0}
+    assert _series(waiting, "mfuscope_collective_hang_suspect_seconds") == {}
+    # Rank 2's status keeps coming, its steps do not: before its step is overdue it exports no
+    # progress (a healthy rank between two batches looks the same), after it does.
+    clock.advance(OVERDUE_AFTER_S)
+    _send(stalled, 2, comm=_comm(groups=[_group(4811)]))
+    assert _series(stalled, "mfuscope_collective_group_entered_seq") == {}
+    assert _series(stalled, "mfuscope_collective_hang_suspect_seconds") == {}
+    clock.advance(1.0)
+    entered = _series(stalled, "mfuscope_collective_group_entered_seq")
+    assert entered == {("job-a", "2", "h2", "n1", "3", "dp", "inter_node"): 4811.0}
+    # The waiting sidecar's blocked ranks export no progress of their own.
+    assert _series(waiting, "mfuscope_collective_group_entered_seq") == {}
+    # Rank 2 steps again: its progress series is gone.
+    _send(stalled, 2, reports=[report_dict(2)], comm=_comm(groups=[_group(4812)]))
+    assert _series(stalled, "mfuscope_collective_group_entered_seq") == {}

@@ -117,7 +117,16 @@ def test_recording_rule_naming(rule: Rule) -> None:
     # recorded series it reads (whose level names it), or set by the rule.
     words = set(re.split(r"[^a-z]+", rule["expr"])) | set(rule.get("labels", {}))
     for label in level.split("_"):
-        assert label in ("job", "component", "axis", "tier", "op", "quantile", "instance"), (
+        assert label in (
+            "job",
+            "component",
+            "axis",
+            "tier",
+            "op",
+            "quantile",
+            "instance",
+            "rank",
+        ), (
             name,
             label,
         )
@@ -188,7 +197,14 @@ def test_runbook_links_point_at_sections_of_the_operations_guide() -> None:
 
 
 def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
-    files = (RECORDING_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS, DEFINITIONS_TESTS)
+    files = (
+        RECORDING_TESTS,
+        REGRESSION_TESTS,
+        FLEET_TESTS,
+        WINDOW_TESTS,
+        DEFINITIONS_TESTS,
+        HANG_TESTS,
+    )
     tests = [t for f in files for t in _yaml(f)["tests"]]
     checked_exprs = [t["expr"] for test in tests for t in test.get("promql_expr_test", [])]
     untested = [
@@ -198,7 +214,7 @@ def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
     ]
     assert not untested, untested
     # Every check states its expected samples (an empty list is a deliberate absence check).
-    assert all("exp_samples" in t for test in tests for t in test["promql_expr_test"])
+    assert all("exp_samples" in t for test in tests for t in test.get("promql_expr_test", []))
 
 
 def test_every_alert_is_tested_firing_and_not_firing() -> None:
