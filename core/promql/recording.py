@@ -17,9 +17,9 @@ from mfuscope.core.promql._rules_job import (
     waterfall_rules,
 )
 from mfuscope.core.promql._rules_regression import regression_group, restarts_group
-from mfuscope.core.promql.rules_file import Group, Rule, render
+from mfuscope.core.promql.rules_file import Group, Rule, render, without_fresh_reads
 
-__all__ = ["GROUPS", "HEADER", "recorded_rules", "text"]
+__all__ = ["GROUPS", "HEADER", "WRITTEN_GROUPS", "recorded_rules", "text"]
 
 HEADER = (
     "mfuscope recording rules: the job-level series that the dashboards and alerts read.\n"
@@ -39,7 +39,9 @@ HEADER = (
     "yields no sample rather than +Inf or NaN."
 )
 
-GROUPS: tuple[Group, ...] = (
+# The groups as written, each rule from the one definition of its quantity; a rule may read one
+# above it.
+WRITTEN_GROUPS: tuple[Group, ...] = (
     Group(
         "mfuscope.job",
         (
@@ -54,6 +56,9 @@ GROUPS: tuple[Group, ...] = (
     restarts_group(),
     hangs_group(),
 )
+# As shipped: every rule computes from the raw series, so vmalert gives what Prometheus gives
+# (`without_fresh_reads`).
+GROUPS: tuple[Group, ...] = tuple(without_fresh_reads(group) for group in WRITTEN_GROUPS)
 
 
 def recorded_rules() -> tuple[Rule, ...]:
