@@ -237,6 +237,12 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         progress=progress_export(comm),
         arrival_skew=tuple((a, t, v) for (a, t), v in sorted(job.arrivals.skew.items())),
         late_arrivals=_late_arrivals(job, config.straggler_top),
+        arrival_held=tuple(
+            (rank, job.ranks[rank].host, job.ranks[rank].node, group, axis, tier, seq, ns / 1e9)
+            for rank, group, axis, tier, seq, ns in job.arrivals.held()
+            if rank in job.ranks
+        ),
+        arrival_groups=tuple(job.arrivals.spanning()),
         records_lost=job.records_lost.total[0],
     )
 

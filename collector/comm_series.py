@@ -19,6 +19,12 @@ From the agents' always-on collective records (docs/definitions.md#hangs and #ar
 - ``mfuscope_collective_arrival_skew_seconds{job, axis, tier}``: smoothed spread of the ranks'
   enqueue times of one collective; ``mfuscope_collective_arrival_lateness_seconds{job, rank,
   host, node}``: the latest-arriving ranks' smoothed lateness behind their groups' median.
+- ``mfuscope_collective_arrival_seq{job, rank, host, node, group, axis, tier}`` and
+  ``mfuscope_collective_arrival_enqueued_seconds`` (same labels): each rank's held arrival sample
+  of a group whose ranks report to several collectors (sequence number; enqueue time, Unix s),
+  one per rank and group per ``--arrival-sample`` period; ``mfuscope_collective_group_size{job,
+  group, axis, tier}`` the size of such groups. The rules join them into skew and lateness
+  (docs/fleet.md#arrival-skew-across-sidecars).
 - ``mfuscope_collective_records_lost_total{job}``: recorder entries overwritten before an agent
   read them (their calls are missing from the traffic counters).
 """
@@ -150,6 +156,40 @@ def comm_families(jobs: tuple[JobSnapshot, ...], add: AddFamily) -> None:
             for j in jobs
             for rank, host, node, late in j.late_arrivals
         ],
+    )
+    held_labels = ("job", "rank", "host", "node", "group", "axis", "tier")
+    add(
+        "mfuscope_collective_arrival_seq",
+        "gauge",
+        "1",
+        "sequence number of the collective of the rank's held arrival sample, for groups whose "
+        "ranks report to several collectors",
+        held_labels,
+        [
+            Sample((j.job, str(r), host, node, g, a, t), float(seq))
+            for j in jobs
+            for r, host, node, g, a, t, seq, _ in j.arrival_held
+        ],
+    )
+    add(
+        "mfuscope_collective_arrival_enqueued_seconds",
+        "gauge",
+        "s",
+        "when the rank enqueued that collective, by its host's wall clock, seconds since the epoch",
+        held_labels,
+        [
+            Sample((j.job, str(r), host, node, g, a, t), enqueued)
+            for j in jobs
+            for r, host, node, g, a, t, _, enqueued in j.arrival_held
+        ],
+    )
+    add(
+        "mfuscope_collective_group_size",
+        "gauge",
+        "{rank}",
+        "ranks in a process group whose ranks report to several collectors",
+        ("job", "group", "axis", "tier"),
+        [Sample((j.job, g, a, t), float(n)) for j in jobs for g, a, t, n in j.arrival_groups],
     )
     add(
         "mfuscope_collective_records_lost_total",

@@ -225,6 +225,11 @@ class JobSnapshot:
     # latest-arriving ranks (docs/definitions.md#arrival-skew).
     arrival_skew: tuple[tuple[str, str, float], ...] = ()
     late_arrivals: tuple[tuple[int, str, str, float], ...] = ()
+    # For groups that span collectors: (rank, host, node, group, axis, tier, seq, enqueue time s)
+    # of each rank's held sample, and (group, axis, tier, size) of those groups
+    # (docs/fleet.md#arrival-skew-across-sidecars).
+    arrival_held: tuple[tuple[int, str, str, str, str, str, int, float], ...] = ()
+    arrival_groups: tuple[tuple[str, str, str, int], ...] = ()
     # Flight-recorder entries the agents' recorders overwrote before reading (cumulative).
     records_lost: int = 0
 

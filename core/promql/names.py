@@ -5,6 +5,8 @@ so a name here never changes (docs/operations.md lists them all)."""
 from __future__ import annotations
 
 __all__ = [
+    "ARRIVAL_LATENESS_SECONDS",
+    "ARRIVAL_SKEW_SECONDS",
     "BUBBLE_FRACTION_5M",
     "BUSBW_5M",
     "BUSBW_LATEST",
@@ -39,6 +41,8 @@ __all__ = [
 ]
 
 MODEL_FLOPS_5M = "job:mfuscope_model_flops:rate5m"
+ARRIVAL_SKEW_SECONDS = "job_axis_tier:mfuscope_collective_arrival_skew:seconds"
+ARRIVAL_LATENESS_SECONDS = "job_rank:mfuscope_collective_arrival_lateness:seconds"
 HANG_SUSPECT_SECONDS = "job_rank:mfuscope_collective_hang_suspect:seconds"
 PEAK_FLOP_SECONDS_5M = "job:mfuscope_peak_flop_seconds:rate5m"
 PEAK_FLOPS_SUM = "job:mfuscope_peak_flops:sum"

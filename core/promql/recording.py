@@ -8,6 +8,7 @@ public (alerts, dashboards, the promtool tests, users' own dashboards): never re
 
 from __future__ import annotations
 
+from mfuscope.core.promql._rules_arrivals import arrivals_group
 from mfuscope.core.promql._rules_collectives import collective_rules
 from mfuscope.core.promql._rules_hangs import hangs_group
 from mfuscope.core.promql._rules_job import (
@@ -55,6 +56,7 @@ WRITTEN_GROUPS: tuple[Group, ...] = (
     regression_group(),
     restarts_group(),
     hangs_group(),
+    arrivals_group(),
 )
 # As shipped: every rule computes from the raw series, so vmalert gives what Prometheus gives
 # (`without_fresh_reads`).

@@ -55,7 +55,13 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
 VM_DIR = ROOT / "deploy" / "fleet" / "victoriametrics"
-NODES, STEPS, STALL_RANK, STALL_STEP = 4, 12, 2, 6
+NODES, STEPS, STALL_RANK, STALL_STEP = 4, 30, 2, 25
+# Every rank sleeps STEP_S at the start of each step and rank 1 LATE_S more: it enters each step's
+# collectives 10 % of a step late. The sidecars hold one arrival sample per rank and group every
+# ARRIVAL_SAMPLE_S (60 s by default) and the agents read their recorders every READ_INTERVAL_S
+# (5 s by default): short here, so that several periods pass before the stall.
+STEP_S, LATE_RANK, LATE_S = 0.2, 1, 0.02
+ARRIVAL_SAMPLE_S, READ_INTERVAL_S = 1.0, 0.1
 JOB = "groups-mesh"
 SUSPECTS = "job_rank:mfuscope_collective_hang_suspect:seconds"
 
@@ -79,7 +85,7 @@ class Hang:
 def _sidecar(home: Path, node: int) -> tuple[subprocess.Popen[bytes], str]:
     address_file = home / f"sidecar{node}.address"
     command = [str(BIN / "mfuscope"), "collector", "--listen", "127.0.0.1:0"]
-    command += ["--address-file", str(address_file)]
+    command += ["--address-file", str(address_file), "--arrival-sample", str(ARRIVAL_SAMPLE_S)]
     process = spawn(
         command, home / f"sidecar{node}.log", env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
@@ -195,6 +201,8 @@ def hang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hang]:
             *("--stall-rank", str(STALL_RANK), "--stall-step", str(STALL_STEP)),
             *("--resume-file", str(resume), "--out", str(home), "--node-per-rank"),
             *("--collector-url", ",".join(f"http://{a}" for a in sidecars)),
+            *("--late-rank", str(LATE_RANK), "--late-s", str(LATE_S), "--step-s", str(STEP_S)),
+            *("--read-interval", str(READ_INTERVAL_S)),
         )
         job = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         # The stores start while torchrun does.
@@ -318,6 +326,40 @@ def test_vmalert_names_the_stalled_rank_alone(hang: Hang) -> None:
     query = urllib.parse.urlencode({"query": SUSPECTS})
     result = _get(f"{hang.vm.url}/api/v1/query?{query}")["data"]["result"]
     assert [r["metric"]["rank"] for r in result] == [str(STALL_RANK)], result
+
+
+def _by_label(samples: list[dict[str, Any]], label: str) -> dict[str, float]:
+    return {s["metric"][label]: float(s["value"][1]) for s in samples}
+
+
+def test_arrival_skew_across_nodes(hang: Hang) -> None:
+    # Rank 1 enters each step's collectives 10 % of a step late; every group spans two sidecars,
+    # so no sidecar has a skew of its own: the rules join the held samples, one collective per
+    # group and period. A period in which a boundary fell between two ranks' enqueue times of one
+    # collective (about 10 % of them here) gives no figure: hence figures over the last minute.
+    for address in hang.sidecars:
+        assert not scrape(f"http://{address}", "mfuscope_collective_arrival_skew_seconds")
+        assert scrape(f"http://{address}", "mfuscope_collective_arrival_enqueued_seconds")
+    skew = 'max_over_time(job_axis_tier:mfuscope_collective_arrival_skew:seconds{axis="tp"}[1m])'
+    late = "avg_over_time(job_rank:mfuscope_collective_arrival_lateness:seconds[1m])"
+    wait_for(lambda: len(hang.prometheus.samples(late)) == NODES, 60, "the arrival rules")
+    # The tp group {0, 1}: rank 1 arrives LATE_S after rank 0 (plus scheduling noise).
+    (tp,) = hang.prometheus.samples(skew)
+    assert LATE_S * 0.75 <= float(tp["value"][1]) <= LATE_S * 10, tp
+    # Rank 1 is late in both its groups (half the spread behind a two-rank median); rank 0 is
+    # early in tp and late in dp (it waited for rank 1 in tp): about 0 on average.
+    lateness = _by_label(hang.prometheus.samples(late), "rank")
+    assert max(lateness, key=lateness.__getitem__) == str(LATE_RANK), lateness
+    assert lateness[str(LATE_RANK)] >= LATE_S * 0.3, lateness
+    # The same on VictoriaMetrics (vmalert's recorded series).
+    query = urllib.parse.urlencode({"query": late})
+    wait_for(
+        lambda: len(_get(f"{hang.vm.url}/api/v1/query?{query}")["data"]["result"]) == NODES,
+        30,
+        "vmalert's arrival rules",
+    )
+    on_vm = _by_label(_get(f"{hang.vm.url}/api/v1/query?{query}")["data"]["result"], "rank")
+    assert max(on_vm, key=on_vm.__getitem__) == str(LATE_RANK), on_vm
 
 
 def test_a_normal_end_pages_nobody(hang: Hang) -> None:

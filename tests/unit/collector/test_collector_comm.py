@@ -246,3 +246,41 @@ def test_sidecars_export_what_the_hang_rule_joins() -> None:
     # Rank 2 steps again: its progress series is gone.
     _send(stalled, 2, reports=[report_dict(2)], comm=_comm(groups=[_group(4812)]))
     assert _series(stalled, "mfuscope_collective_group_entered_seq") == {}
+
+
+def test_a_group_across_sidecars_exports_each_ranks_held_sample() -> None:
+    # Group "3" has 4 ranks; ranks 0 and 1 report here, 2 and 3 elsewhere: it never completes
+    # here, so each rank's sample is held, one per period (60 s by default), and exported.
+    collector = Aggregator(StateConfig(arrival_sample_s=60.0), clock=FakeClock())
+    base = 1_763_700_000_000_000_000  # a whole minute since the epoch
+    for rank, ms in ((0, 0), (1, 30)):
+        arrivals = [
+            {"group": "3", "seq": 100, "enqueued_unix_ns": base + ms * 1_000_000},
+            # The next step's, same period: the first one of the period stays held.
+            {"group": "3", "seq": 104, "enqueued_unix_ns": base + (500 + ms) * 1_000_000},
+        ]
+        _send(collector, rank, comm=_comm(groups=[_group(104)], arrivals=arrivals))
+    assert _series(collector, "mfuscope_collective_arrival_skew_seconds") == {}
+    labels = {r: ("job-a", str(r), f"h{r}", "n0", "3", "dp", "inter_node") for r in (0, 1)}
+    assert _series(collector, "mfuscope_collective_arrival_seq") == {
+        labels[0]: 100.0,
+        labels[1]: 100.0,
+    }
+    enqueued = _series(collector, "mfuscope_collective_arrival_enqueued_seconds")
+    assert enqueued[labels[1]] - enqueued[labels[0]] == pytest.approx(0.030, abs=1e-6)
+    sizes = _series(collector, "mfuscope_collective_group_size")
+    assert sizes == {("job-a", "3", "dp", "inter_node"): 4.0}
+    # A sample of the next period replaces the held one.
+    later = [{"group": "3", "seq": 480, "enqueued_unix_ns": base + 60_001_000_000}]
+    _send(collector, 0, comm=_comm(groups=[_group(480)], arrivals=later))
+    assert _series(collector, "mfuscope_collective_arrival_seq")[labels[0]] == 480.0
+
+
+def test_a_group_whole_on_one_collector_exports_no_held_samples() -> None:
+    collector = Aggregator(StateConfig(), clock=FakeClock())
+    for rank in range(4):
+        arrivals = [{"group": "3", "seq": 100, "enqueued_unix_ns": 1_763_700_000_000_000_000}]
+        _send(collector, rank, comm=_comm(groups=[_group(100)], arrivals=arrivals))
+    assert _series(collector, "mfuscope_collective_arrival_seq") == {}
+    assert _series(collector, "mfuscope_collective_group_size") == {}
+    assert _series(collector, "mfuscope_collective_arrival_skew_seconds") != {}

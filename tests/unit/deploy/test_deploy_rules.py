@@ -27,6 +27,7 @@ FLEET_TESTS = PROMETHEUS / "tests" / "fleet_stragglers_test.yml"
 WINDOW_TESTS = PROMETHEUS / "tests" / "window_cadence_test.yml"
 # The hang alert, and a normal end and a long pause paging nobody.
 HANG_TESTS = PROMETHEUS / "tests" / "hangs_test.yml"
+ARRIVAL_TESTS = PROMETHEUS / "tests" / "arrivals_test.yml"
 # The recording rules against core's Python definitions on the same totals (generated:
 # tests/support).
 DEFINITIONS_TESTS = PROMETHEUS / "tests" / "definitions_test.yml"
@@ -204,6 +205,7 @@ def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
         WINDOW_TESTS,
         DEFINITIONS_TESTS,
         HANG_TESTS,
+        ARRIVAL_TESTS,
     )
     tests = [t for f in files for t in _yaml(f)["tests"]]
     checked_exprs = [t["expr"] for test in tests for t in test.get("promql_expr_test", [])]
