@@ -24,7 +24,7 @@ from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
 from mfuscope.core.collective_records import CommRecords
 from mfuscope.core.hwcounters import HardwareCounters
-from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topology, batch_to_json
+from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topology, encode_batch
 from mfuscope.core.step_report import (
     Breakdown,
     breakdown_from_steps,
@@ -170,7 +170,7 @@ class ReportAssembler:
             comm=self._comm(sink) if self._comm is not None else None,
             closing=self.closing,
         )
-        return batch_to_json(batch).encode()
+        return encode_batch(batch)
 
     def _report(self, timed: TimedStep) -> StepReport:
         flops = self._flops.pop(timed.step, None) or _NO_FLOPS

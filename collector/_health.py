@@ -25,7 +25,7 @@ __all__ = ["HEALTH_FIELDS", "HealthLedger", "health_counts"]
 
 Counts = tuple[int, ...]
 # The agent-health counters, in `AgentHealth` field order (the order of every `Counts`).
-HEALTH_FIELDS: tuple[str, ...] = tuple(AgentHealth.__dataclass_fields__)
+HEALTH_FIELDS: tuple[str, ...] = AgentHealth.__struct_fields__
 
 
 def health_counts(health: AgentHealth) -> Counts:

@@ -10,8 +10,7 @@ its job lives, like the health ledger's, so a rank that returns continues where 
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 from mfuscope.core.collective_records import CollectiveTraffic
 
 __all__ = ["TrafficLedger"]
@@ -58,7 +57,7 @@ class TrafficLedger:
                     grown.append(t)
             elif t != before:
                 grown.append(
-                    dataclasses.replace(
+                    msgspec.structs.replace(
                         t,
                         calls=t.calls - before.calls,
                         bytes=t.bytes - before.bytes,

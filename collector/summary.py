@@ -5,9 +5,9 @@ A pure function of a snapshot. Base units (s, bytes, bytes/s, FLOP/s); fractions
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
+import msgspec
 from mfuscope.collector.series import REJECT_REASONS
 from mfuscope.collector.snapshot import CollectorSnapshot, JobSnapshot
 
@@ -82,7 +82,7 @@ def _job(j: JobSnapshot, top_collectives: int) -> dict[str, Any]:
             "dropped_by_agents": j.health.reports_dropped_total,
         },
         "restarts": j.restarts,
-        "agent_health": asdict(j.health),
+        "agent_health": msgspec.structs.asdict(j.health),
     }
 
 

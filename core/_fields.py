@@ -1,95 +1,78 @@
-"""The checks every field of the wire schema goes through: one place for what a valid string,
-number, list or object is (a `SchemaError` naming the field otherwise). Used by `schema` and by
-the hardware-counter record's parser in `hwcounters`."""
+"""The field types of the wire schema: what a valid name, count, duration or choice is, said once.
+
+The wire records (`schema`, `collective_records`, `hwcounters`) are msgspec Structs whose fields
+carry these constrained types, so one msgspec decoder checks every field of a batch in C while it
+decodes (msgspec's ``Meta`` constraints: bounds, lengths, patterns). What no single field can say
+(a sum across fields, an order between two of them) is each record module's ``check_*`` function,
+run on the decoded records. `schema.decode_batch` turns a failure of either into one `SchemaError`
+naming the field.
+
+JSON cannot spell NaN or infinity, and msgspec refuses numbers beyond a double's range, so a
+decoded float is always finite; the bounds below keep it physical.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from typing import Any
+import re
+from collections.abc import Iterable
+from typing import Annotated
 
-from mfuscope.core.errors import SchemaError
+from msgspec import Meta
 
 __all__ = [
+    "MAX_COUNT",
     "MAX_NAME_LEN",
+    "Count",
+    "Flag",
+    "Label",
+    "Name",
+    "UnixNanos",
     "choice",
-    "entries",
-    "flag",
-    "integer",
+    "choice_names",
+    "choice_pattern",
+    "count",
     "number",
-    "obj",
-    "required",
-    "text",
 ]
 
 MAX_NAME_LEN = 256  # characters; every string field (job, host, device, axis) is a label value
+MAX_COUNT = 1 << 62  # counters, sequence numbers, timestamps: far below int64's end
+
+# A non-empty label value (job, host, device, axis).
+Name = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_LEN)]
+# A label value that may be empty ("" meaning "not given").
+Label = Annotated[str, Meta(max_length=MAX_NAME_LEN)]
+Count = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
+UnixNanos = Count
+Flag = bool
+
+# The names each choice pattern allows, by the pattern as msgspec quotes it in an error (its repr).
+_CHOICES: dict[str, tuple[str, ...]] = {}
 
 
-def required(obj: Mapping[str, Any], key: str, path: str) -> Any:
-    if key not in obj:
-        raise SchemaError(f"{path}{key}", "missing")
-    return obj[key]
+def choice_pattern(allowed: Iterable[str]) -> str:
+    """The pattern matching exactly one of `allowed` (``\\Z``, not ``$``: no trailing newline)."""
+    return "^(" + "|".join(re.escape(name) for name in allowed) + r")\Z"
 
 
-def text(value: Any, path: str, *, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise SchemaError(path, f"expected a string, got {type(value).__name__}")
-    if not allow_empty and not value:
-        raise SchemaError(path, "must not be empty")
-    if len(value) > MAX_NAME_LEN:
-        raise SchemaError(path, f"longer than {MAX_NAME_LEN} characters")
-    if not value.isascii():
-        try:  # JSON can spell lone surrogates ("\\ud800"): no UTF-8 encoding, so no label value
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise SchemaError(path, "not valid UTF-8 (a lone surrogate)") from None
-    return value
+def choice(allowed: Iterable[str]) -> Meta:
+    """The constraint of a string field that is one of `allowed` (a vocabulary tuple)."""
+    names = tuple(allowed)
+    pattern = choice_pattern(names)
+    _CHOICES[repr(pattern)] = names
+    return Meta(pattern=pattern)
 
 
-def integer(value: Any, path: str, *, lo: int = 0, hi: int = 1 << 62) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SchemaError(path, f"expected an integer, got {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise SchemaError(path, f"{value} outside [{lo}, {hi}]")
-    return value
+def count(lo: int = 0, hi: int = MAX_COUNT) -> Meta:
+    """An integer in ``[lo, hi]``."""
+    return Meta(ge=lo, le=hi)
 
 
-def number(value: Any, path: str, *, lo: float = 0.0, hi: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SchemaError(path, f"expected a number, got {type(value).__name__}")
-    try:
-        result = float(value)
-    except OverflowError:  # an integer with hundreds of digits
-        raise SchemaError(path, "too large to be a number") from None
-    if math.isnan(result) or math.isinf(result):
-        raise SchemaError(path, "must be finite")
-    if not lo <= result <= hi:
-        raise SchemaError(path, f"{result} outside [{lo}, {hi}]")
-    return result
+def number(lo: float = 0.0, hi: float | None = None) -> Meta:
+    """A float in ``[lo, hi]`` (an integer on the wire is read as a float)."""
+    return Meta(ge=lo) if hi is None else Meta(ge=lo, le=hi)
 
 
-def flag(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise SchemaError(path, "expected true or false")
-    return value
-
-
-def choice(value: Any, path: str, allowed: tuple[str, ...]) -> str:
-    name = text(value, path)
-    if name not in allowed:
-        raise SchemaError(path, f"{name!r} is not one of {', '.join(allowed)}")
-    return name
-
-
-def entries(value: Any, path: str, max_len: int) -> list[Any]:
-    if not isinstance(value, list):
-        raise SchemaError(path, f"expected a list, got {type(value).__name__}")
-    if len(value) > max_len:
-        raise SchemaError(path, f"more than {max_len} entries")
-    return value
-
-
-def obj(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise SchemaError(path, f"expected an object, got {type(value).__name__}")
-    return value
+def choice_names(quoted_pattern: str) -> tuple[str, ...] | None:
+    """The names a `choice` allows, from its pattern as msgspec's error quotes it (None: some
+    other pattern). "not one of a, b" reads better than a regular expression."""
+    return _CHOICES.get(quoted_pattern)

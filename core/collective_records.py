@@ -38,12 +38,12 @@ batch, as ``comm``::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
-from mfuscope.core._fields import choice, entries, flag, integer, number, obj, required, text
+from mfuscope.core._fields import Count, Label, Name, UnixNanos, choice, count, number
 from mfuscope.core.errors import SchemaError
 from mfuscope.core.vocabulary import COLLECTIVE_OPS, TIERS
+from msgspec import Meta, Struct
 
 __all__ = [
     "COMM_SOURCES",
@@ -53,7 +53,7 @@ __all__ = [
     "CommRecords",
     "GroupProgress",
     "PendingCollective",
-    "parse_comm",
+    "check_comm",
 ]
 
 COMM_SOURCES: tuple[str, ...] = ("flight_recorder",)
@@ -64,155 +64,88 @@ PENDING_OPS: tuple[str, ...] = (*COLLECTIVE_OPS, "barrier", "other")
 MAX_TRAFFIC_KEYS = 4_096
 MAX_COMM_GROUPS = 256
 MAX_ARRIVALS = 4_096
-_MAX_SEQ = 1 << 62
-_MAX_BYTES = 1 << 62  # cumulative over a long job: far beyond one report's bound
 _MAX_SECONDS = 1e12
 _MAX_WORLD = 1 << 20
+# `sized_seconds` is a part of `seconds`, summed apart: allow float rounding.
+_PART_REL_TOL = 1e-6
+_PART_ABS_TOL = 1e-9
+
+_Op = Annotated[str, choice(COLLECTIVE_OPS)]
+_Tier = Annotated[str, choice(TIERS)]
+_GroupSize = Annotated[int, count(1, _MAX_WORLD)]
+_Seconds = Annotated[float, number(0.0, _MAX_SECONDS)]
 
 
-@dataclass(frozen=True)
-class CollectiveTraffic:
-    op: str
-    axis: str
-    tier: str
-    group_size: int | None  # None: the group is unknown, so no bus factor
-    calls: int
-    bytes: int
-    seconds: float = 0.0
-    sized_seconds: float = 0.0
-    sized_bytes: int = 0
+# The records are frozen msgspec Structs: the wire definition itself (the agent encodes them, the
+# collector decodes into them). ``kw_only``: a field the wire may leave out (it has a default) can
+# come before one it may not. ``gc=False``: plain trees, never in a reference cycle.
+class CollectiveTraffic(Struct, frozen=True, kw_only=True, gc=False):
+    op: _Op
+    axis: Name
+    tier: _Tier
+    group_size: _GroupSize | None = None  # None: the group is unknown, so no bus factor
+    calls: Count
+    bytes: Count
+    seconds: _Seconds = 0.0
+    sized_seconds: _Seconds = 0.0
+    sized_bytes: Count = 0
 
 
-@dataclass(frozen=True)
-class PendingCollective:
-    seq: int
-    op: str
-    bytes: int | None
-    waited_s: float
+class PendingCollective(Struct, frozen=True, kw_only=True, gc=False):
+    seq: Count
+    op: Annotated[str, choice(PENDING_OPS)]
+    bytes: Count | None = None
+    waited_s: _Seconds
 
 
-@dataclass(frozen=True)
-class GroupProgress:
-    group: str
-    axis: str
-    tier: str
-    size: int | None
-    entered_seq: int
-    completed_seq: int
-    pending: PendingCollective | None = None
+class GroupProgress(Struct, frozen=True, kw_only=True, gc=False):
+    group: Label
+    axis: Name
+    tier: _Tier
+    size: _GroupSize | None = None
+    entered_seq: Count
+    completed_seq: Count  # at most `entered_seq`
+    pending: PendingCollective | None = None  # its seq at most `entered_seq`
 
 
-@dataclass(frozen=True)
-class ArrivalSample:
-    group: str
-    seq: int
-    enqueued_unix_ns: int
+class ArrivalSample(Struct, frozen=True, gc=False):
+    group: Label
+    seq: Count
+    enqueued_unix_ns: UnixNanos
 
 
-@dataclass(frozen=True)
-class CommRecords:
-    source: str
-    durations: bool
-    status_interval_s: float
-    lost_total: int = 0
+class CommRecords(Struct, frozen=True, kw_only=True, gc=False):
+    source: Annotated[str, choice(COMM_SOURCES)]
+    durations: bool = False
+    status_interval_s: Annotated[float, number(0.1, 3600.0)]
+    lost_total: Count = 0
     p2p_recorded: bool = False
-    traffic: tuple[CollectiveTraffic, ...] = ()
-    groups: tuple[GroupProgress, ...] = ()
-    arrivals: tuple[ArrivalSample, ...] = ()
+    traffic: Annotated[tuple[CollectiveTraffic, ...], Meta(max_length=MAX_TRAFFIC_KEYS)] = ()
+    groups: Annotated[tuple[GroupProgress, ...], Meta(max_length=MAX_COMM_GROUPS)] = ()
+    arrivals: Annotated[tuple[ArrivalSample, ...], Meta(max_length=MAX_ARRIVALS)] = ()
 
 
-def _optional_int(value: Any, path: str, *, lo: int = 0, hi: int) -> int | None:
-    return None if value is None else integer(value, path, lo=lo, hi=hi)
-
-
-def _traffic(raw: Any, path: str) -> CollectiveTraffic:
-    o = obj(raw, path)
-    seconds = number(o.get("seconds", 0.0), f"{path}.seconds", hi=_MAX_SECONDS)
-    # A part of `seconds`, summed apart: allow float rounding.
-    sized_seconds = number(
-        o.get("sized_seconds", 0.0), f"{path}.sized_seconds", hi=seconds * (1 + 1e-6) + 1e-9
-    )
-    return CollectiveTraffic(
-        op=choice(required(o, "op", f"{path}."), f"{path}.op", COLLECTIVE_OPS),
-        axis=text(required(o, "axis", f"{path}."), f"{path}.axis"),
-        tier=choice(required(o, "tier", f"{path}."), f"{path}.tier", TIERS),
-        group_size=_optional_int(o.get("group_size"), f"{path}.group_size", lo=1, hi=_MAX_WORLD),
-        calls=integer(required(o, "calls", f"{path}."), f"{path}.calls", hi=_MAX_SEQ),
-        bytes=integer(required(o, "bytes", f"{path}."), f"{path}.bytes", hi=_MAX_BYTES),
-        seconds=seconds,
-        sized_seconds=sized_seconds,
-        sized_bytes=integer(o.get("sized_bytes", 0), f"{path}.sized_bytes", hi=_MAX_BYTES),
-    )
-
-
-def _pending(raw: Any, path: str) -> PendingCollective | None:
-    if raw is None:
-        return None
-    o = obj(raw, path)
-    return PendingCollective(
-        seq=integer(required(o, "seq", f"{path}."), f"{path}.seq", hi=_MAX_SEQ),
-        op=choice(required(o, "op", f"{path}."), f"{path}.op", PENDING_OPS),
-        bytes=_optional_int(o.get("bytes"), f"{path}.bytes", hi=_MAX_BYTES),
-        waited_s=number(required(o, "waited_s", f"{path}."), f"{path}.waited_s", hi=_MAX_SECONDS),
-    )
-
-
-def _group(raw: Any, path: str) -> GroupProgress:
-    o = obj(raw, path)
-    entered = integer(required(o, "entered_seq", f"{path}."), f"{path}.entered_seq", hi=_MAX_SEQ)
-    pending = _pending(o.get("pending"), f"{path}.pending")
-    if pending is not None and pending.seq > entered:
-        raise SchemaError(f"{path}.pending.seq", f"{pending.seq} above entered_seq {entered}")
-    return GroupProgress(
-        group=text(required(o, "group", f"{path}."), f"{path}.group", allow_empty=True),
-        axis=text(required(o, "axis", f"{path}."), f"{path}.axis"),
-        tier=choice(required(o, "tier", f"{path}."), f"{path}.tier", TIERS),
-        size=_optional_int(o.get("size"), f"{path}.size", lo=1, hi=_MAX_WORLD),
-        entered_seq=entered,
-        completed_seq=integer(
-            required(o, "completed_seq", f"{path}."), f"{path}.completed_seq", hi=entered
-        ),
-        pending=pending,
-    )
-
-
-def _arrival(raw: Any, path: str) -> ArrivalSample:
-    o = obj(raw, path)
-    return ArrivalSample(
-        group=text(required(o, "group", f"{path}."), f"{path}.group", allow_empty=True),
-        seq=integer(required(o, "seq", f"{path}."), f"{path}.seq", hi=_MAX_SEQ),
-        enqueued_unix_ns=integer(
-            required(o, "enqueued_unix_ns", f"{path}."), f"{path}.enqueued_unix_ns"
-        ),
-    )
-
-
-def parse_comm(raw: Any) -> CommRecords | None:
-    """Validate a batch's ``comm`` value (None when absent). Raises `SchemaError`."""
-    if raw is None:
-        return None
-    o = obj(raw, "comm")
-    groups = tuple(
-        _group(g, f"comm.groups[{i}]")
-        for i, g in enumerate(entries(o.get("groups", []), "comm.groups", MAX_COMM_GROUPS))
-    )
-    if len({g.group for g in groups}) != len(groups):
+def check_comm(comm: CommRecords) -> None:
+    """The rules of a decoded ``comm`` record that no single field states. Raises `SchemaError`
+    naming the field."""
+    for i, t in enumerate(comm.traffic):
+        if t.sized_seconds > t.seconds * (1 + _PART_REL_TOL) + _PART_ABS_TOL:
+            raise SchemaError(
+                f"comm.traffic[{i}].sized_seconds",
+                f"{t.sized_seconds!r} exceeds seconds {t.seconds!r}",
+            )
+    names = set()
+    for i, g in enumerate(comm.groups):
+        if g.completed_seq > g.entered_seq:
+            raise SchemaError(
+                f"comm.groups[{i}].completed_seq",
+                f"{g.completed_seq} above entered_seq {g.entered_seq}",
+            )
+        if g.pending is not None and g.pending.seq > g.entered_seq:
+            raise SchemaError(
+                f"comm.groups[{i}].pending.seq",
+                f"{g.pending.seq} above entered_seq {g.entered_seq}",
+            )
+        names.add(g.group)
+    if len(names) != len(comm.groups):
         raise SchemaError("comm.groups", "a group appears twice")
-    return CommRecords(
-        source=choice(required(o, "source", "comm."), "comm.source", COMM_SOURCES),
-        durations=flag(o.get("durations", False), "comm.durations"),
-        status_interval_s=number(
-            required(o, "status_interval_s", "comm."), "comm.status_interval_s", lo=0.1, hi=3600.0
-        ),
-        lost_total=integer(o.get("lost_total", 0), "comm.lost_total", hi=_MAX_SEQ),
-        p2p_recorded=flag(o.get("p2p_recorded", False), "comm.p2p_recorded"),
-        traffic=tuple(
-            _traffic(t, f"comm.traffic[{i}]")
-            for i, t in enumerate(entries(o.get("traffic", []), "comm.traffic", MAX_TRAFFIC_KEYS))
-        ),
-        groups=groups,
-        arrivals=tuple(
-            _arrival(a, f"comm.arrivals[{i}]")
-            for i, a in enumerate(entries(o.get("arrivals", []), "comm.arrivals", MAX_ARRIVALS))
-        ),
-    )

@@ -13,14 +13,11 @@ are different facts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
-from mfuscope.core._fields import choice, integer, number, required, text
-from mfuscope.core._fields import entries as entries_list
-from mfuscope.core._fields import obj as mapping
+from mfuscope.core._fields import Count, choice, number
 from mfuscope.core.errors import SchemaError
+from msgspec import Meta, Struct
 
 __all__ = [
     "HARDWARE_LINKS",
@@ -31,8 +28,8 @@ __all__ = [
     "LinkBytes",
     "LinkPeak",
     "ThrottleTime",
+    "check_hardware",
     "counter_delta",
-    "parse_hardware",
 ]
 
 # The `link` label of `mfuscope_link_bytes_total`: NVLink and PCIe of the rank's GPU; the node's
@@ -42,34 +39,37 @@ LINK_DIRECTIONS: tuple[str, ...] = ("tx", "rx")
 MAX_LINK_ENTRIES = len(HARDWARE_LINKS) * len(LINK_DIRECTIONS)
 MAX_THROTTLE_REASONS = 16
 
+_Link = Annotated[str, choice(HARDWARE_LINKS)]
+_LinkRate = Annotated[float, number(0.0, 1e15)]
+_Ratio = Annotated[float, number(0.0, 1.0)]
+# Any short snake_case name with a letter or digit: a newer agent may know a reason this
+# collector does not.
+_Reason = Annotated[str, Meta(pattern=r"^(?=_*[^\W_])\w{1,32}\Z")]
 
-@dataclass(frozen=True)
-class LinkBytes:
+
+class LinkBytes(Struct, frozen=True, gc=False):
     """Bytes moved on one link kind in one direction since the sampler started."""
 
-    link: str
-    direction: str
-    bytes_total: int
+    link: _Link
+    direction: Annotated[str, choice(LINK_DIRECTIONS)]
+    bytes_total: Count
 
 
-@dataclass(frozen=True)
-class LinkPeak:
+class LinkPeak(Struct, frozen=True, gc=False):
     """The spec unidirectional rate of the links the rank's counters cover, bytes/s."""
 
-    link: str
-    bytes_per_s: float
+    link: _Link
+    bytes_per_s: _LinkRate
 
 
-@dataclass(frozen=True)
-class ThrottleTime:
+class ThrottleTime(Struct, frozen=True, gc=False):
     """Seconds the SM clock was held down for `reason` since the sampler started."""
 
-    reason: str
-    seconds_total: float
+    reason: _Reason
+    seconds_total: Annotated[float, number(0.0)]
 
 
-@dataclass(frozen=True)
-class HardwareCounters:
+class HardwareCounters(Struct, frozen=True, gc=False):
     """One rank's hardware counters; None / empty means the rank cannot read that counter.
 
     - `memory_busy_ratio`: fraction of the last sample period during which device memory (HBM)
@@ -79,13 +79,13 @@ class HardwareCounters:
     - `links`, `link_peaks`, `throttle`: see their records.
     """
 
-    memory_busy_ratio: float | None = None
-    sm_clock_ratio: float | None = None
-    power_watts: float | None = None
-    energy_joules_total: float | None = None
-    links: tuple[LinkBytes, ...] = ()
-    link_peaks: tuple[LinkPeak, ...] = ()
-    throttle: tuple[ThrottleTime, ...] = ()
+    memory_busy_ratio: _Ratio | None = None
+    sm_clock_ratio: _Ratio | None = None
+    power_watts: Annotated[float, number(0.0, 1e5)] | None = None
+    energy_joules_total: Annotated[float, number(0.0)] | None = None
+    links: Annotated[tuple[LinkBytes, ...], Meta(max_length=MAX_LINK_ENTRIES)] = ()
+    link_peaks: Annotated[tuple[LinkPeak, ...], Meta(max_length=MAX_LINK_ENTRIES)] = ()
+    throttle: Annotated[tuple[ThrottleTime, ...], Meta(max_length=MAX_THROTTLE_REASONS)] = ()
 
 
 def counter_delta(previous: int, current: int, width_bits: int | None) -> int:
@@ -104,73 +104,13 @@ def counter_delta(previous: int, current: int, width_bits: int | None) -> int:
     return current + (1 << width_bits) - previous
 
 
-# --- parsing the wire record -----------------------------------------------------------------
-
-
-def _ratio(obj: Mapping[str, Any], name: str) -> float | None:
-    value = obj.get(name)
-    return None if value is None else number(value, f"hardware.{name}", hi=1.0)
-
-
-def _entries(obj: Mapping[str, Any], key: str, max_len: int) -> list[tuple[str, Mapping[str, Any]]]:
-    """``(path, object)`` of each entry of the optional list `obj[key]` of the hardware record."""
-    raw = entries_list(obj.get(key, []), f"hardware.{key}", max_len)
-    return [(f"hardware.{key}[{i}]", mapping(e, f"hardware.{key}[{i}]")) for i, e in enumerate(raw)]
-
-
-def _reason(value: Any, path: str) -> str:
-    # Any short snake_case name: a newer agent may know a reason this collector does not.
-    reason = text(value, path)
-    if len(reason) > 32 or not reason.replace("_", "").isalnum():
-        raise SchemaError(path, f"{reason!r} is not a short snake_case name")
-    return reason
-
-
-def parse_hardware(raw: Any) -> HardwareCounters | None:
-    """The batch's optional ``hardware`` record (None when absent); `SchemaError` names a bad
-    field."""
-    if raw is None:
-        return None
-    obj = mapping(raw, "hardware")
-    links = [
-        LinkBytes(
-            link=choice(required(e, "link", f"{p}."), f"{p}.link", HARDWARE_LINKS),
-            direction=choice(required(e, "direction", f"{p}."), f"{p}.direction", LINK_DIRECTIONS),
-            bytes_total=integer(required(e, "bytes_total", f"{p}."), f"{p}.bytes_total"),
-        )
-        for p, e in _entries(obj, "links", MAX_LINK_ENTRIES)
-    ]
-    peaks = [
-        LinkPeak(
-            link=choice(required(e, "link", f"{p}."), f"{p}.link", HARDWARE_LINKS),
-            bytes_per_s=number(required(e, "bytes_per_s", f"{p}."), f"{p}.bytes_per_s", hi=1e15),
-        )
-        for p, e in _entries(obj, "link_peaks", MAX_LINK_ENTRIES)
-    ]
-    throttle = [
-        ThrottleTime(
-            reason=_reason(required(e, "reason", f"{p}."), f"{p}.reason"),
-            seconds_total=number(required(e, "seconds_total", f"{p}."), f"{p}.seconds_total"),
-        )
-        for p, e in _entries(obj, "throttle", MAX_THROTTLE_REASONS)
-    ]
+def check_hardware(hardware: HardwareCounters) -> None:
+    """The rule of a decoded ``hardware`` record that no single field states: each entry once.
+    Raises `SchemaError` naming the list."""
     for name, keys in (
-        ("links", [(x.link, x.direction) for x in links]),
-        ("link_peaks", [(x.link,) for x in peaks]),
-        ("throttle", [(x.reason,) for x in throttle]),
+        ("links", {(x.link, x.direction) for x in hardware.links}),
+        ("link_peaks", {x.link for x in hardware.link_peaks}),
+        ("throttle", {x.reason for x in hardware.throttle}),
     ):
-        if len(set(keys)) != len(keys):
+        if len(keys) != len(getattr(hardware, name)):
             raise SchemaError(f"hardware.{name}", "the same entry appears twice")
-    power = obj.get("power_watts")
-    energy = obj.get("energy_joules_total")
-    return HardwareCounters(
-        memory_busy_ratio=_ratio(obj, "memory_busy_ratio"),
-        sm_clock_ratio=_ratio(obj, "sm_clock_ratio"),
-        power_watts=None if power is None else number(power, "hardware.power_watts", hi=1e5),
-        energy_joules_total=None
-        if energy is None
-        else number(energy, "hardware.energy_joules_total"),
-        links=tuple(links),
-        link_peaks=tuple(peaks),
-        throttle=tuple(throttle),
-    )

@@ -62,7 +62,14 @@ Semantics:
 - ``closing`` (since 1.2, optional, default false): the agent is closing (the job ended normally).
 
 Versioning: ``version`` is ``MAJOR.MINOR``. A parser accepts its own major with any minor (unknown
-fields of a newer minor are ignored) and rejects any other major.
+fields of a newer minor are ignored) and rejects any other major. The records below are the one
+definition of every 1.x version: each minor only added optional fields (marked "since 1.N"), so a
+1.0 or 1.1 batch decodes into the same records with those fields at their defaults.
+
+Extending the wire (a new minor): add the field with a default to its record (older agents leave it
+out), say "since 1.N" beside it, bump `SCHEMA_VERSION`, and record a body of the new version
+under tests/data/wire. A bound on one field is its type (`mfuscope.core._fields`); a rule across
+fields goes in that record's ``check`` function, which names the field it refuses.
 """
 
 from __future__ import annotations
@@ -70,26 +77,19 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from mfuscope.core._fields import choice as _enum
-from mfuscope.core._fields import entries as _list
-from mfuscope.core._fields import flag as _flag
-from mfuscope.core._fields import integer as _int
-from mfuscope.core._fields import number as _float
-from mfuscope.core._fields import obj as _obj
-from mfuscope.core._fields import required as _get
-from mfuscope.core._fields import text as _str
-from mfuscope.core.collective_records import CommRecords, parse_comm
+import msgspec
+from mfuscope.core._fields import Count, Label, Name, UnixNanos, choice, count, number
+from mfuscope.core._wire_errors import from_unreadable, from_validation
+from mfuscope.core.collective_records import CommRecords, check_comm
 from mfuscope.core.errors import SchemaError
 from mfuscope.core.hwcounters import (
     HardwareCounters,
     LinkBytes,
     LinkPeak,
     ThrottleTime,
-    parse_hardware,
+    check_hardware,
 )
 from mfuscope.core.vocabulary import (
     COLLECTIVE_OPS,
@@ -101,6 +101,8 @@ from mfuscope.core.vocabulary import (
     TENSOR_AXIS,
     TIERS,
 )
+from msgspec import Meta, Struct, field
+from msgspec.structs import force_setattr
 
 __all__ = [
     "MAX_REPORTS_PER_BATCH",
@@ -116,12 +118,15 @@ __all__ = [
     "LinkBytes",
     "LinkPeak",
     "ReportBatch",
+    "SchemaError",
     "StepReport",
     "ThrottleTime",
     "Topology",
     "batch_from_json",
     "batch_to_dict",
     "batch_to_json",
+    "decode_batch",
+    "encode_batch",
     "parse_batch",
 ]
 
@@ -149,281 +154,250 @@ _VERSION_PATTERN = re.compile(r"([0-9]{1,6})\.([0-9]{1,6})", re.ASCII)
 SUM_REL_TOL = 1e-6
 SUM_ABS_TOL = 1e-9
 
+_Seconds = Annotated[float, number(0.0, MAX_STEP_SECONDS)]
+_Flops = Annotated[float, number(0.0, MAX_FLOPS)]
+_Tier = Annotated[str, choice(TIERS)]
+_WorldSize = Annotated[int, count(1, MAX_WORLD_SIZE)]
+_RankIndex = Annotated[int, count(0, MAX_WORLD_SIZE)]
+
 
 def _exceeds(value: float, limit: float) -> bool:
     """`value` is above `limit` by more than the summing tolerance."""
     return value > limit * (1 + SUM_REL_TOL) + SUM_ABS_TOL
 
 
-@dataclass(frozen=True)
-class ComponentShare:
-    component: str
-    seconds: float
-    axis: str = ""
-    tier: str = ""
+# The records are frozen msgspec Structs: the wire definition itself (the agent encodes them, the
+# collector decodes into them). ``kw_only``: a field the wire may leave out (it has a default) can
+# come before one it may not. ``gc=False``: plain trees, never in a reference cycle.
 
 
-@dataclass(frozen=True)
-class ClassShare:
+class ComponentShare(Struct, frozen=True, gc=False):
+    component: Annotated[str, choice(COMPONENTS)]
+    seconds: _Seconds
+    axis: Label = ""  # set on exposed_comm only, and required there
+    tier: Annotated[str, choice(("", *TIERS))] = ""  # likewise
+
+
+class ClassShare(Struct, frozen=True, gc=False):
     """Seconds of the step's compute bucket spent in kernels of one class (`KERNEL_CLASSES`)."""
 
-    kernel_class: str
-    seconds: float
+    kernel_class: Annotated[str, choice(KERNEL_CLASSES)]
+    seconds: Annotated[float, number(0.0, MAX_STEP_SECONDS)]
 
 
-@dataclass(frozen=True)
-class CollectiveSample:
-    op: str
-    axis: str
-    tier: str
-    group_size: int | None  # None: the group is unknown (never the world size in its place)
-    bytes: int | None  # None: size unknown (e.g. a kernel without metadata)
-    count: int
-    seconds: float
-    overlapped_s: float
+class CollectiveSample(Struct, frozen=True, kw_only=True, gc=False):
+    op: Annotated[str, choice(COLLECTIVE_OPS)]
+    axis: Name
+    tier: _Tier
+    # None (since 1.1; absent reads as None): the group is unknown (never the world size in its
+    # place)
+    group_size: _WorldSize | None = None
+    bytes: Annotated[int, count(0, MAX_BYTES)] | None = None  # None: size unknown
+    count: Annotated[int, count(1, 1 << 32)]
+    seconds: _Seconds  # zero, or at least MIN_COLLECTIVE_SECONDS
+    overlapped_s: _Seconds  # at most `seconds`
 
 
-@dataclass(frozen=True)
-class StepReport:
-    step: int
-    start_unix_ns: int
-    wall_s: float
-    model_flops: float
-    recompute_flops: float
-    components: tuple[ComponentShare, ...] = ()
-    overlapped_comm_s: float = 0.0
-    breakdown_step: int | None = None
-    collectives: tuple[CollectiveSample, ...] = ()
+class StepReport(Struct, frozen=True, gc=False):
+    step: Count
+    start_unix_ns: UnixNanos
+    wall_s: Annotated[float, number(MIN_STEP_SECONDS, MAX_STEP_SECONDS)]
+    model_flops: _Flops
+    recompute_flops: _Flops = 0.0
+    # Sum to `wall_s`; empty: no profiled window yet.
+    components: Annotated[
+        tuple[ComponentShare, ...], Meta(max_length=MAX_COMPONENTS_PER_REPORT)
+    ] = ()
+    overlapped_comm_s: _Seconds = 0.0  # at most `wall_s`
+    breakdown_step: Count | None = None
+    collectives: Annotated[
+        tuple[CollectiveSample, ...], Meta(max_length=MAX_COLLECTIVES_PER_REPORT)
+    ] = ()
     # Since 1.1, optional: the compute component split by kernel class (from the profiled
-    # window `breakdown_step`, like `components`); empty when not known.
-    compute_classes: tuple[ClassShare, ...] = ()
+    # window `breakdown_step`, like `components`); empty when not known. Each class once, summing
+    # to at most `wall_s`.
+    compute_classes: Annotated[tuple[ClassShare, ...], Meta(max_length=len(KERNEL_CLASSES))] = ()
 
     @property
     def hardware_flops(self) -> float:
         return self.model_flops + self.recompute_flops
 
 
-@dataclass(frozen=True)
-class AgentHealth:
-    reports_dropped_total: int = 0
-    send_failures_total: int = 0
-    profiler_failures_total: int = 0
-    windows_analysed_total: int = 0
+class AgentHealth(Struct, frozen=True, gc=False):
+    reports_dropped_total: Count = 0
+    send_failures_total: Count = 0
+    profiler_failures_total: Count = 0
+    windows_analysed_total: Count = 0
 
 
-@dataclass(frozen=True)
-class GroupInfo:
-    axis: str
-    tier: str
-    size: int
+class GroupInfo(Struct, frozen=True, gc=False):
+    axis: Name
+    tier: _Tier
+    size: _WorldSize
     spans_hosts: bool
-    link_peak_bytes_per_s: float | None = None
+    link_peak_bytes_per_s: Annotated[float, number(0.0, 1e15)] | None = None
     # Since 1.1, optional: where the spec came from (`LINK_SPEC_SOURCES`); ``unknown`` comes with
     # no rate. None: not stated (an older agent).
-    link_peak_source: str | None = None
+    link_peak_source: Annotated[str, choice(LINK_SPEC_SOURCES)] | None = None
 
 
-@dataclass(frozen=True)
-class Topology:
-    groups: tuple[GroupInfo, ...] = ()
+class Topology(Struct, frozen=True, gc=False):
+    groups: Annotated[tuple[GroupInfo, ...], Meta(max_length=MAX_GROUPS)] = ()
 
     @property
     def tp_spans_hosts(self) -> bool:
         return any(g.axis == TENSOR_AXIS and g.spans_hosts for g in self.groups)
 
 
-@dataclass(frozen=True)
-class ReportBatch:
-    job: str
-    rank: int
-    world_size: int
-    host: str
-    device: str
-    peak_flops: float | None
-    peak_source: str
-    sent_unix_ns: int
-    reports: tuple[StepReport, ...]
-    local_rank: int = 0
+class ReportBatch(Struct, frozen=True, kw_only=True, gc=False):
+    job: Name
+    rank: _RankIndex  # below `world_size`
+    world_size: _WorldSize
+    host: Name
+    device: Name
+    peak_flops: Annotated[float, number(1.0, 1e18)] | None = None  # None only with "unknown"
+    peak_source: Annotated[str, choice(PEAK_SOURCES)]
+    sent_unix_ns: UnixNanos
+    reports: Annotated[tuple[StepReport, ...], Meta(max_length=MAX_REPORTS_PER_BATCH)]
+    local_rank: _RankIndex = 0
     health: AgentHealth = field(default_factory=AgentHealth)
     topology: Topology | None = None
-    incarnation: str = ""
-    hardware: HardwareCounters | None = None
-    node: str = ""  # since 1.1: the rank's node label ("" when the agent sent none)
+    incarnation: Label = ""  # since 1.1
+    hardware: HardwareCounters | None = None  # since 1.1
+    node: Label = ""  # since 1.1: the rank's node label ("" when the agent sent none)
     comm: CommRecords | None = None  # since 1.2: always-on collective records
     closing: bool = False  # since 1.2: the agent is closing (a normal end)
 
 
-# --- parsing -------------------------------------------------------------------------------------
+# --- the rules no single field states ------------------------------------------------------------
 
 
-def _parse_component(raw: Any, path: str) -> ComponentShare:
-    obj = _obj(raw, path)
-    component = _enum(_get(obj, "component", f"{path}."), f"{path}.component", COMPONENTS)
-    axis = _str(obj.get("axis", ""), f"{path}.axis", allow_empty=True)
-    tier = _str(obj.get("tier", ""), f"{path}.tier", allow_empty=True)
-    if component == "exposed_comm":
-        if not axis:
+def _check_component(c: ComponentShare, path: str) -> None:
+    if c.component == "exposed_comm":
+        if not c.axis:
             raise SchemaError(f"{path}.axis", "required on exposed_comm")
-        _enum(tier, f"{path}.tier", TIERS)
-    elif axis or tier:
-        raise SchemaError(f"{path}.axis", f"only exposed_comm carries axis/tier, not {component}")
-    seconds = _float(_get(obj, "seconds", f"{path}."), f"{path}.seconds", hi=MAX_STEP_SECONDS)
-    return ComponentShare(component=component, seconds=seconds, axis=axis, tier=tier)
-
-
-def _parse_collective(raw: Any, path: str) -> CollectiveSample:
-    obj = _obj(raw, path)
-    size = obj.get("bytes")
-    group_size = obj.get("group_size")
-    seconds = _float(_get(obj, "seconds", f"{path}."), f"{path}.seconds", hi=MAX_STEP_SECONDS)
-    if 0 < seconds < MIN_COLLECTIVE_SECONDS:
-        raise SchemaError(f"{path}.seconds", f"{seconds!r} is below {MIN_COLLECTIVE_SECONDS} s")
-    overlapped = _float(
-        _get(obj, "overlapped_s", f"{path}."), f"{path}.overlapped_s", hi=MAX_STEP_SECONDS
-    )
-    if _exceeds(overlapped, seconds):
-        raise SchemaError(f"{path}.overlapped_s", f"{overlapped} exceeds seconds {seconds}")
-    return CollectiveSample(
-        op=_enum(_get(obj, "op", f"{path}."), f"{path}.op", COLLECTIVE_OPS),
-        axis=_str(_get(obj, "axis", f"{path}."), f"{path}.axis"),
-        tier=_enum(_get(obj, "tier", f"{path}."), f"{path}.tier", TIERS),
-        group_size=None
-        if group_size is None
-        else _int(group_size, f"{path}.group_size", lo=1, hi=MAX_WORLD_SIZE),
-        bytes=None if size is None else _int(size, f"{path}.bytes", hi=MAX_BYTES),
-        count=_int(_get(obj, "count", f"{path}."), f"{path}.count", lo=1, hi=1 << 32),
-        seconds=seconds,
-        overlapped_s=min(overlapped, seconds),
-    )
-
-
-def _parse_classes(raw: Any, path: str, wall_s: float) -> tuple[ClassShare, ...]:
-    entries = _list(raw, path, len(KERNEL_CLASSES))
-    shares = []
-    for i, entry in enumerate(entries):
-        obj = _obj(entry, f"{path}[{i}]")
-        shares.append(
-            ClassShare(
-                kernel_class=_enum(
-                    _get(obj, "kernel_class", f"{path}[{i}]."),
-                    f"{path}[{i}].kernel_class",
-                    KERNEL_CLASSES,
-                ),
-                seconds=_float(
-                    _get(obj, "seconds", f"{path}[{i}]."), f"{path}[{i}].seconds", hi=wall_s
-                ),
+        if not c.tier:
+            raise SchemaError(
+                f"{path}.tier", f"required on exposed_comm: one of {', '.join(TIERS)}"
             )
-        )
-    if len({s.kernel_class for s in shares}) != len(shares):
-        raise SchemaError(path, "a kernel class appears twice")
-    total = math.fsum(s.seconds for s in shares)
-    if _exceeds(total, wall_s):
-        raise SchemaError(path, f"seconds sum to {total!r}, more than wall_s {wall_s!r}")
-    return tuple(shares)
+    elif c.axis or c.tier:
+        raise SchemaError(f"{path}.axis", f"only exposed_comm carries axis/tier, not {c.component}")
 
 
-def _parse_report(raw: Any, path: str) -> StepReport:
-    obj = _obj(raw, path)
-    wall_s = _float(_get(obj, "wall_s", f"{path}."), f"{path}.wall_s", hi=MAX_STEP_SECONDS)
-    if wall_s < MIN_STEP_SECONDS:
-        raise SchemaError(f"{path}.wall_s", f"{wall_s!r} is below {MIN_STEP_SECONDS} s")
-    overlapped_comm_s = _float(
-        obj.get("overlapped_comm_s", 0.0), f"{path}.overlapped_comm_s", hi=MAX_STEP_SECONDS
-    )
-    if _exceeds(overlapped_comm_s, wall_s):
-        raise SchemaError(
-            f"{path}.overlapped_comm_s", f"{overlapped_comm_s!r} exceeds wall_s {wall_s!r}"
-        )
-    components = tuple(
-        _parse_component(c, f"{path}.components[{i}]")
-        for i, c in enumerate(
-            _list(obj.get("components", []), f"{path}.components", MAX_COMPONENTS_PER_REPORT)
-        )
-    )
-    if components:
-        total = math.fsum(c.seconds for c in components)
+def _check_collective(c: CollectiveSample, path: str) -> None:
+    if 0 < c.seconds < MIN_COLLECTIVE_SECONDS:
+        raise SchemaError(f"{path}.seconds", f"{c.seconds!r} is below {MIN_COLLECTIVE_SECONDS} s")
+    if c.overlapped_s > c.seconds:
+        if _exceeds(c.overlapped_s, c.seconds):
+            raise SchemaError(
+                f"{path}.overlapped_s", f"{c.overlapped_s} exceeds seconds {c.seconds}"
+            )
+        force_setattr(c, "overlapped_s", c.seconds)  # float rounding; freshly decoded, not shared
+
+
+def _check_report(r: StepReport, path: str) -> None:
+    wall_s = r.wall_s
+    if r.overlapped_comm_s > wall_s:
+        if _exceeds(r.overlapped_comm_s, wall_s):
+            raise SchemaError(
+                f"{path}.overlapped_comm_s", f"{r.overlapped_comm_s!r} exceeds wall_s {wall_s!r}"
+            )
+        force_setattr(r, "overlapped_comm_s", wall_s)
+    if r.components:
+        for i, c in enumerate(r.components):
+            if c.axis or c.tier or c.component == "exposed_comm":
+                _check_component(c, f"{path}.components[{i}]")
+        total = math.fsum(c.seconds for c in r.components)
         if not math.isclose(total, wall_s, rel_tol=SUM_REL_TOL, abs_tol=SUM_ABS_TOL):
             raise SchemaError(
                 f"{path}.components", f"seconds sum to {total!r}, not to wall_s {wall_s!r}"
             )
-    breakdown_step = obj.get("breakdown_step")
-    return StepReport(
-        step=_int(_get(obj, "step", f"{path}."), f"{path}.step"),
-        start_unix_ns=_int(_get(obj, "start_unix_ns", f"{path}."), f"{path}.start_unix_ns"),
-        wall_s=wall_s,
-        model_flops=_float(
-            _get(obj, "model_flops", f"{path}."), f"{path}.model_flops", hi=MAX_FLOPS
-        ),
-        recompute_flops=_float(
-            obj.get("recompute_flops", 0.0), f"{path}.recompute_flops", hi=MAX_FLOPS
-        ),
-        components=components,
-        overlapped_comm_s=min(overlapped_comm_s, wall_s),
-        breakdown_step=None
-        if breakdown_step is None
-        else _int(breakdown_step, f"{path}.breakdown_step"),
-        collectives=tuple(
-            _parse_collective(c, f"{path}.collectives[{i}]")
-            for i, c in enumerate(
-                _list(obj.get("collectives", []), f"{path}.collectives", MAX_COLLECTIVES_PER_REPORT)
-            )
-        ),
-        compute_classes=_parse_classes(
-            obj.get("compute_classes", []), f"{path}.compute_classes", wall_s
-        ),
-    )
-
-
-def _parse_health(raw: Any) -> AgentHealth:
-    obj = _obj(raw, "health")
-    return AgentHealth(
-        **{
-            name: _int(obj.get(name, 0), f"health.{name}")
-            for name in AgentHealth.__dataclass_fields__
-        }
-    )
-
-
-def _parse_topology(raw: Any) -> Topology | None:
-    if raw is None:
-        return None
-    obj = _obj(raw, "topology")
-    groups = []
-    for i, g in enumerate(_list(obj.get("groups", []), "topology.groups", MAX_GROUPS)):
-        path = f"topology.groups[{i}]"
-        gobj = _obj(g, path)
-        peak = gobj.get("link_peak_bytes_per_s")
-        source = gobj.get("link_peak_source")
-        if source is not None:
-            source = _enum(source, f"{path}.link_peak_source", LINK_SPEC_SOURCES)
-            if (source == LINK_SPEC_UNKNOWN) != (peak is None):
+    for i, sample in enumerate(r.collectives):
+        _check_collective(sample, f"{path}.collectives[{i}]")
+    if r.compute_classes:
+        shares = r.compute_classes
+        for i, share in enumerate(shares):
+            if share.seconds > wall_s:
                 raise SchemaError(
-                    f"{path}.link_peak_source",
-                    "'unknown' exactly when link_peak_bytes_per_s is absent",
+                    f"{path}.compute_classes[{i}].seconds",
+                    f"{share.seconds!r} exceeds wall_s {wall_s!r}",
                 )
-        spans = _flag(_get(gobj, "spans_hosts", f"{path}."), f"{path}.spans_hosts")
-        groups.append(
-            GroupInfo(
-                axis=_str(_get(gobj, "axis", f"{path}."), f"{path}.axis"),
-                tier=_enum(_get(gobj, "tier", f"{path}."), f"{path}.tier", TIERS),
-                size=_int(_get(gobj, "size", f"{path}."), f"{path}.size", lo=1, hi=MAX_WORLD_SIZE),
-                spans_hosts=spans,
-                link_peak_bytes_per_s=None
-                if peak is None
-                else _float(peak, f"{path}.link_peak_bytes_per_s", hi=1e15),
-                link_peak_source=source,
+        if len({s.kernel_class for s in shares}) != len(shares):
+            raise SchemaError(f"{path}.compute_classes", "a kernel class appears twice")
+        total = math.fsum(s.seconds for s in shares)
+        if _exceeds(total, wall_s):
+            raise SchemaError(
+                f"{path}.compute_classes", f"seconds sum to {total!r}, more than wall_s {wall_s!r}"
             )
-        )
-    return Topology(groups=tuple(groups))
 
 
-def _check_version(obj: Mapping[str, Any]) -> None:
-    if _get(obj, "schema", "") != SCHEMA_NAME:
-        raise SchemaError("schema", f"expected {SCHEMA_NAME!r}, got {obj['schema']!r}")
-    version = _str(_get(obj, "version", ""), "version")
+def _check_topology(topology: Topology) -> None:
+    for i, g in enumerate(topology.groups):
+        source = g.link_peak_source
+        if source is not None and (source == LINK_SPEC_UNKNOWN) != (
+            g.link_peak_bytes_per_s is None
+        ):
+            raise SchemaError(
+                f"topology.groups[{i}].link_peak_source",
+                "'unknown' exactly when link_peak_bytes_per_s is absent",
+            )
+
+
+def check_batch(batch: ReportBatch) -> None:
+    """The rules of a decoded batch that no single field states (the field types state the
+    rest). Raises `SchemaError` naming the field. An overlap over its total by float rounding
+    (within the summing tolerance) is clamped to the total, in place: call it on a freshly
+    decoded batch only."""
+    if batch.rank >= batch.world_size:
+        raise SchemaError("rank", f"{batch.rank} is not below world_size {batch.world_size}")
+    if batch.peak_flops is None and batch.peak_source != "unknown":
+        raise SchemaError("peak_flops", f"missing although peak_source is {batch.peak_source!r}")
+    steps = set()
+    for i, report in enumerate(batch.reports):
+        _check_report(report, f"reports[{i}]")
+        steps.add(report.step)
+    if len(steps) != len(batch.reports):
+        raise SchemaError("reports", "the same step appears twice in one batch")
+    if batch.topology is not None:
+        _check_topology(batch.topology)
+    if batch.hardware is not None:
+        check_hardware(batch.hardware)
+    if batch.comm is not None:
+        check_comm(batch.comm)
+
+
+# --- decoding ------------------------------------------------------------------------------------
+
+
+class _Header(Struct):
+    """The two fields read before the rest: a batch of another schema or major is refused as
+    such, whatever else it holds."""
+
+    schema: object = None
+    version: object = None
+
+
+_DECODER = msgspec.json.Decoder(ReportBatch)
+_HEADER_DECODER = msgspec.json.Decoder(_Header)
+_ENCODER = msgspec.json.Encoder()
+# What this side's encoder writes first; a body that starts so needs no separate header read.
+_PREFIX = f'{{"schema":"{SCHEMA_NAME}","version":"{_MAJOR}.'.encode()
+_SAME_MAJOR = re.compile(rb"[0-9]{1,6}\",")
+
+
+def _check_header(header: _Header) -> None:
+    if header.schema is None:
+        raise SchemaError("schema", "missing")
+    if header.schema != SCHEMA_NAME:
+        raise SchemaError("schema", f"expected {SCHEMA_NAME!r}, got {header.schema!r}"[:300])
+    version = header.version
+    if version is None:
+        raise SchemaError("version", "missing")
+    if not isinstance(version, str):
+        raise SchemaError("version", f"expected a string, got {type(version).__name__}")
     match = _VERSION_PATTERN.fullmatch(version)
     if match is None:  # ASCII digits only: "1.\u00b2" is no version
-        raise SchemaError("version", f"expected MAJOR.MINOR, got {version!r}")
+        raise SchemaError("version", f"expected MAJOR.MINOR, got {version!r}"[:300])
     major = match.group(1)
     if int(major) != _MAJOR:
         raise SchemaError(
@@ -431,58 +405,60 @@ def _check_version(obj: Mapping[str, Any]) -> None:
         )
 
 
+def decode_batch(body: bytes | str) -> ReportBatch:
+    """Decode and validate one batch from its JSON body: the field types checked as msgspec
+    decodes, then `check_batch`. Raises `SchemaError` naming the bad field (``body`` for text
+    that is not JSON); a version of another major is refused on ``version`` before anything
+    else is read."""
+    data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+    if not (data.startswith(_PREFIX) and _SAME_MAJOR.match(data, len(_PREFIX))):
+        try:
+            header = _HEADER_DECODER.decode(data)
+        except msgspec.ValidationError as exc:
+            raise from_validation(exc) from None
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise from_unreadable(data, str(exc)) from None
+        _check_header(header)
+    try:
+        batch = _DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise from_validation(exc) from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise from_unreadable(data, str(exc)) from None
+    check_batch(batch)
+    return batch
+
+
 def parse_batch(raw: Any) -> ReportBatch:
-    """Validate a decoded JSON value as a batch. Raises `SchemaError` naming the bad field."""
-    obj = _obj(raw, "batch")
-    _check_version(obj)
-    world_size = _int(_get(obj, "world_size", ""), "world_size", lo=1, hi=MAX_WORLD_SIZE)
-    rank = _int(_get(obj, "rank", ""), "rank", hi=MAX_WORLD_SIZE)
-    if rank >= world_size:
-        raise SchemaError("rank", f"{rank} is not below world_size {world_size}")
-    peak = obj.get("peak_flops")
-    peak_source = _enum(_get(obj, "peak_source", ""), "peak_source", PEAK_SOURCES)
-    if peak is None and peak_source != "unknown":
-        raise SchemaError("peak_flops", f"missing although peak_source is {peak_source!r}")
-    reports_raw = _list(_get(obj, "reports", ""), "reports", MAX_REPORTS_PER_BATCH)
-    reports = tuple(_parse_report(r, f"reports[{i}]") for i, r in enumerate(reports_raw))
-    steps = [r.step for r in reports]
-    if len(set(steps)) != len(steps):
-        raise SchemaError("reports", "the same step appears twice in one batch")
-    return ReportBatch(
-        job=_str(_get(obj, "job", ""), "job"),
-        rank=rank,
-        world_size=world_size,
-        local_rank=_int(obj.get("local_rank", 0), "local_rank", hi=MAX_WORLD_SIZE),
-        host=_str(_get(obj, "host", ""), "host"),
-        device=_str(_get(obj, "device", ""), "device"),
-        peak_flops=None if peak is None else _float(peak, "peak_flops", lo=1.0, hi=1e18),
-        peak_source=peak_source,
-        sent_unix_ns=_int(_get(obj, "sent_unix_ns", ""), "sent_unix_ns"),
-        reports=reports,
-        health=_parse_health(obj.get("health", {})),
-        topology=_parse_topology(obj.get("topology")),
-        incarnation=_str(obj.get("incarnation", ""), "incarnation", allow_empty=True),
-        hardware=parse_hardware(obj.get("hardware")),
-        node=_str(obj.get("node", ""), "node", allow_empty=True),
-        comm=parse_comm(obj.get("comm")),
-        closing=_flag(obj.get("closing", False), "closing"),
-    )
+    """Validate a decoded JSON value (dicts, lists, numbers, strings) as a batch, by the same
+    decoder as a body. Raises `SchemaError` naming the bad field."""
+    try:
+        text = json.dumps(raw, allow_nan=True)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError("batch", f"not a JSON value: {exc}"[:300]) from None
+    return decode_batch(text)
 
 
 def batch_from_json(text: str | bytes) -> ReportBatch:
     """Decode and validate one batch. Raises `SchemaError` (also for text that is not JSON)."""
-    try:
-        raw = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SchemaError("body", f"not JSON: {exc}") from None
-    return parse_batch(raw)
+    return decode_batch(text)
 
 
-def batch_to_dict(batch: ReportBatch) -> dict[str, Any]:
-    body = asdict(batch)
-    return {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, **body}
+# --- encoding ------------------------------------------------------------------------------------
+
+_HEAD = f'{{"schema":"{SCHEMA_NAME}","version":"{SCHEMA_VERSION}",'.encode()
+
+
+def encode_batch(batch: ReportBatch) -> bytes:
+    """Encode a batch in the wire format (compact JSON, UTF-8): what an agent sends."""
+    return _HEAD + _ENCODER.encode(batch)[1:]
 
 
 def batch_to_json(batch: ReportBatch) -> str:
-    """Encode a batch in the wire format (compact JSON)."""
-    return json.dumps(batch_to_dict(batch), separators=(",", ":"), allow_nan=False)
+    """Encode a batch in the wire format (compact JSON), as text."""
+    return encode_batch(batch).decode("utf-8")
+
+
+def batch_to_dict(batch: ReportBatch) -> dict[str, Any]:
+    body: dict[str, Any] = msgspec.to_builtins(batch)
+    return {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, **body}

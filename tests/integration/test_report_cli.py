@@ -39,7 +39,14 @@ def _step(step: int, rank: int) -> StepReport:
     ]
     collectives = tuple(
         CollectiveSample(
-            "all_reduce", "dp", "intra_node", 2, size, 2, 2 * (2e-5 + size / 1e10), 0.0
+            op="all_reduce",
+            axis="dp",
+            tier="intra_node",
+            group_size=2,
+            bytes=size,
+            count=2,
+            seconds=2 * (2e-5 + size / 1e10),
+            overlapped_s=0.0,
         )
         for size in (4, 1 << 16, 1 << 20, 1 << 24)
     )

@@ -180,7 +180,17 @@ def _report(step: int, breakdown: int | None) -> StepReport:
 
 
 def _line(rank: int, reports: list[StepReport]) -> str:
-    batch = ReportBatch("demo", rank, 2, "h", "cpu", 1e10, "measured", 1, tuple(reports))
+    batch = ReportBatch(
+        job="demo",
+        rank=rank,
+        world_size=2,
+        host="h",
+        device="cpu",
+        peak_flops=1e10,
+        peak_source="measured",
+        sent_unix_ns=1,
+        reports=tuple(reports),
+    )
     return batch_to_json(batch) + "\n"
 
 

@@ -59,7 +59,17 @@ def test_a_decomposed_step_becomes_a_valid_step_report() -> None:
     assert merged[("broadcast", None)].count == 1
     assert (report.model_flops, report.recompute_flops) == (2e12, 1e11)
     # The collector's own parser accepts it (components sum to wall_s, overlap <= duration, ...).
-    batch = ReportBatch("t", 0, 1, "h", "dev", 1e12, "user", 0, (report,))
+    batch = ReportBatch(
+        job="t",
+        rank=0,
+        world_size=1,
+        host="h",
+        device="dev",
+        peak_flops=1e12,
+        peak_source="user",
+        sent_unix_ns=0,
+        reports=(report,),
+    )
     assert batch_from_json(batch_to_json(batch)).reports == (report,)
 
 

@@ -141,7 +141,17 @@ def test_bad_batches_are_400_naming_the_field_and_change_nothing(
     [
         pytest.param(b"{not json", "", 400, "body", id="not-json"),
         pytest.param(b"\xff\xfe\x00", "", 400, "body", id="not-utf8"),
-        pytest.param(b"[" * 100_000 + b"]" * 100_000, "", 400, "body", id="too-deep"),
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, "", 400, "batch", id="too-deep"),
+        pytest.param(
+            b'{"schema":"mfuscope.report","version":"1.0","x":'
+            + b"[" * 100_000
+            + b"]" * 100_000
+            + b"}",
+            "",
+            400,
+            "body",
+            id="too-deep-inside",
+        ),
         pytest.param(b"[]", "", 400, "batch", id="not-an-object"),
         pytest.param(b"not gzip", "gzip", 400, "body", id="bad-gzip"),
         pytest.param(gzip.compress(b"{}", mtime=0)[:-4], "gzip", 400, "body", id="truncated-gzip"),

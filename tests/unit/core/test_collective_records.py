@@ -61,18 +61,28 @@ def test_comm_round_trips_and_closing_defaults_to_false() -> None:
         lost_total=3,
         traffic=(
             CollectiveTraffic(
-                "all_reduce", "dp", "inter_node", 16, 4812, 504658329600, 12.5, 12.0, 500000000000
+                op="all_reduce",
+                axis="dp",
+                tier="inter_node",
+                group_size=16,
+                calls=4812,
+                bytes=504658329600,
+                seconds=12.5,
+                sized_seconds=12.0,
+                sized_bytes=500000000000,
             ),
         ),
         groups=(
             GroupProgress(
-                "3",
-                "dp",
-                "inter_node",
-                16,
-                4812,
-                4811,
-                PendingCollective(4812, "all_reduce", 104857600, 94.2),
+                group="3",
+                axis="dp",
+                tier="inter_node",
+                size=16,
+                entered_seq=4812,
+                completed_seq=4811,
+                pending=PendingCollective(
+                    seq=4812, op="all_reduce", bytes=104857600, waited_s=94.2
+                ),
             ),
         ),
         arrivals=(ArrivalSample("3", 4790, 1763700000000000000),),

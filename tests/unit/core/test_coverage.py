@@ -46,7 +46,17 @@ def test_steps_are_told_measured_carried_or_without() -> None:
 
 def test_the_job_sums_ranks_and_says_so_in_words() -> None:
     batches = [
-        ReportBatch("j", rank, 2, "h", "cpu", 1e10, "user", 1, tuple(_run_steps()))
+        ReportBatch(
+            job="j",
+            rank=rank,
+            world_size=2,
+            host="h",
+            device="cpu",
+            peak_flops=1e10,
+            peak_source="user",
+            sent_unix_ns=1,
+            reports=tuple(_run_steps()),
+        )
         for rank in (0, 1)
     ]
     run = merge_batches(batches)

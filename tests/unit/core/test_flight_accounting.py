@@ -30,9 +30,15 @@ def test_traffic_of_a_real_gloo_dump() -> None:
     entries = _entries(gloo_dump("gloo-rank0-end.json"))
     totals.add([e for e in entries if e.done], names)
     assert totals.records() == (
-        CollectiveTraffic("all_gather", "dp", "inter_node", 2, calls=1, bytes=2048),
-        CollectiveTraffic("all_reduce", "dp", "inter_node", 2, calls=4, bytes=4 * 1024),
-        CollectiveTraffic("broadcast", "world", "intra_node", 2, calls=1, bytes=1024),
+        CollectiveTraffic(
+            op="all_gather", axis="dp", tier="inter_node", group_size=2, calls=1, bytes=2048
+        ),
+        CollectiveTraffic(
+            op="all_reduce", axis="dp", tier="inter_node", group_size=2, calls=4, bytes=4 * 1024
+        ),
+        CollectiveTraffic(
+            op="broadcast", axis="world", tier="intra_node", group_size=2, calls=1, bytes=1024
+        ),
     )
     assert totals.skipped == 0  # the barriers are no traffic, and not "skipped" either
 
@@ -48,7 +54,15 @@ def test_timed_nccl_entries_give_seconds_and_the_busbw_pair() -> None:
     (record,) = totals.records()
     # The second call has no known size: its time counts, not in the sized pair.
     assert record == CollectiveTraffic(
-        "all_reduce", "world", "intra_node", 2, 2, 4096, 0.005, 0.002, 4096
+        op="all_reduce",
+        axis="world",
+        tier="intra_node",
+        group_size=2,
+        calls=2,
+        bytes=4096,
+        seconds=0.005,
+        sized_seconds=0.002,
+        sized_bytes=4096,
     )
     assert totals.skipped == 1  # the coalesced group names no single op
 

@@ -36,7 +36,7 @@ def _group(
         completed_seq=entered - (1 if pending else 0),
         pending=None
         if pending is None
-        else PendingCollective(pending[0], pending[1], 64, pending[2]),
+        else PendingCollective(seq=pending[0], op=pending[1], bytes=64, waited_s=pending[2]),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -188,7 +189,7 @@ def test_waterfall_shows_unfused_kernels_apart_and_classes_per_rank() -> None:
         ClassShare("other", 0.0),
     )
     base = _step(0, 1.0, {"compute": 0.5}, comm=(("dp", "intra_node", 0.2),), flops=0.25e12)
-    split = StepReport(**{**base.__dict__, "compute_classes": classes})
+    split = msgspec.structs.replace(base, compute_classes=classes)
     cpu = _step(1, 1.0, {"compute": 0.5}, flops=0.25e12)  # no class split: adds nothing
     run = merge_batches([_batch(0, [split, cpu], world=2), _batch(1, [cpu], world=2)])
     w = job_waterfall(run)
@@ -380,7 +381,16 @@ def test_the_straggler_ratio_is_over_the_last_reports_as_sent() -> None:
 
 
 def _allreduce(size: int, count: int, seconds: float, tier: str = "intra_node") -> CollectiveSample:
-    return CollectiveSample("all_reduce", "dp", tier, 4, size, count, seconds, 0.0)
+    return CollectiveSample(
+        op="all_reduce",
+        axis="dp",
+        tier=tier,
+        group_size=4,
+        bytes=size,
+        count=count,
+        seconds=seconds,
+        overlapped_s=0.0,
+    )
 
 
 def test_bandwidth_merges_calls_and_follows_nccl_tests() -> None:
@@ -402,7 +412,14 @@ def test_bandwidth_merges_calls_and_follows_nccl_tests() -> None:
                         collectives=(
                             _allreduce(1 << 20, 1, 5e-3),
                             CollectiveSample(
-                                "all_gather", "dp", "intra_node", 4, None, 1, 1e-3, 0.0
+                                op="all_gather",
+                                axis="dp",
+                                tier="intra_node",
+                                group_size=4,
+                                bytes=None,
+                                count=1,
+                                seconds=1e-3,
+                                overlapped_s=0.0,
                             ),
                             _allreduce(1 << 10, 1, 0.0),
                         ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -232,3 +233,61 @@ def test_an_unknown_group_size_is_null(given: dict[str, object]) -> None:
     assert batch.reports[0].collectives[0].group_size is None
     assert s.batch_to_dict(batch)["reports"][0]["collectives"][0]["group_size"] is None
     assert s.parse_batch(json.loads(s.batch_to_json(batch))) == batch
+
+
+_WIRE = Path(__file__).parents[2] / "data" / "wire"
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_recorded_bodies_of_every_version_decode_as_they_did(version: str) -> None:
+    # Bodies written by each version's own encoder, and what the hand-written parser of the
+    # last commit before the typed schema read from them (tests/data/README.md).
+    body = (_WIRE / f"batch-{version}.json").read_bytes()
+    expected = json.loads((_WIRE / f"batch-{version}.decoded.json").read_text())
+    batch = s.decode_batch(body)
+    assert json.loads(json.dumps(s.batch_to_dict(batch))) == expected
+    assert s.decode_batch(s.encode_batch(batch)) == batch
+    assert s.encode_batch(batch).startswith(b'{"schema":"mfuscope.report","version":"1.2",')
+
+
+def test_the_decoder_and_the_dict_parser_agree() -> None:
+    body = (_WIRE / "batch-1.2.json").read_bytes()
+    assert s.parse_batch(json.loads(body)) == s.decode_batch(body) == s.batch_from_json(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "reason"),
+    [
+        (b'{"schema":"mfuscope.report","version":"2.0","job":7}', "version", "major version 2"),
+        (b'{"version":"1.0"}', "schema", "missing"),
+        (b'{"schema":"mfuscope.report","version":"1.0","job":"j"}', "rank", "missing"),
+        (b"[1]", "batch", "Expected `object`, got `array`"),
+        (b'{"schema":"mfuscope.report","version":"1.0",', "body", "not JSON"),
+        (b'{"schema":"mfuscope.report","version":"1.0","job":"\xff"}', "body", "not JSON"),
+        (b'{"schema":"mfuscope.report","version":"1.0","job":NaN}', "job", "must be finite"),
+    ],
+)
+def test_bodies_msgspec_refuses_name_the_field(body: bytes, field: str, reason: str) -> None:
+    with pytest.raises(s.SchemaError) as info:
+        s.decode_batch(body)
+    assert info.value.field == field
+    assert reason in info.value.message
+    assert "\n" not in str(info.value)
+
+
+def test_a_bad_choice_names_the_allowed_values() -> None:
+    body = _batch()
+    body["reports"][0]["collectives"][0]["op"] = "all_reduce\n"
+    with pytest.raises(s.SchemaError) as info:
+        s.parse_batch(body)
+    assert info.value.field == "reports[0].collectives[0].op"
+    assert info.value.message.startswith("not one of all_reduce, all_gather, reduce_scatter")
+
+
+def test_an_overlap_over_its_total_by_rounding_is_clamped() -> None:
+    body = _batch()
+    body["reports"][0]["collectives"][0].update(seconds=0.5, overlapped_s=0.5 * (1 + 1e-9))
+    body["reports"][0]["overlapped_comm_s"] = 1.0 + 1e-10
+    report = s.parse_batch(body).reports[0]
+    assert report.collectives[0].overlapped_s == 0.5
+    assert report.overlapped_comm_s == 1.0

@@ -94,11 +94,56 @@ def test_collectives_aggregate_per_key_skip_unknown_ops_and_keep_unknown_groups(
     # A group size that is unknown (None, or not positive) stays null: the collective's time and
     # bytes still count (never the world size in its place).
     assert collective_samples(records) == (
-        CollectiveSample("all_gather", "unknown", "intra_node", 8, None, 1, 0.2, 0.0),
-        CollectiveSample("all_reduce", "dp", "inter_node", 16, 1000, 2, 0.75, 0.5),
-        CollectiveSample("all_reduce", "dp", "inter_node", 16, 2000, 1, 0.1, 0.0),
-        CollectiveSample("all_reduce", "unknown", "intra_node", None, 40, 1, 0.3, 0.0),
-        CollectiveSample("send", "pp", "inter_node", None, 10, 1, 0.1, 0.0),
+        CollectiveSample(
+            op="all_gather",
+            axis="unknown",
+            tier="intra_node",
+            group_size=8,
+            bytes=None,
+            count=1,
+            seconds=0.2,
+            overlapped_s=0.0,
+        ),
+        CollectiveSample(
+            op="all_reduce",
+            axis="dp",
+            tier="inter_node",
+            group_size=16,
+            bytes=1000,
+            count=2,
+            seconds=0.75,
+            overlapped_s=0.5,
+        ),
+        CollectiveSample(
+            op="all_reduce",
+            axis="dp",
+            tier="inter_node",
+            group_size=16,
+            bytes=2000,
+            count=1,
+            seconds=0.1,
+            overlapped_s=0.0,
+        ),
+        CollectiveSample(
+            op="all_reduce",
+            axis="unknown",
+            tier="intra_node",
+            group_size=None,
+            bytes=40,
+            count=1,
+            seconds=0.3,
+            overlapped_s=0.0,
+        ),
+        CollectiveSample(
+            op="send",
+            axis="pp",
+            tier="inter_node",
+            group_size=None,
+            bytes=10,
+            count=1,
+            seconds=0.1,
+            overlapped_s=0.0,
+        ),
     )
 
 
