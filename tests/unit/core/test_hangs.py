@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 from mfuscope.core.collective_records import GroupProgress, PendingCollective
 from mfuscope.core.hangs import (
     BLOCKED_AFTER_S,
@@ -136,7 +137,7 @@ def test_progress_export_waits_and_the_overdue_ranks_that_are_not_blocked() -> N
         _rank(0, _group(*dp, pending=(4812, "all_reduce", 92.0))),
         _rank(1, _group(*dp, pending=(4812, "all_reduce", 40.0)), _group("7", 3)),
     ]
-    single = dataclasses.replace(_group("solo", 9), size=1)
+    single = msgspec.structs.replace(_group("solo", 9), size=1)
     stalled = dataclasses.replace(_rank(2, _group("3", 4811), single, _group("7", 5)), overdue=True)
     closed = _rank(4, _group("3", 4811), closed=True)
     export = progress_export([*waiting, stalled, closed])
