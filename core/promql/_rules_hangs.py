@@ -32,13 +32,15 @@ _BEHIND = (
     f"< on (job, group) group_left (op, seq) {_WAITED})"
 )
 _WAITED_S = "max by (job, group) (mfuscope_collective_group_waiting_seconds)"
-# One series per rank (a rank several groups wait for is named under the longest wait, as the
-# collector names it once).
-HANG_SUSPECTS = (
-    f"topk by (job, rank) (1, max by ({_SUSPECT_LABELS}) (label_replace({_BEHIND} * 0 + on "
-    f'(job, group) group_left {_WAITED_S}, "reason", "not_joined", "", ""))'
-    f" or max by ({_SUSPECT_LABELS}) (mfuscope_collective_hang_suspect_seconds))"
+_LOCAL = f"max by ({_SUSPECT_LABELS}) (mfuscope_collective_hang_suspect_seconds)"
+_JOINED = (
+    f"max by ({_SUSPECT_LABELS}) (label_replace({_BEHIND} * 0 + on (job, group) group_left "
+    f'{_WAITED_S}, "reason", "not_joined", "", ""))'
 )
+# One series per rank: a rank a collector names itself keeps that collector's labels (so one
+# collector gives exactly its own answer), and a rank several groups wait for is named under the
+# longest wait, as the collector names it once.
+HANG_SUSPECTS = f"topk by (job, rank) (1, {_LOCAL} or ({_JOINED} unless on (job, rank) {_LOCAL}))"
 
 
 def hangs_group() -> Group:
