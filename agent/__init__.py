@@ -2,7 +2,7 @@
 
 Nothing here imports torch at package import time: the pure analysis core
 (`mfuscope.core.trace`) is used by the collector and the offline CLI, which never import torch.
-`Agent` and `checkpoint_context` are resolved lazily on first access (PEP 562).
+The names in `__all__` are resolved lazily on first access (PEP 562).
 
 Importing the package asks PyTorch for its flight recorder (``TORCH_FR_BUFFER_SIZE=2000`` when
 the user set no size, and unless ``MFUSCOPE_COLLECTIVE_RECORDS`` is off): PyTorch reads the size
@@ -16,21 +16,31 @@ import os
 from typing import TYPE_CHECKING
 
 from mfuscope.agent.flight_recorder import enable_flight_recorder
-from mfuscope.core._lazy import lazy_exports
+from mfuscope.core.lazy_exports import lazy_exports
 from mfuscope.core.settings import parse_bool
 
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Agent
+    from mfuscope.agent._health import RateLimitedLog
     from mfuscope.agent.config import AgentConfig
     from mfuscope.agent.recompute import checkpoint_context, wrap_checkpoint
     from mfuscope.core.errors import ConfigError
 
-__all__ = ["Agent", "AgentConfig", "ConfigError", "checkpoint_context", "wrap_checkpoint"]
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "ConfigError",
+    "RateLimitedLog",
+    "checkpoint_context",
+    "wrap_checkpoint",
+]
 
 _LAZY = {
     "Agent": "mfuscope.agent._agent",
     "AgentConfig": "mfuscope.agent.config",
     "ConfigError": "mfuscope.core.errors",
+    # the log the agent's parts (`hwcounters.build_hardware_sampler`, ...) take
+    "RateLimitedLog": "mfuscope.agent._health",
     "checkpoint_context": "mfuscope.agent.recompute",
     "wrap_checkpoint": "mfuscope.agent.recompute",
 }

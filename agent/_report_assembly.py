@@ -24,6 +24,7 @@ from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
 from mfuscope.core.collective_records import CommRecords
 from mfuscope.core.hwcounters import HardwareCounters
+from mfuscope.core.run_key import fingerprint
 from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topology, encode_batch
 from mfuscope.core.step_report import (
     Breakdown,
@@ -52,6 +53,8 @@ class BatchHeader:
     topology: Topology | None
     incarnation: str  # this launch's run id, the same on every rank (idempotency across restarts)
     node: str = ""  # the node label (docs/definitions.md#node-identity)
+    dtype: str = ""  # the training dtype, for the run key's fingerprint
+    run_key: str = ""  # the user's run key; "": the fingerprint, once FLOPs per step are known
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class ReportAssembler:
         self._from_window: dict[int, _FromWindow] = {}
         self._last_finished: int | None = None  # the latest step whose period came in
         self.breakdown: Breakdown | None = None  # the latest window's, carried by later steps
+        self._run_key = header.run_key
 
     def flops_counted(self, step: int, flops: StepFlopsValue) -> None:
         self._flops[step] = flops
@@ -169,8 +173,21 @@ class ReportAssembler:
             node=h.node,
             comm=self._comm(sink) if self._comm is not None else None,
             closing=self.closing,
+            run_key=self._key(reports),
         )
         return encode_batch(batch)
+
+    def _key(self, reports: Sequence[StepReport]) -> str:
+        """The run key: the user's, else the fingerprint of the first FLOPs per step reported
+        (kept from then on; "" until a report has FLOPs). Transport threads may race to set
+        it: they compute the same value."""
+        if not self._run_key:
+            flops = next((r.model_flops for r in reports if r.model_flops > 0), None)
+            if flops is not None:
+                h = self._header
+                layout = [(g.axis, g.size) for g in h.topology.groups] if h.topology else []
+                self._run_key = fingerprint(flops, h.world_size, layout, h.device, h.dtype)
+        return self._run_key
 
     def _report(self, timed: TimedStep) -> StepReport:
         flops = self._flops.pop(timed.step, None) or _NO_FLOPS

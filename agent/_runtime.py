@@ -78,6 +78,7 @@ class Runtime:
     device_name: str
     peak_flops: float | None
     peak_source: str
+    dtype: str
     timer: StepTimer | None  # device timer (GPU); on CPU the recorder's host clock
     recorder: StepRecorder
     flops: FlopsTracker
@@ -140,6 +141,8 @@ class Runtime:
             peak_source=self.peak_source,
             topology=self.schema_topology,
             incarnation=self.topology.incarnation,
+            dtype=self.dtype,
+            run_key=self.config.run_key or "",
         )
 
     def shutdown(self) -> None:
@@ -294,10 +297,15 @@ def _mig_enabled(device: _Device) -> bool:
     return runs_in_mig_mode(getattr(device.facts, "gpus", ()) or (), device.gpu)
 
 
+def _dtype(config: AgentConfig, device: _Device) -> str:
+    """The training dtype: the user's, else bf16 on a GPU and fp32 on a CPU."""
+    return config.dtype or ("bf16" if device.use_cuda else "fp32")
+
+
 def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[float | None, str]:
     from mfuscope.core.hardware import resolve_peak
 
-    dtype = config.dtype or ("bf16" if device.use_cuda else "fp32")
+    dtype = _dtype(config, device)
     lookup = resolve_peak(device.name, dtype, config.peak_flops, mig=_mig_enabled(device))
     if lookup.peak_flops is not None:
         return lookup.peak_flops, lookup.source
@@ -549,6 +557,7 @@ def build_runtime(
         device_name=device.name,
         peak_flops=peak_flops,
         peak_source=peak_source,
+        dtype=_dtype(config, device),
         timer=timer,
         recorder=recorder,
         flops=flops,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mfuscope.core.errors import ConfigError
+from mfuscope.core.run_key import check_run_key
 from mfuscope.core.settings import parse_setting_text, pick_settings
 
 __all__ = ["AgentConfig"]
@@ -96,6 +97,9 @@ class AgentConfig:
     # set MFUSCOPE_NODE_NAME from the downward API's spec.nodeName. None: NODE_NAME, else the
     # kernel's boot id, else the host name.
     node_name: str | None = None
+    # Which runs are the same workload (docs/compare.md): None, the fingerprint of this rank's
+    # FLOPs per step, world size, layout, device and dtype (`mfuscope.core.run_key`).
+    run_key: str | None = None
     enabled: bool = True
 
     def __post_init__(self) -> None:
@@ -179,6 +183,11 @@ class AgentConfig:
             raise ConfigError("request_timeout_s", "must be > 0")
         if self.node_name is not None and len(self.node_name) > 256:
             raise ConfigError("node_name", "at most 256 characters")
+        if self.run_key is not None:
+            try:
+                check_run_key(self.run_key)
+            except ValueError as exc:
+                raise ConfigError("run_key", str(exc)) from None
         if not (math.isfinite(self.hardware_interval_s) and self.hardware_interval_s >= 0.05):
             raise ConfigError(
                 "hardware_interval_s", f"must be >= 0.05 s, got {self.hardware_interval_s}"

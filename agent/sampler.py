@@ -15,7 +15,7 @@ from mfuscope.agent.profiler_windows import (
     torch_profiler_busy,
     torch_profiler_factory,
 )
-from mfuscope.core._moved import warn_moved
+from mfuscope.core.moved import warn_moved
 
 __all__ = [
     "Keep",

@@ -24,6 +24,7 @@ DESCRIPTION = "Live MFU and communication exposure of distributed PyTorch traini
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("analyze", "decompose profiled steps of Kineto traces (MFU, buckets, collectives)"),
     "calc": ("calc", "back-of-envelope FLOPs, MFU and communication what-if calculator"),
+    "compare": ("compare", "compare two runs side by side (traces, agent output, summaries)"),
     "collector": ("run_collector", "run the collector: ingest agent reports, serve /metrics"),
     "demo": ("demo", "run a live 2-rank gloo training job feeding a collector"),
     "report": ("report", "write a self-contained HTML report from agent output or traces"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mfuscope.core._lazy import lazy_exports
+from mfuscope.core.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from mfuscope.collector._state import IngestResult, StateConfig

@@ -58,6 +58,7 @@ class RankState:
         "peak_flops",
         "rank",
         "recent",
+        "run_key",
         "step_seen_s",
         "topology_items",
         "window_seen_s",
@@ -71,6 +72,7 @@ class RankState:
         self.host = ""
         self.node = ""
         self.peak_flops: float | None = None
+        self.run_key = ""  # which runs are the same workload (docs/compare.md); "": not sent yet
         self.incarnations = RankIncarnations(idempotency_steps)
         self.last_seen_s = 0.0
         # (wall_s, self_s or None, model_flops, hardware_flops) of the latest steps.
@@ -105,6 +107,8 @@ class RankState:
         self.node = _name(batch.node or batch.host)
         self.peak_flops = batch.peak_flops
         self.closed = batch.closing
+        if batch.run_key:  # an agent sends it once the rank's FLOPs per step are known
+            self.run_key = _name(batch.run_key)
         if batch.comm is not None:
             self.comm_groups = batch.comm.groups
             self.comm_received_s = now_s

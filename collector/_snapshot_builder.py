@@ -216,6 +216,8 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         last_report_age_s=max(now_s - min(r.last_seen_s for r in running), 0.0),
         all_closed=all(r.closed for r in ranks),
         tp_spans_hosts=(Kind.TP_SPANS_HOSTS,) in sums,
+        # One key per job: the lowest live rank's (ranks of one workload send the same one).
+        run_key=next((r.run_key for r in sorted(ranks, key=lambda r: r.rank) if r.run_key), ""),
         health=AgentHealth(*job.health.total),
         tier_peaks=tuple(TierPeak(a, t, v) for (a, t), v in sorted(peaks.items())),
         tier_spec_sources=tuple(sorted(spec_sources)),

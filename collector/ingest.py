@@ -13,8 +13,8 @@ from typing import Any
 
 from mfuscope.collector._state import IngestResult
 from mfuscope.collector.errors import BadRequest, PayloadTooLarge, UnsupportedVersion
-from mfuscope.core._moved import warn_moved
 from mfuscope.core.errors import SchemaError
+from mfuscope.core.moved import warn_moved
 from mfuscope.core.schema import ReportBatch
 from mfuscope.core.schema import decode_batch as decode_batch_body
 

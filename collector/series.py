@@ -401,6 +401,15 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         b.add(
             name, "gauge", unit, help_text, job_l, [Sample((j.job,), float(get(j))) for j in jobs]
         )
+    b.add(
+        "mfuscope_run_info",
+        "gauge",
+        "1",
+        "1 with the job's run key: which runs are the same workload (by default a fingerprint of "
+        "model FLOPs per step, world size, layout, device and dtype), for the baseline across runs",
+        ("job", "run_key"),
+        [Sample((j.job, j.run_key), 1.0) for j in jobs if j.run_key],
+    )
     for name, attr, help_text in (
         ("mfuscope_mfu_ratio", "mfu", "MFU over each live rank's latest window of steps"),
         ("mfuscope_hfu_ratio", "hfu", "HFU over each live rank's latest window of steps"),

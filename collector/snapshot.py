@@ -232,6 +232,9 @@ class JobSnapshot:
     arrival_groups: tuple[tuple[str, str, str, int], ...] = ()
     # Flight-recorder entries the agents' recorders overwrote before reading (cumulative).
     records_lost: int = 0
+    # Which runs are the same workload (docs/compare.md): the lowest live rank's key; "" when
+    # no rank sent one (agents before schema 1.3, or FLOPs not known yet).
+    run_key: str = ""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ def _job(j: JobSnapshot, top_collectives: int) -> dict[str, Any]:
         "job": j.job,
         "ranks": j.live_ranks,
         "world_size": j.world_size,
+        "run_key": j.run_key,
         "steps_total": sum(t.steps for t in totals),
         "step_seconds_total": sum(t.step_seconds for t in totals),
         "window_steps": j.latest.window_steps,

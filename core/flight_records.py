@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from mfuscope.core.trace._collectives import BOOKKEEPING, dtype_size, normalise_op
+from mfuscope.core.trace import BOOKKEEPING, dtype_size, normalise_op
 
 __all__ = [
     "BARRIER",

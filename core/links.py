@@ -5,7 +5,6 @@ This old path re-exports its names and warns; it goes in mfuscope 0.3.0.
 
 from __future__ import annotations
 
-from mfuscope.core._moved import warn_moved
 from mfuscope.core.interconnects import (
     LINK_KINDS,
     LINK_TIERS,
@@ -17,6 +16,7 @@ from mfuscope.core.interconnects import (
     detected_intra_node_link,
     link_tier,
 )
+from mfuscope.core.moved import warn_moved
 
 __all__ = [
     "LINK_KINDS",

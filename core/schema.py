@@ -2,7 +2,7 @@
 
 Wire format (JSON, optionally gzip-compressed on the wire), one *batch* per POST, from one rank::
 
-    {"schema": "mfuscope.report", "version": "1.2",
+    {"schema": "mfuscope.report", "version": "1.3",
      "job": "llama-8b", "incarnation": "5f0c9a1e2b7d4c38",
      "rank": 3, "world_size": 16, "local_rank": 3, "host": "node-1", "node": "node-1",
      "device": "NVIDIA H100 80GB HBM3", "peak_flops": 9.89e14, "peak_source": "spec",
@@ -60,6 +60,9 @@ Semantics:
   waits in), arrival samples (`CommRecords`, documented in `collective_records`). A batch may
   carry no step reports: an agent whose steps stopped keeps sending its ``comm`` status.
 - ``closing`` (since 1.2, optional, default false): the agent is closing (the job ended normally).
+- ``run_key`` (since 1.3, optional): which runs are the same workload (docs/compare.md): the
+  user's key, or the fingerprint of `mfuscope.core.run_key` once the rank's FLOPs per step are
+  known; ``""`` before that and from older agents.
 
 Versioning: ``version`` is ``MAJOR.MINOR``. A parser accepts its own major with any minor (unknown
 fields of a newer minor are ignored) and rejects any other major. The records below are the one
@@ -131,7 +134,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "mfuscope.report"
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 _MAJOR = 1
 
 # Sanity bounds: anything beyond these is a bug or an attack, not a training step.
@@ -267,6 +270,7 @@ class ReportBatch(Struct, frozen=True, kw_only=True, gc=False):
     node: Label = ""  # since 1.1: the rank's node label ("" when the agent sent none)
     comm: CommRecords | None = None  # since 1.2: always-on collective records
     closing: bool = False  # since 1.2: the agent is closing (a normal end)
+    run_key: Label = ""  # since 1.3: which runs are the same workload ("" when not known)
 
 
 # --- the rules no single field states ------------------------------------------------------------

@@ -125,7 +125,7 @@ def print_summary(
         loss += f" (floor {state.loss_floor:.3f})"
     lines = [f"mfuscope demo: done in {elapsed_s:.0f} s: {steps} steps, {state.mode}{loss}"]
     if report is not None:
-        from mfuscope.cli.report._summary import describe_run
+        from mfuscope.cli.report.summary import describe_run
 
         lines += ["  " + line for line in describe_run(report.content)]
     if job:

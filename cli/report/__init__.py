@@ -80,7 +80,7 @@ def default_out_dir(cwd: Path | None = None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mfuscope.cli.report._summary import describe_run
+    from mfuscope.cli.report.summary import describe_run
     from mfuscope.cli.report.writer import TraceOptions, load_run, write_report
     from mfuscope.core.errors import ReportInputError
 

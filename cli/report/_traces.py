@@ -116,9 +116,20 @@ def run_from_analyses(
     )
 
 
+def _mean_families(analysis: RankAnalysis) -> tuple[tuple[str, float], ...]:
+    """Each kernel family's mean kernel seconds per step over the rank's steps, largest first."""
+    sums: dict[str, float] = {}
+    for step in analysis.steps:
+        for family, seconds in step.compute_families:
+            sums[family] = sums.get(family, 0.0) + seconds
+    steps = len(analysis.steps)
+    return tuple(sorted(((f, s / steps) for f, s in sums.items()), key=lambda fs: -fs[1]))
+
+
 def _rank_run(analysis: RankAnalysis, peak: PeakLookup, options: TraceOptions) -> RankRun:
     steps = tuple(step_report_from_decomposition(s, options) for s in analysis.steps)
     return RankRun(
+        kernel_families=_mean_families(analysis),
         rank=analysis.rank,
         host="(from trace)",
         device=analysis.device,

@@ -29,6 +29,7 @@ __all__ = [
     "build_content",
     "load_run",
     "merge_batches",
+    "plot_svgs",
     "write_report",
 ]
 
@@ -57,7 +58,6 @@ def write_report(run: RunData, out_dir: Path, generated: str, *, png: bool = Tru
 
     `generated` is the timestamp text shown on the page (the caller owns the clock).
     """
-    from mfuscope.cli.report import _plots
     from mfuscope.cli.report._html import render_html
 
     content = build_content(run)
@@ -65,13 +65,11 @@ def write_report(run: RunData, out_dir: Path, generated: str, *, png: bool = Tru
     svgs: dict[str, str] = {}
     pngs: list[Path] = []
     missing: list[tuple[str, str]] = []
-    for name in PLOT_NAMES:
-        reason = content.missing(name)
-        figure = None if reason else _plots.draw(name, content)
-        if figure is None:
-            missing.append((name, reason or "no data"))
+    for name, drawn in _drawn(content):
+        if isinstance(drawn, str):
+            missing.append((name, drawn))
             continue
-        svg, png_bytes = _plots.render(figure, salt=name)
+        svg, png_bytes = drawn
         svgs[name] = svg
         if png:
             path = out_dir / f"{name}.png"
@@ -80,3 +78,33 @@ def write_report(run: RunData, out_dir: Path, generated: str, *, png: bool = Tru
     html_path = out_dir / HTML_NAME
     _write_atomic(html_path, render_html(content, svgs, generated).encode("utf-8"))
     return ReportFiles(html_path, tuple(pngs), tuple(missing), content)
+
+
+def _drawn(content: ReportContent, salt: str = "") -> list[tuple[str, tuple[str, bytes] | str]]:
+    """Per plot in page order: its (SVG, PNG), or why it could not be drawn. `salt` keeps the
+    SVG ids of several reports' plots apart on one page."""
+    from mfuscope.cli.report import _plots
+
+    out: list[tuple[str, tuple[str, bytes] | str]] = []
+    for name in PLOT_NAMES:
+        reason = content.missing(name)
+        figure = None if reason else _plots.draw(name, content)
+        out.append(
+            (name, reason or "no data")
+            if figure is None
+            else (name, _plots.render(figure, salt=salt + name))
+        )
+    return out
+
+
+def plot_svgs(content: ReportContent, salt: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The report's plots of `content` as inline SVG (plot -> SVG), and plot -> why it is not
+    drawn; for pages that show several runs (`mfuscope compare --html`)."""
+    svgs: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    for name, drawn in _drawn(content, salt):
+        if isinstance(drawn, str):
+            missing[name] = drawn
+        else:
+            svgs[name] = drawn[0]
+    return svgs, missing

@@ -1,8 +1,10 @@
 """`mfuscope validate-gpu`: prove the measurements on real hardware, in one command.
 
 On a machine with a CUDA GPU it runs the probes (`_probes`: detection, a bf16 matmul, a small GPT
-training loop under the agent, a profiled window, an NCCL group, the hardware counters under load)
-in a few minutes and writes ``DIR/validate.json`` and ``DIR/validate.md`` (`_report`). Without one
+training loop under the agent, a profiled window, an NCCL group, the hardware counters under load;
+`_flight`: the agent's flight-recorder reading on NCCL, with a deliberate stall) in a few minutes,
+prints each check with its figures, and writes ``DIR/validate.json`` and ``DIR/validate.md``
+(`_report`). Without one
 it prints ``no CUDA device: validate-gpu skipped`` and exits 0. The exit code is 0 when every check
 passed and 1 otherwise.
 """
@@ -50,5 +52,7 @@ def run(args: argparse.Namespace) -> int:
     measurements = measure_all(out_dir=args.out, quick=args.quick, log=sys.stderr)
     report = build_report(measurements)
     json_path, md_path = write_report(report, args.out)
+    for check in report["checks"]:  # the figures, before the verdict
+        print(f"{'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['measured']}")
     print(f"{'PASS' if report['ok'] else 'FAIL'}: wrote {json_path} and {md_path}")
     return 0 if report["ok"] else 1

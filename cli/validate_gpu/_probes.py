@@ -374,7 +374,7 @@ def counters(*, seconds: float, gigabytes: int) -> CounterProbe:
     `seconds` of device-to-device copies, and PCIe bytes around `gigabytes` GiB copied host ->
     device."""
     import torch
-    from mfuscope.agent._health import RateLimitedLog
+    from mfuscope.agent import RateLimitedLog
     from mfuscope.agent.gpu_identity import cuda_gpu_ref
     from mfuscope.agent.hwcounters import build_hardware_sampler
 

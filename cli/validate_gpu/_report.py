@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mfuscope.cli.validate_gpu._flight_report import FlightProbe, flight_checks
+
 __all__ = [
     "Check",
     "CollectiveSeen",
@@ -121,6 +123,7 @@ class Measurements:
     window: WindowProbe | None = None
     nccl: NcclProbe | None = None
     counters: CounterProbe | None = None
+    flight: FlightProbe | None = None
     errors: Mapping[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
     quick: bool = False
@@ -283,6 +286,7 @@ def build_report(m: Measurements) -> dict[str, Any]:
         *_window_checks(m),
         *_nccl_checks(m),
         *_counter_checks(m),
+        *(Check(c.name, c.ok, c.measured, c.expected) for c in flight_checks(m.flight, m.errors)),
     ]
     return {
         "ok": all(c.ok for c in checks),
@@ -298,6 +302,7 @@ def build_report(m: Measurements) -> dict[str, Any]:
                 ("window", m.window),
                 ("nccl", m.nccl),
                 ("counters", m.counters),
+                ("flight", m.flight),
             )
         },
         "errors": dict(m.errors),

@@ -1,7 +1,8 @@
 """Runs the probes in order, each guarded: a probe that fails is recorded and the next one runs.
 
 Budget (one H100): the full run takes a few minutes (the FLOP-counting step and the NCCL start-up
-dominate), `--quick` about a minute; both stay well under 8 minutes.
+dominate), `--quick` about a minute; both stay well under 8 minutes. The flight-recorder probe adds
+about 20 s either way: its deliberate stall must outlast the hang join's 10 s threshold.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from mfuscope.cli.validate_gpu import _probes
+from mfuscope.cli.validate_gpu import _flight, _probes
 from mfuscope.cli.validate_gpu._report import Measurements
 
 __all__ = ["measure_all"]
@@ -72,6 +73,10 @@ def measure_all(*, out_dir: Path, quick: bool, log: IO[str]) -> Measurements:
         errors,
         log,
     )
+    gpus = detection.gpu_count if detection is not None else 1
+    flight = _guarded(
+        "flight recorder", lambda: _flight.flight_probe(out_dir, gpus=gpus), errors, log
+    )
     return Measurements(
         detection=detection,
         matmul=matmul,
@@ -79,6 +84,7 @@ def measure_all(*, out_dir: Path, quick: bool, log: IO[str]) -> Measurements:
         window=window,
         nccl=nccl,
         counters=counters,
+        flight=flight,
         errors=errors,
         wall_s=time.monotonic() - start,
         quick=quick,

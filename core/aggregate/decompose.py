@@ -5,7 +5,7 @@ This old path re-exports its names and warns; it goes in mfuscope 0.3.0.
 
 from __future__ import annotations
 
-from mfuscope.core._moved import warn_moved
+from mfuscope.core.moved import warn_moved
 from mfuscope.core.run_summary.breakdowns import (
     RankDecomposition,
     Segment,

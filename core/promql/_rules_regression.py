@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mfuscope.core.promql import names as n
 from mfuscope.core.promql import quantities as q
+from mfuscope.core.promql._rules_run_baseline import run_baseline_rules
 from mfuscope.core.promql.rules_file import Group, Rule
 from mfuscope.core.promql.syntax import ratio, total
 
@@ -61,6 +62,7 @@ def regression_group() -> Group:
                 "Growth of each slice, in fractions of step time; a slice absent from the "
                 "baseline (a new axis or tier) grew from 0.",
             ),
+            *run_baseline_rules(),
         ),
         comment=(
             "The regression alert: the job now (15 min) against its own baseline (the 6 h that "

@@ -27,17 +27,32 @@ __all__ = [
     "MEAN_MESSAGE_BYTES_LATEST",
     "MFU_5M",
     "MFU_BASELINE_6H",
+    "MFU_BELOW_RUN_BASELINE",
     "MFU_INCREASE_15M",
     "MFU_REGRESSION",
+    "MFU_RUN_BASELINE",
     "MODEL_FLOPS_5M",
     "OVERLAPPED_COMM_5M",
     "PEAK_FLOPS_SUM",
     "PEAK_FLOP_SECONDS_5M",
+    "RUN_MODEL_FLOPS_1H",
+    "RUN_MODEL_FLOPS_5M",
+    "RUN_MODEL_FLOPS_30D",
+    "RUN_PEAK_FLOP_SECONDS_1H",
+    "RUN_PEAK_FLOP_SECONDS_5M",
+    "RUN_PEAK_FLOP_SECONDS_30D",
+    "RUN_WATERFALL_5M",
+    "RUN_WATERFALL_COUNT_1H",
+    "RUN_WATERFALL_COUNT_30D",
+    "RUN_WATERFALL_SUM_1H",
+    "RUN_WATERFALL_SUM_30D",
     "STEP_FRACTION_5M",
     "WATERFALL_5M",
     "WATERFALL_BASELINE_6H",
     "WATERFALL_GROWTH",
     "WATERFALL_INCREASE_15M",
+    "WATERFALL_RUN_BASELINE",
+    "WATERFALL_RUN_BASELINE_GROWTH",
 ]
 
 MODEL_FLOPS_5M = "job:mfuscope_model_flops:rate5m"
@@ -79,3 +94,20 @@ BUSBW_LATEST = "job_op_axis_tier:mfuscope_collective_busbw_bytes_per_second:last
 EFFICIENCY_LATEST = "job_op_axis_tier:mfuscope_collective_busbw_efficiency:last1h_ratio_rate5m"
 MEAN_MESSAGE_BYTES_LATEST = "job_op_axis_tier:mfuscope_collective_mean_bytes:last1h_ratio_rate5m"
 COLLECTIVE_OVERLAP_LATEST = "job_axis_tier:mfuscope_collective_overlapped:last1h_ratio_rate5m"
+
+# The live baseline across runs (`_rules_run_baseline`).
+RUN_MODEL_FLOPS_5M = "job:mfuscope_run_model_flops:increase5m"
+RUN_PEAK_FLOP_SECONDS_5M = "job:mfuscope_run_peak_flop_seconds:increase5m"
+RUN_MODEL_FLOPS_1H = "job:mfuscope_run_model_flops:increase1h"
+RUN_PEAK_FLOP_SECONDS_1H = "job:mfuscope_run_peak_flop_seconds:increase1h"
+RUN_MODEL_FLOPS_30D = "job:mfuscope_run_model_flops:sum30d"
+RUN_PEAK_FLOP_SECONDS_30D = "job:mfuscope_run_peak_flop_seconds:sum30d"
+MFU_RUN_BASELINE = "job:mfuscope_mfu:ratio_run_baseline"
+RUN_WATERFALL_5M = "job_component:mfuscope_run_waterfall_slice:ratio_rate5m"
+RUN_WATERFALL_SUM_1H = "job_component:mfuscope_run_waterfall_slice:sum1h"
+RUN_WATERFALL_COUNT_1H = "job_component:mfuscope_run_waterfall_slice:count1h"
+RUN_WATERFALL_SUM_30D = "job_component:mfuscope_run_waterfall_slice:sum30d"
+RUN_WATERFALL_COUNT_30D = "job_component:mfuscope_run_waterfall_slice:count30d"
+WATERFALL_RUN_BASELINE = "job_component:mfuscope_waterfall_slice:ratio_run_baseline"
+MFU_BELOW_RUN_BASELINE = "job:mfuscope_mfu_below_run_baseline:ratio"
+WATERFALL_RUN_BASELINE_GROWTH = "job_component:mfuscope_waterfall_slice_run_baseline_growth:ratio"

@@ -44,6 +44,7 @@ __all__ = [
     "PEAK_FLOPS",
     "PEAK_FLOP_SECONDS",
     "RATE_5M",
+    "RUN_INFO",
     "STEPS",
     "STEP_SECONDS",
     "TIER_SPEC",
@@ -98,6 +99,8 @@ COLLECTIVE_PROFILED_SECONDS = "mfuscope_collective_profiled_seconds_total"
 BUS_SIZED_BYTES = "mfuscope_collective_sized_bus_bytes_total"
 BUS_SECONDS = "mfuscope_collective_sized_seconds_total"
 TIER_SPEC = "mfuscope_tier_peak_bandwidth_bytes_per_second"
+# Value 1 per job, label run_key: which runs are the same workload (the live baseline across runs).
+RUN_INFO = "mfuscope_run_info"
 _ELEMENTWISE_CLASS = KERNEL_CLASSES[2]  # elementwise_norm_reduce
 # The counters whose ratios are the quantities above: a rule or a panel that reads one of them
 # does so through a function of this module (the test of the shipped files checks it).

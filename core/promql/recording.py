@@ -18,6 +18,7 @@ from mfuscope.core.promql._rules_job import (
     waterfall_rules,
 )
 from mfuscope.core.promql._rules_regression import regression_group, restarts_group
+from mfuscope.core.promql._rules_run_baseline import run_baseline_group
 from mfuscope.core.promql.rules_file import Group, Rule, render, without_fresh_reads
 
 __all__ = ["GROUPS", "HEADER", "WRITTEN_GROUPS", "recorded_rules", "text"]
@@ -57,6 +58,7 @@ WRITTEN_GROUPS: tuple[Group, ...] = (
     restarts_group(),
     hangs_group(),
     arrivals_group(),
+    run_baseline_group(),
 )
 # As shipped: every rule computes from the raw series, so vmalert gives what Prometheus gives
 # (`without_fresh_reads`).

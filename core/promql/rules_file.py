@@ -178,6 +178,15 @@ def _selected(expr: str, matchers: str | None) -> str:
     return out
 
 
+def _after_modifier(match: re.Match[str], inlined: str) -> str:
+    """`inlined` where `match` was: after a bare ``group_left``/``group_right`` an empty label
+    list first, or PromQL would read the parenthesised expression as the list of labels."""
+    before = match.string[: match.start()].rstrip()
+    if before.endswith(("group_left", "group_right")):
+        return f"() {inlined}"
+    return inlined
+
+
 def without_fresh_reads(group: Group) -> Group:
     """`group` with every instant read of a series an earlier rule of the group records replaced
     by that rule's expression, in parentheses (a read's label matchers become `and`/`unless` on
@@ -199,7 +208,7 @@ def without_fresh_reads(group: Group) -> Group:
                     if earlier.labels:
                         raise ValueError(f"{item.record} reads {name}, which sets labels")
                     expr = pattern.sub(
-                        lambda m, e=earlier.expr: _selected(e, m.group(1)),  # type: ignore[misc]
+                        lambda m, e=earlier.expr: _after_modifier(m, _selected(e, m.group(1))),  # type: ignore[misc]
                         expr,
                     )
             item = dataclasses.replace(item, expr=expr)

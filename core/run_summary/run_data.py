@@ -44,6 +44,9 @@ class RankRun:
     # The rank's last step reports in the order its agent sent them, at most
     # `DEFAULT_WINDOW_STEPS`: the window its straggler ratio is measured over (core.stragglers).
     recent: tuple[StepReport, ...] = ()
+    run_key: str = ""  # the rank's latest run key (docs/compare.md); "": none sent
+    # (kernel family, mean kernel seconds per step) from traces (largest first); agents send none.
+    kernel_families: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ def merge_batches(
                 health=latest.health,
                 topology=topologies[-1] if topologies else None,
                 recent=tuple(counted[-window_steps:]),
+                run_key=next((b.run_key for b in reversed(rank_batches) if b.run_key), ""),
             )
         )
     launches = Launches(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from mfuscope.core.errors import TraceError
 
 if TYPE_CHECKING:
+    from mfuscope.core.trace._collectives import BOOKKEEPING, dtype_size, normalise_op
     from mfuscope.core.trace.decompose import analyze_trace
     from mfuscope.core.trace.result import (
         AnalysisOptions,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from mfuscope.core.trace.trace_io import KinetoTrace, load_trace, read_trace
 
 __all__: list[str] = [
+    "BOOKKEEPING",
     "AnalysisOptions",
     "CollectiveRecord",
     "ExposedComm",
@@ -34,12 +36,18 @@ __all__: list[str] = [
     "TraceError",
     "analysis_to_json",
     "analyze_trace",
+    "dtype_size",
     "load_trace",
+    "normalise_op",
     "read_trace",
 ]
 
 # name -> the submodule that defines it
 _HOMES = {
+    # the collective vocabulary the flight records share with traces (`core.flight_records`)
+    "BOOKKEEPING": "_collectives",
+    "dtype_size": "_collectives",
+    "normalise_op": "_collectives",
     "AnalysisOptions": "result",
     "CollectiveRecord": "result",
     "ExposedComm": "result",

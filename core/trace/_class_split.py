@@ -25,7 +25,7 @@ from mfuscope.core.trace._intervals import (
 from mfuscope.core.trace.kernel_classes import KERNEL_CLASSES
 from numpy.typing import NDArray
 
-__all__ = ["class_time_per_window"]
+__all__ = ["class_time_per_window", "family_time_per_window"]
 
 
 def class_time_per_window(
@@ -84,3 +84,36 @@ def _by_name(totals: NDArray[np.float64]) -> list[dict[str, float]]:
         {name: float(totals[code, w]) for code, name in enumerate(KERNEL_CLASSES)}
         for w in range(totals.shape[1])
     ]
+
+
+def family_time_per_window(
+    spans: Spans,
+    families: NDArray[np.int16] | None,
+    names: tuple[str, ...],
+    window_starts: FloatArray,
+    window_ends: FloatArray,
+) -> list[tuple[tuple[str, float], ...]]:
+    """Per window, ``(family, kernel time)`` of the compute kernels that start in it (the
+    trace's unit), each kernel's time cut at the window's end, largest first. Kernel time, not
+    a share of the bucket: kernels of one family that overlap each count (it says which kernels
+    grew between two runs, `mfuscope compare`). Empty per window without families (CPU)."""
+    n_windows = len(window_starts)
+    if families is None or not len(families) or not n_windows:
+        return [() for _ in range(n_windows)]
+    window = np.searchsorted(window_starts, spans.starts, side="right") - 1
+    inside = window >= 0
+    window = np.maximum(window, 0)
+    seconds = np.minimum(spans.ends, window_ends[window]) - spans.starts
+    inside &= seconds > 0
+    width = len(names)
+    totals = np.bincount(
+        window[inside] * width + families[inside],
+        weights=seconds[inside],
+        minlength=n_windows * width,
+    ).reshape(n_windows, width)
+    out = []
+    for row in totals:
+        present = np.flatnonzero(row)
+        order = present[np.argsort(-row[present], kind="stable")]
+        out.append(tuple((names[code], float(row[code])) for code in order.tolist()))
+    return out

@@ -52,7 +52,7 @@ from mfuscope.core.trace._trace_model import (
     Timeline,
 )
 from mfuscope.core.trace._windows import choose_windows
-from mfuscope.core.trace.kernel_classes import class_code, is_communication_kernel
+from mfuscope.core.trace.kernel_classes import class_code, family_code, is_communication_kernel
 from mfuscope.core.vocabulary import AXIS_UNKNOWN, TIER_UNKNOWN
 from numpy.typing import NDArray
 
@@ -271,12 +271,15 @@ def _floats(events: Sequence[Event], field: operator.attrgetter[Any]) -> FloatAr
     return values
 
 
-def _comm_and_class(kernels: Sequence[Event]) -> tuple[NDArray[np.bool_], NDArray[np.int8]]:
-    """Per kernel, from its name: whether it is communication, and its class code."""
+def _comm_and_class(
+    kernels: Sequence[Event],
+) -> tuple[NDArray[np.bool_], NDArray[np.int8], NDArray[np.int16]]:
+    """Per kernel, from its name: whether it is communication, its class and family codes."""
     names = list(map(_NAME, kernels))
     return (
         np.fromiter(map(is_comm_kernel, names), bool, len(names)),
         np.fromiter(map(class_code, names), np.int8, len(names)),
+        np.fromiter(map(family_code, names), np.int16, len(names)),
     )
 
 
@@ -298,6 +301,7 @@ class _Device(msgspec.Struct, frozen=True):
     launch_tids: Callable[[], list[Any]]  # per launch row (read only when recompute is known)
     is_comm: NDArray[np.bool_]  # per kernel
     kernel_class: NDArray[np.int8]  # per kernel: position in kernel_classes.KERNEL_CLASSES
+    kernel_family: NDArray[np.int16]  # per kernel: position in kernel_classes.FAMILY_NAMES
     comm_kernels: list[Event]  # the decoded kernels where is_comm, in order
     comm_launches: list[Event | None]  # and their decoded launches
 
@@ -319,7 +323,7 @@ def _device_from_events(scanned: ScannedEvents) -> _Device:
 
     kernels, kernel_events = on_device(scanned.kernels)
     memops, _ = on_device(scanned.memops)
-    is_comm, kernel_class = _comm_and_class(kernel_events)
+    is_comm, kernel_class, kernel_family = _comm_and_class(kernel_events)
     comm_rows = np.flatnonzero(is_comm).tolist()
     return _Device(
         pid=pid,
@@ -330,6 +334,7 @@ def _device_from_events(scanned: ScannedEvents) -> _Device:
         launch_tids=lambda: list(map(_TID, runtime)),
         is_comm=is_comm,
         kernel_class=kernel_class,
+        kernel_family=kernel_family,
         comm_kernels=[kernel_events[k] for k in comm_rows],
         comm_launches=[runtime[j] if j >= 0 else None for j in kernels.launch[comm_rows].tolist()],
     )
@@ -352,7 +357,7 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
     memops = on_device(memop_rows, launches.lookup(memop_rows))
     # Decoded kernels line up with the rows marked decoded; the others are no communication.
     decoded_rows = np.flatnonzero(kernel_rows.decoded)
-    decoded_comm, decoded_class = _comm_and_class(scanned.kernels)
+    decoded_comm, decoded_class, decoded_family = _comm_and_class(scanned.kernels)
     comm_everywhere = np.zeros(len(kernel_rows), dtype=bool)
     comm_everywhere[decoded_rows] = decoded_comm
     comm_rows = np.flatnonzero(comm_everywhere & mine)
@@ -361,6 +366,9 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
     by_name = np.array([*map(class_code, columns.kernel_names), class_code(None)], np.int8)
     kernel_class = by_name[kernel_rows.name]  # -1 (no name read) is the last: other
     kernel_class[decoded_rows] = decoded_class
+    by_family = np.array([*map(family_code, columns.kernel_names), family_code(None)], np.int16)
+    kernel_family = by_family[kernel_rows.name]  # -1 (no name read) is the last: unknown
+    kernel_family[decoded_rows] = decoded_family
     decoded_position = (np.cumsum(kernel_rows.decoded) - 1)[comm_rows].tolist()
     # The selection keeps in the document every launch a decoded kernel names.
     comm_launch_rows = kernel_launch[comm_rows]
@@ -377,6 +385,7 @@ def _device_from_columns(columns: DeviceColumns, scanned: ScannedEvents) -> _Dev
         launch_tids=lambda: launch_rows.tid.tolist(),
         is_comm=comm_everywhere[mine],
         kernel_class=kernel_class[mine],
+        kernel_family=kernel_family[mine],
         comm_kernels=[scanned.kernels[i] for i in decoded_position],
         comm_launches=[
             runtime[launch_position[r]] if r >= 0 else None for r in comm_launch_rows.tolist()
@@ -498,6 +507,7 @@ def gpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
         compute=Spans(kernels.starts[compute], kernels.ends[compute]),
         recompute=Spans(kernels.starts[recomputed], kernels.ends[recomputed]),
         compute_class=device.kernel_class[compute],
+        compute_family=device.kernel_family[compute],
         recompute_class=device.kernel_class[recomputed],
         other=Spans(device.memops.starts, device.memops.ends),
         comms=comms,

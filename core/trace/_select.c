@@ -15,8 +15,9 @@
  * with certainty; with columns, device events the
  * analysis reads only as numbers are left out of the document too ("lean", see resolve).
  *
- * Every dropped event is checked to be valid JSON (strings, escapes, numbers, literals,
- * nesting), so a corrupt event is never hidden by being dropped: the caller's decoder sees it.
+ * Every dropped event is checked to be valid JSON as the caller's decoder (msgspec) reads it:
+ * strings (UTF-8, escapes, surrogate pairs), numbers (within a double's range), literals,
+ * nesting. So a corrupt event is never hidden by being dropped: the decoder sees it.
  * The GIL is released while scanning and copying; big arrays are scanned in two halves on
  * two threads (scan_document). No Python object is touched without the GIL.
  */
@@ -39,8 +40,10 @@ static locale_t c_locale; /* strtod_l in the "C" locale: the caller's locale can
 
 #if defined(__GNUC__) || defined(__clang__)
 #define ALWAYS_INLINE inline __attribute__((always_inline))
+#define RARE __attribute__((noinline, cold)) /* out of the hot loop that calls it */
 #else
 #define ALWAYS_INLINE inline
+#define RARE
 #endif
 
 #define MAX_DEPTH 512
@@ -113,18 +116,91 @@ static ALWAYS_INLINE void skip_ws(Cursor *c) {
         c->p++;
 }
 
-static int is_hex(char ch) {
-    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+static int hex_value(char ch) {
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* The code unit of the four hex digits at p, or -1. */
+static long hex4(const char *p) {
+    long unit = 0;
+    for (int i = 0; i < 4; i++) {
+        int digit = hex_value(p[i]);
+        if (digit < 0)
+            return -1;
+        unit = unit * 16 + digit;
+    }
+    return unit;
+}
+
+/* At a \u escape: move past it, or past the pair when it is a high surrogate. The decoder
+ * rejects a lone surrogate, or a high one not followed by a low one, so the scanner must too:
+ * an event left out would otherwise hide what makes the whole document undecodable. */
+static RARE int scan_unicode_escape(Cursor *c) {
+    if (c->end - c->p < 6)
+        return 0;
+    long unit = hex4(c->p + 2);
+    if (unit < 0 || (unit >= 0xDC00 && unit <= 0xDFFF))
+        return 0;
+    if (unit >= 0xD800 && unit <= 0xDBFF) {
+        if (c->end - c->p < 12 || c->p[6] != '\\' || c->p[7] != 'u')
+            return 0;
+        long low = hex4(c->p + 8);
+        if (low < 0xDC00 || low > 0xDFFF)
+            return 0;
+        c->p += 12;
+        return 1;
+    }
+    c->p += 6;
+    return 1;
+}
+
+/* At a byte >= 0x80 in a string: move past one well-formed UTF-8 sequence (RFC 3629: no
+ * overlong forms, no surrogates, nothing past U+10FFFF), or return 0. The decoder rejects a
+ * document with any other, so an event holding one is never left out. */
+static RARE int scan_utf8(Cursor *c) {
+    const unsigned char *p = (const unsigned char *)c->p;
+    unsigned char lead = p[0], low = 0x80, high = 0xBF;
+    Py_ssize_t n;
+    if (lead >= 0xC2 && lead <= 0xDF)
+        n = 2;
+    else if (lead >= 0xE0 && lead <= 0xEF) {
+        n = 3;
+        if (lead == 0xE0)
+            low = 0xA0; /* overlong below U+0800 */
+        else if (lead == 0xED)
+            high = 0x9F; /* U+D800-DFFF: surrogates */
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+        n = 4;
+        if (lead == 0xF0)
+            low = 0x90; /* overlong below U+10000 */
+        else if (lead == 0xF4)
+            high = 0x8F; /* past U+10FFFF */
+    } else
+        return 0; /* a continuation byte, an overlong 2-byte lead (C0, C1), or F5-FF */
+    if (c->end - c->p < n || p[1] < low || p[1] > high)
+        return 0;
+    for (Py_ssize_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+    c->p += n;
+    return 1;
 }
 
 /* At an opening quote: move past the closing one. Sets *escaped if the string has escapes.
- * Returns 0 on invalid JSON (bad escape, raw control character, no closing quote). */
+ * Returns 0 on invalid JSON (bad escape or surrogate, raw control character, bytes that are
+ * not UTF-8, no closing quote). */
 static int scan_string(Cursor *c, int *escaped) {
     c->p++; /* opening quote */
     *escaped = 0;
     while (c->p < c->end) {
 #ifdef __SSE2__
-        /* Skip 16 plain bytes at a time: no quote, backslash or control character. */
+        /* Skip 16 plain ASCII bytes at a time: no quote, backslash or control character. */
         const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
         const __m128i control_max = _mm_set1_epi8(0x1f);
         while (c->end - c->p >= 16) {
@@ -132,7 +208,8 @@ static int scan_string(Cursor *c, int *escaped) {
             __m128i special = _mm_or_si128(
                 _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
                 _mm_cmpeq_epi8(_mm_min_epu8(v, control_max), v));
-            int mask = _mm_movemask_epi8(special);
+            /* or v itself: its high bits are the bytes >= 0x80, checked as UTF-8 below */
+            int mask = _mm_movemask_epi8(_mm_or_si128(special, v));
             if (mask != 0) {
                 c->p += __builtin_ctz((unsigned)mask);
                 break;
@@ -149,16 +226,19 @@ static int scan_string(Cursor *c, int *escaped) {
         }
         if (ch < 0x20)
             return 0;
+        if (ch >= 0x80) {
+            if (!scan_utf8(c))
+                return 0;
+            continue;
+        }
         if (ch == '\\') {
             *escaped = 1;
             if (c->p + 1 >= c->end)
                 return 0;
             char e = c->p[1];
             if (e == 'u') {
-                if (c->p + 5 >= c->end || !is_hex(c->p[2]) || !is_hex(c->p[3]) ||
-                    !is_hex(c->p[4]) || !is_hex(c->p[5]))
+                if (!scan_unicode_escape(c))
                     return 0;
-                c->p += 6;
                 continue;
             }
             if (!strchr("\"\\/bfnrt", e) || e == '\0')
@@ -178,14 +258,21 @@ static int scan_digits(Cursor *c) {
     return c->p > start;
 }
 
-/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int finite_number(const char *p, Py_ssize_t n);
+
+/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, and a finite double: the decoder rejects a
+ * number that overflows one ("Number out of range"), so an event holding one is never left
+ * out. Only a token that may reach 1e308 is converted to find out. */
 static int scan_number(Cursor *c) {
+    const char *start = c->p;
     if (c->p < c->end && *c->p == '-')
         c->p++;
+    const char *integer = c->p;
     if (c->p < c->end && *c->p == '0')
         c->p++;
     else if (!scan_digits(c))
         return 0;
+    long magnitude = (long)(c->p - integer); /* the value is below 10^magnitude */
     if (c->p < c->end && *c->p == '.') {
         c->p++;
         if (!scan_digits(c))
@@ -193,12 +280,18 @@ static int scan_number(Cursor *c) {
     }
     if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
         c->p++;
+        int negative = 0;
         if (c->p < c->end && (*c->p == '+' || *c->p == '-'))
-            c->p++;
+            negative = *c->p++ == '-';
+        const char *digits = c->p;
         if (!scan_digits(c))
             return 0;
+        long exponent = 0;
+        for (; digits < c->p && exponent < 100000; digits++)
+            exponent = exponent * 10 + (*digits - '0');
+        magnitude += negative ? -exponent : exponent;
     }
-    return 1;
+    return magnitude <= 308 || finite_number(start, c->p - start);
 }
 
 static int scan_literal(Cursor *c, const char *word, size_t n) {
@@ -337,7 +430,7 @@ static int exact_double(const char *p, Py_ssize_t n, double *out) {
     const unsigned long long limit = 1ULL << 53;
     unsigned long long mantissa = 0;
     Py_ssize_t i = 0;
-    int negative = 0, scale = 0, exponent = 0, exponent_negative = 0;
+    int negative = 0, integer = 1, scale = 0, exponent = 0, exponent_negative = 0;
     if (i < n && p[i] == '-') {
         negative = 1;
         i++;
@@ -346,10 +439,11 @@ static int exact_double(const char *p, Py_ssize_t n, double *out) {
         if ((mantissa = mantissa * 10 + (unsigned long long)(p[i] - '0')) > limit)
             return 0;
     if (i < n && p[i] == '.')
-        for (i++; i < n && p[i] >= '0' && p[i] <= '9'; i++, scale--)
+        for (integer = 0, i++; i < n && p[i] >= '0' && p[i] <= '9'; i++, scale--)
             if ((mantissa = mantissa * 10 + (unsigned long long)(p[i] - '0')) > limit)
                 return 0;
     if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+        integer = 0;
         i++;
         if (i < n && (p[i] == '+' || p[i] == '-'))
             exponent_negative = p[i++] == '-';
@@ -362,7 +456,8 @@ static int exact_double(const char *p, Py_ssize_t n, double *out) {
         return 0;
     double value = (double)mantissa;
     value = scale < 0 ? value / POWERS_OF_TEN[-scale] : value * POWERS_OF_TEN[scale];
-    *out = negative ? -value : value;
+    /* The decoder reads an integer token as an integer: "-0" is 0, so +0.0, not -0.0. */
+    *out = negative && !(integer && mantissa == 0) ? -value : value;
     return 1;
 }
 
@@ -383,6 +478,13 @@ static int rounded_double(const char *p, Py_ssize_t n, double *out) {
     (void)out;
     return 0;
 #endif
+}
+
+/* Whether a number token is a finite double; 0 where that cannot be told (no strtod_l, a
+ * token of 64 bytes or more): the document is then decoded whole, which says. */
+static int finite_number(const char *p, Py_ssize_t n) {
+    double value;
+    return rounded_double(p, n, &value);
 }
 
 static int read_double(const char *p, Py_ssize_t n, double *out) {
@@ -992,10 +1094,22 @@ static int merge_scans(Scan *into, const Scan *from) {
     return 1;
 }
 
+/* The split settings and counters are read and written by scans running without the GIL
+ * (several analyser threads may scan at once): relaxed atomics, so a race is defined. */
+#if defined(__GNUC__) || defined(__clang__)
+#define ATOMIC_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define ATOMIC_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+#define ATOMIC_INCREMENT(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
+#else
+#define ATOMIC_LOAD(x) (x)
+#define ATOMIC_STORE(x, v) ((x) = (v))
+#define ATOMIC_INCREMENT(x) (++(x))
+#endif
+
 /* Arrays at least this long are scanned in two halves on two threads (-1: never). */
 static Py_ssize_t split_min_bytes = 4 << 20;
 /* Splits whose halves joined up, and those abandoned (the split point was no element start):
- * diagnostics for the tests, not exact under concurrent calls. */
+ * diagnostics for the tests. */
 static Py_ssize_t splits_joined, splits_abandoned;
 
 /* A likely element start near the middle of [from, end): a '{' after "}," (whitespace
@@ -1079,7 +1193,8 @@ static int scan_document(const char *raw, Py_ssize_t n, const Rules *rules, Scan
 
 #ifdef HAVE_THREADS
     const char *split = NULL;
-    if (split_min_bytes >= 0 && c.end - c.p >= split_min_bytes)
+    Py_ssize_t split_min = ATOMIC_LOAD(split_min_bytes);
+    if (split_min >= 0 && c.end - c.p >= split_min)
         split = split_point(c.p, c.end);
     Half half = {raw, split, c.end, rules, {0}, 0};
     pthread_t thread;
@@ -1092,9 +1207,9 @@ static int scan_document(const char *raw, Py_ssize_t n, const Rules *rules, Scan
         /* Landing on the split point proves it an element start: the halves join up. */
         int joined = first == STOPPED && half.ok && !half.s.failed;
         if (first == STOPPED)
-            splits_joined++;
+            ATOMIC_INCREMENT(splits_joined);
         else
-            splits_abandoned++;
+            ATOMIC_INCREMENT(splits_abandoned);
         if (joined && !merge_scans(s, &half.s))
             s->failed = 1;
         s->failed |= half.s.failed;
@@ -1293,15 +1408,15 @@ static PyObject *set_split_min_bytes(PyObject *module, PyObject *args) {
     (void)module;
     if (!PyArg_ParseTuple(args, "n:set_split_min_bytes", &value))
         return NULL;
-    Py_ssize_t previous = split_min_bytes;
-    split_min_bytes = value;
+    Py_ssize_t previous = ATOMIC_LOAD(split_min_bytes);
+    ATOMIC_STORE(split_min_bytes, value);
     return PyLong_FromSsize_t(previous);
 }
 
 static PyObject *split_counts(PyObject *module, PyObject *args) {
     (void)module;
     (void)args;
-    return Py_BuildValue("(nn)", splits_joined, splits_abandoned);
+    return Py_BuildValue("(nn)", ATOMIC_LOAD(splits_joined), ATOMIC_LOAD(splits_abandoned));
 }
 
 static PyMethodDef methods[] = {

@@ -16,7 +16,8 @@ the document without them; only then is it decoded. An event is left out only wh
   may be a device event has a correlation that is not a plain integer, every runtime call
   stays.
 Anything unusual (no or a non-string category, escapes in a key, category or name, a repeated
-key) keeps the event, and the scanner checks that every event it leaves out is valid JSON.
+key) keeps the event, and the scanner checks that every event it leaves out is JSON the decoder
+takes (UTF-8, paired surrogates, numbers a double holds).
 
 The rules are assembled here from the modules that read the events, so a reader that starts
 reading a new name must list it there; `tests/unit/core/trace/test_select.py` checks that

@@ -38,10 +38,11 @@ from mfuscope.core.bandwidth import (
     ideal_transfer_s,
 )
 from mfuscope.core.mfu import hfu_or_none, mfu_or_none
-from mfuscope.core.trace._class_split import class_time_per_window
+from mfuscope.core.trace._class_split import class_time_per_window, family_time_per_window
 from mfuscope.core.trace._collectives import BOOKKEEPING
 from mfuscope.core.trace._intervals import IntervalSet, Spans, subtract_spans, union_spans
 from mfuscope.core.trace._trace_model import CommActivity, StepWindow, Timeline
+from mfuscope.core.trace.kernel_classes import FAMILY_NAMES
 from mfuscope.core.trace.result import (
     AnalysisOptions,
     CollectiveRecord,
@@ -231,6 +232,9 @@ def decompose_timeline(
         window_ends,
         recompute_us,
     )
+    families = family_time_per_window(
+        timeline.compute, timeline.compute_family, FAMILY_NAMES, window_starts, window_ends
+    )
     comm_us, exposed_us = per_window(comm_set), per_window(exposed_set)
     steps: list[StepDecomposition] = []
     for k, window in enumerate(windows):
@@ -270,6 +274,7 @@ def decompose_timeline(
                 window_source=window.source,
                 compute_classes=_seconds(compute_classes[k]),
                 recompute_classes=_seconds(recompute_classes[k]),
+                compute_families=tuple((f, us * _US) for f, us in families[k]),
             )
         )
     return tuple(steps)

@@ -136,3 +136,5 @@ class Timeline(msgspec.Struct, frozen=True):
     # `kernel_classes.KERNEL_CLASSES`); None on timelines without kernels (CPU).
     compute_class: NDArray[np.int8] | None = None
     recompute_class: NDArray[np.int8] | None = None
+    # Per compute span: its kernel family (a position in `kernel_classes.FAMILY_NAMES`).
+    compute_family: NDArray[np.int16] | None = None

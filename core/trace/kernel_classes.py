@@ -32,11 +32,13 @@ from mfuscope.core.vocabulary import KERNEL_CLASSES
 __all__ = [
     "ATTENTION",
     "ELEMENTWISE_NORM_REDUCE",
+    "FAMILY_NAMES",
     "GEMM",
     "KERNEL_CLASSES",
     "OTHER",
     "class_code",
     "classify_kernel",
+    "family_code",
     "is_communication_kernel",
     "kernel_family",
 ]
@@ -70,6 +72,16 @@ def _family_of_callee(callee: str) -> tuple[str, str]:
         if family.pattern.search(words):
             return family.name, family.kind
     return _UNKNOWN_FAMILY
+
+
+# Family codes: positions in this tuple (the engine keeps one small integer per kernel).
+FAMILY_NAMES: tuple[str, ...] = (*(f.name for f in FAMILIES), _UNKNOWN_FAMILY[0])
+_FAMILY_CODE = {name: code for code, name in enumerate(FAMILY_NAMES)}
+
+
+def family_code(name: str | None) -> int:
+    """`kernel_family` as a position in `FAMILY_NAMES` (None, a name not read: ``unknown``)."""
+    return _FAMILY_CODE[_UNKNOWN_FAMILY[0] if name is None else kernel_family(name)[0]]
 
 
 @lru_cache(maxsize=65536)

@@ -135,12 +135,19 @@ def _utilisation_row() -> Row:
                 MFU_MEANING + "HFU adds recomputation FLOPs. Both are ratios of counter increases "
                 "(FLOPs over peak FLOP-seconds), so they read right from a job's first minutes and "
                 "ignore pauses. Dashed: the job's own baseline (MFU over its running time in the "
-                "6 h ending 30 min ago) that the regression alert compares against.",
+                "6 h ending 30 min ago) that the regression alert compares against, and its run "
+                "key's baseline (the MFU of earlier runs of the same workload in the last 30 "
+                "days) that MFUScopeBelowRunBaseline compares against; empty on a key's first "
+                "run.",
                 "percentunit",
                 [
                     Query(q.mfu(_RATE, _ONE_JOB, JOB), "MFU"),
                     Query(q.hfu(_RATE, _ONE_JOB, JOB), "HFU"),
                     Query(f"{n.MFU_BASELINE_6H}{{{JOB}}}", "baseline MFU (6 h)"),
+                    Query(
+                        f"max by (run_key) (last_over_time({n.MFU_RUN_BASELINE}{{{JOB}}}[10m]))",
+                        "baseline MFU (earlier runs of run key {{run_key}})",
+                    ),
                 ],
                 min_value=0,
                 dashed_series_regex="^baseline.*",

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from mfuscope.core.run_key import fingerprint
 from mfuscope.core.schema import ReportBatch, StepReport, batch_from_json
 
 from tests.support import agent_helpers as helpers
@@ -69,6 +70,9 @@ def test_two_rank_job_reports_live_mfu_and_decomposition(tmp_path: Path) -> None
         ]
         peak = batch.peak_flops
         reports = from_file[rank].values()
+        # The run key: the fingerprint of this workload, the same on both ranks.
+        flops = next(r.model_flops for r in reports if r.model_flops > 0)
+        assert batch.run_key == fingerprint(flops, 2, [("world", 2)], "cpu", "fp32")
         for report in reports:
             mfu = report.model_flops / (peak * report.wall_s)
             hfu = report.hardware_flops / (peak * report.wall_s)

@@ -47,6 +47,7 @@ def test_rule_unit_tests_pass(promtool: str) -> None:
         "hangs_test.yml",
         "recording_test.yml",
         "regression_test.yml",
+        "run_baseline_test.yml",
         "window_cadence_test.yml",
     ]
     result = _run([promtool, "test", "rules", *map(str, RULE_TESTS)])

@@ -121,3 +121,12 @@ def test_option_is_what_the_user_set_or_the_default() -> None:
     assert AgentConfig.option("flops_per_step", {"flops_per_step": None}, env={}) is None
     with pytest.raises(ConfigError, match="unknown option"):
         AgentConfig.option("no_such_option", {}, env={})
+
+
+def test_the_run_key_from_the_option_or_mfuscope_run_key() -> None:
+    env = {"MFUSCOPE_JOB": "j", "MFUSCOPE_RUN_KEY": "llama-70b nightly"}
+    assert AgentConfig.resolve({}, env=env).run_key == "llama-70b nightly"
+    assert AgentConfig.resolve({"run_key": "mine"}, env=env).run_key == "mine"
+    assert AgentConfig.resolve({"job": "j"}, env={}).run_key is None  # the fingerprint
+    with pytest.raises(ConfigError, match="run_key"):
+        AgentConfig.resolve({"job": "j", "run_key": "a\nb"}, env={})

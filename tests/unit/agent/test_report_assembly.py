@@ -85,3 +85,24 @@ def test_close_flushes_held_steps_in_order_and_batches_carry_the_header() -> Non
     assert (batch.job, batch.rank, batch.world_size, batch.host) == ("unit", 1, 2, "h0")
     assert [r.step for r in batch.reports] == [7, 8] and batch.peak_source == "user"
     assert batch.incarnation == "launch-7f3a"
+
+
+def test_batches_carry_the_run_key_once_flops_are_known() -> None:
+    from dataclasses import replace
+
+    from mfuscope.core.run_key import fingerprint
+    from mfuscope.core.schema import GroupInfo, Topology
+
+    header = replace(
+        _HEADER, dtype="fp32", topology=Topology((GroupInfo("dp", "intra_node", 2, False),))
+    )
+    assembler = ReportAssembler(header, HealthCounters())
+    unknown = assembler.step_finished(_timed(0), hold=False)  # no FLOPs counted yet
+    assert batch_from_json(assembler.encode(unknown)).run_key == ""
+    assembler.flops_counted(1, StepFlopsValue(5e9, 0.0, "counted"))
+    counted = assembler.step_finished(_timed(1), hold=False)
+    key = fingerprint(5e9, 2, [("dp", 2)], "cpu", "fp32")
+    assert batch_from_json(assembler.encode(counted)).run_key == key
+    assert batch_from_json(assembler.encode(unknown)).run_key == key  # kept from then on
+    users = ReportAssembler(replace(header, run_key="llama nightly"), HealthCounters())
+    assert batch_from_json(users.encode(unknown)).run_key == "llama nightly"

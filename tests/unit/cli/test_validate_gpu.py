@@ -12,6 +12,12 @@ import pytest
 from mfuscope.cli import main
 from mfuscope.cli import validate_gpu as command
 from mfuscope.cli.validate_gpu import _run
+from mfuscope.cli.validate_gpu._flight_report import (
+    DumpComparison,
+    FlightProbe,
+    OpTraffic,
+    StallProbe,
+)
 from mfuscope.cli.validate_gpu._report import (
     CollectiveSeen,
     CounterProbe,
@@ -64,6 +70,20 @@ HEALTHY = Measurements(
         sm_clock_ratio=0.98,
         power_watts=420.0,
     ),
+    flight=FlightProbe(
+        world_size=2,
+        native=True,
+        dumps=(DumpComparison("generic", 0, True), DumpComparison("nccl", 18, True)),
+        timed=15,
+        done=15,
+        all_reduce_loop_s=0.0021,
+        traffic=(
+            OpTraffic("all_gather", 5, 10 << 20, 0.0019, 5, 10 << 20),
+            OpTraffic("all_reduce", 5, 5 << 20, 0.0018, 5, 5 << 20),
+            OpTraffic("broadcast", 5, 5 << 20, 0.0009, 5, 5 << 20),
+        ),
+        stall=StallProbe("peer", 1, 7, (1,), (7,), ("all_reduce",), 10.5),
+    ),
     wall_s=190.0,
 )
 
@@ -88,7 +108,7 @@ def test_without_cuda_it_prints_one_line_and_exits_0(
 def test_a_healthy_run_passes_every_check() -> None:
     report = build_report(HEALTHY)
     assert report["ok"], [c for c in report["checks"] if not c["ok"]]
-    assert len(report["checks"]) == 11
+    assert len(report["checks"]) == 15
     matmul = next(c for c in report["checks"] if c["name"] == "bf16 matmul rate / peak")
     assert matmul["measured"].endswith("= 0.780")
     json.dumps(report, allow_nan=False)
@@ -180,9 +200,14 @@ def test_run_writes_both_files_and_sets_the_exit_code(
     assert report["ok"] and report["measurements"]["matmul"]["size"] == 8192
     markdown = (tmp_path / "validate.md").read_text()
     assert "Result: **PASS**" in markdown
-    assert markdown.count("\n| ") == 12  # header + 11 checks
+    assert markdown.count("\n| ") == 16  # header + 15 checks
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 16 and printed[-1].startswith("PASS: wrote ")
+    assert "ok   flight recorder: stalled rank named: peer: suspects [1] at [7]" in printed[-2]
     assert main(["validate-gpu", "--out", str(tmp_path)]) == 1
-    assert capsys.readouterr().out.splitlines()[-1].startswith("FAIL: wrote ")
+    printed = capsys.readouterr().out.splitlines()
+    assert "FAIL HBM busy moves: not run" in printed
+    assert printed[-1].startswith("FAIL: wrote ")
 
 
 def test_unrecognised_nccl_run_lists_the_device_kernels() -> None:

@@ -148,3 +148,17 @@ def test_without_fresh_reads_writes_a_read_of_an_earlier_rule_out() -> None:
     labelled = Rule("job:q:x", "vector(1)", labels={"quantile": "0.5"})
     with pytest.raises(ValueError, match="sets labels"):
         without_fresh_reads(Group("g", (labelled, Rule("r:x:y", "job:q:x * 2"))))
+
+
+def test_without_fresh_reads_keeps_a_bare_group_modifier_apart_from_the_expression() -> None:
+    group = Group(
+        "g",
+        (
+            Rule("job:a:sum", "sum by (job, k) (x)"),
+            Rule("job:b:diff", "sum by (k) (job:a:sum) - on (k) group_right job:a:sum"),
+        ),
+    )
+    second = without_fresh_reads(group).rules[1]
+    assert second.expr == (
+        "sum by (k) ((sum by (job, k) (x))) - on (k) group_right () (sum by (job, k) (x))"
+    )

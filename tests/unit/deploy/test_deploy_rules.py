@@ -25,6 +25,9 @@ FLEET_TESTS = PROMETHEUS / "tests" / "fleet_stragglers_test.yml"
 # The rules and alerts fed by profiled windows, with window-shaped counters at a window every 5,
 # 10 and 30 min and with collectives timed on every step (generated: tests/support).
 WINDOW_TESTS = PROMETHEUS / "tests" / "window_cadence_test.yml"
+# The run-baseline alert: runs of one run key against each other (a good run, a worse one, a
+# key's first run, another key).
+RUN_BASELINE_TESTS = PROMETHEUS / "tests" / "run_baseline_test.yml"
 # The hang alert, and a normal end and a long pause paging nobody.
 HANG_TESTS = PROMETHEUS / "tests" / "hangs_test.yml"
 ARRIVAL_TESTS = PROMETHEUS / "tests" / "arrivals_test.yml"
@@ -33,7 +36,7 @@ ARRIVAL_TESTS = PROMETHEUS / "tests" / "arrivals_test.yml"
 DEFINITIONS_TESTS = PROMETHEUS / "tests" / "definitions_test.yml"
 # Alerts whose annotations also name the cause (the MFU waterfall slice that grew most; the rank
 # a hung job waits for).
-WITH_CAUSE = {"MFUScopeMFURegression", "MFUScopeCollectiveHang"}
+WITH_CAUSE = {"MFUScopeMFURegression", "MFUScopeCollectiveHang", "MFUScopeBelowRunBaseline"}
 OPERATIONS = ROOT / "docs" / "operations.md"
 SCRAPE_CONFIGS = [
     PROMETHEUS / "prometheus.yml",
@@ -206,6 +209,7 @@ def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
         DEFINITIONS_TESTS,
         HANG_TESTS,
         ARRIVAL_TESTS,
+        RUN_BASELINE_TESTS,
     )
     tests = [t for f in files for t in _yaml(f)["tests"]]
     checked_exprs = [t["expr"] for test in tests for t in test.get("promql_expr_test", [])]
@@ -224,7 +228,14 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     silent: set[str] = set()
     for test in [
         t
-        for f in (ALERT_TESTS, REGRESSION_TESTS, FLEET_TESTS, WINDOW_TESTS, HANG_TESTS)
+        for f in (
+            ALERT_TESTS,
+            REGRESSION_TESTS,
+            FLEET_TESTS,
+            WINDOW_TESTS,
+            HANG_TESTS,
+            RUN_BASELINE_TESTS,
+        )
         for t in _yaml(f)["tests"]
     ]:
         for case in test.get("alert_rule_test", []):
@@ -250,6 +261,7 @@ def test_promtool_test_files_load_the_project_rules() -> None:
         WINDOW_TESTS,
         HANG_TESTS,
         DEFINITIONS_TESTS,
+        RUN_BASELINE_TESTS,
     ):
         for rule_file in _yaml(path)["rule_files"]:
             assert (path.parent / rule_file).resolve() in [p.resolve() for p in RULE_FILES]

@@ -42,7 +42,8 @@ TOPOLOGY = {
 
 def known_collector(**config: bool) -> tuple[Aggregator, FakeClock]:
     """Two ranks of job "train": rank 0 sends steps 1-2 (step 1 profiled), rank 1 sends step 1
-    twice (one duplicate), and one batch is refused."""
+    twice (one duplicate) and the job's run key (rank 0, an older agent, sends none), and one
+    batch is refused."""
     clock = FakeClock()
     collector = Aggregator(StateConfig(**config), clock=clock)
     rank0 = batch_dict(
@@ -59,6 +60,7 @@ def known_collector(**config: bool) -> tuple[Aggregator, FakeClock]:
         rank=1,
         reports=[report_dict(1, wall_s=2.0, compute_fraction=0.5)],
         topology=TOPOLOGY,
+        run_key="fp-0123456789abcdef",
     )
     collector.ingest(json.dumps(rank1).encode())
     collector.ingest(json.dumps(rank1).encode())
@@ -180,6 +182,9 @@ mfuscope_peak_flops_unknown_ranks{job="train"} 0.0
 # HELP mfuscope_tp_spans_hosts 1 when a tensor-parallel group spans hosts
 # TYPE mfuscope_tp_spans_hosts gauge
 mfuscope_tp_spans_hosts{job="train"} 0.0
+# HELP mfuscope_run_info 1 with the job's run key: which runs are the same workload (by default a fingerprint of model FLOPs per step, world size, layout, device and dtype), for the baseline across runs
+# TYPE mfuscope_run_info gauge
+mfuscope_run_info{job="train",run_key="fp-0123456789abcdef"} 1.0
 # HELP mfuscope_mfu_ratio MFU over each live rank's latest window of steps
 # TYPE mfuscope_mfu_ratio gauge
 mfuscope_mfu_ratio{job="train"} 0.36666666666666664

@@ -55,6 +55,10 @@ def _correlation(event: dict[str, Any]) -> tuple[bool, Any]:
     return True, args["correlation"]
 
 
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _plain_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 10**18
 
@@ -150,7 +154,7 @@ def check_selection(raw: bytes) -> bytes:
     kept = chosen.pop("traceEvents")
     assert chosen == whole  # every other member unchanged
     context = Context(
-        device_trace=any(isinstance(e, dict) and e.get("cat") in DEVICE for e in events),
+        device_trace=any(isinstance(e, dict) and _str(e.get("cat")) in DEVICE for e in events),
         linked=linked_ids(events),
         lean=select_events(raw).columns is not None,
         decoded_links=linked_ids(kept),
@@ -344,7 +348,8 @@ def test_selection_never_changes_an_analysis(
 
 _VALID = (
     b'{"a": [1, -2.5e3, true, false, null, "x\\"y"], "traceEvents": [{"cat": "kernel"}, '
-    b'{"ph": "s", "cat": "ac2g", "args": {"k": [0.5, {"q": "\\u00e9\\n"}]}}], "z": {}}'
+    b'{"ph": "s", "cat": "ac2g", "args": {"k": [0.5, {"q": "\\u00e9\\n\\ud83d\\ude00"}]}}, '
+    b'{"cat": "ac2g", "name": "\xc3\xa9t\xc3\xa9 \xf0\x9f\x98\x80"}], "z": {}}'
 )
 
 
@@ -365,6 +370,17 @@ _VALID = (
         b"{'cat': 'ac2g'}",  # single quotes
         b'{"cat": "ac2g" "id": 1}',  # no comma
         b'{"cat": "ac2g"',  # unterminated
+        b'{"cat": "ac2g", "name": "\xff"}',  # not UTF-8
+        b'{"cat": "ac2g", "name": "\xc3"}',  # a sequence cut short
+        b'{"cat": "ac2g", "name": "\xc0\xaf"}',  # overlong
+        b'{"cat": "ac2g", "name": "\xed\xa0\x80"}',  # a surrogate written as UTF-8
+        b'{"cat": "ac2g", "name": "\xf4\x90\x80\x80"}',  # past U+10FFFF
+        b'{"cat": "ac2g", "name": "\\ud800"}',  # a lone high surrogate
+        b'{"cat": "ac2g", "name": "\\udc00x"}',  # a lone low surrogate
+        b'{"cat": "ac2g", "name": "\\ud800\\u0041"}',  # a high one without its low one
+        b'{"cat": "ac2g", "dur": 1e400}',  # overflows a double: "Number out of range"
+        b'{"cat": "ac2g", "dur": -0.2e310}',
+        b'{"cat": "ac2g", "dur": 1' + b"0" * 400 + b"}",
     ],
 )
 def test_bad_json_in_an_event_left_out_is_still_an_error(
@@ -375,7 +391,7 @@ def test_bad_json_in_an_event_left_out_is_still_an_error(
     assert document_of(raw) is None  # the decoder reads the file itself and says why
     path = tmp_path / "bad.json"
     path.write_bytes(raw)
-    with pytest.raises(TraceError, match=r"not JSON|not a Kineto trace"):
+    with pytest.raises(TraceError, match=r"not JSON|not a Kineto trace|out of range"):
         read_trace(path)
 
 
