@@ -6,16 +6,14 @@ ships without anyone editing a list (a hand-kept list once left `mfuscope.core.a
 `mfuscope.cli.validate_gpu` out of the wheel). `mfuscope.deploy` is data only: the Prometheus
 configuration and rules that `mfuscope demo --prometheus` runs with.
 
-The optional trace-event pre-filter (core/trace/_select.c) and the step recorder's hot path
-(agent/_step_core.c) are built with `optional=True`: without a C compiler the build goes on
-without them and the same work runs in Python (same results, slower). Everything else is
-configured in pyproject.toml.
+The one compiled part, the trace-event pre-filter (core/trace/_select.c), is built with
+`optional=True`: without a C compiler the build goes on without it and the same work runs in
+Python (same results, slower). Everything else is configured in pyproject.toml.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -59,22 +57,6 @@ def package_data() -> dict[str, list[str]]:
 # POSIX threads: big traces are scanned in two halves at once.
 _THREADS = ["-pthread"] if os.name == "posix" else []
 
-# The step recorder's hot path in C (agent/_step_core.c): it reads CLOCK_MONOTONIC, which is
-# `time.perf_counter_ns()` on Linux only; elsewhere, or without a compiler, the agent runs the
-# same hot path in Python (slower per step, same results).
-_STEP_CORE = (
-    [
-        Extension(
-            "mfuscope.agent._step_core_c",
-            sources=["agent/_step_core.c"],
-            extra_compile_args=["-O2"],
-            optional=True,
-        )
-    ]
-    if sys.platform.startswith("linux")
-    else []
-)
-
 if __name__ == "__main__":
     packages = package_map()
     setup(
@@ -89,6 +71,5 @@ if __name__ == "__main__":
                 extra_link_args=_THREADS,
                 optional=True,
             ),
-            *_STEP_CORE,
         ],
     )

@@ -3,8 +3,9 @@
 On the training thread a step costs two clock reads and a few stores into a preallocated ring
 (`_step_recorder`, whose docstring says what that hot path may do); the steps that open or take a
 profiled window, count FLOPs or follow a window decision do more, and are known in advance.
-Reports are built, encoded and shipped on the agent's report thread (`_step_reports`) and the
-transports' threads; profiles are analysed on the analyser thread (`profiler_windows`). No method
+The agent's own threads are at most three: the periodic thread (`_periodic`: step reports,
+collective records, hardware counters, window agreement), the analyser (`profiler_windows`, from
+the first window on) and the transport's (`transport`, one per sink). No method
 raises into the training loop: telemetry failures are caught, counted, and logged at most once per
 interval. Only constructor misuse (a bad option) and bad `agent.step(flops=...)` arguments raise,
 at once (`ConfigError`, `InputError`).
@@ -20,13 +21,13 @@ import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mfuscope.agent._announce import ensure_visible, quiet_kineto, startup_line
 from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._runtime import Runtime, build_runtime
-from mfuscope.agent._step_recorder import C_CORE_MODULE, GivenStep, StepRecorder
+from mfuscope.agent._step_recorder import GivenStep, StepRecorder
 from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.profiler_windows import ProfilerLike
@@ -71,39 +72,7 @@ class _NoStep:
 _NO_STEP = _NoStep()
 
 
-class _PyAgentStep:
-    """`Agent.step()` in Python, where agent/_step_core.c (which has it in C, `AgentCore`, with
-    the same behaviour and doc) was not built."""
-
-    __slots__ = ("_scope",)
-    _scope: contextlib.AbstractContextManager[Any]  # what `step()` returns
-
-    def step(
-        self, flops: float | None = None, recompute_flops: float | None = None
-    ) -> contextlib.AbstractContextManager[Any]:
-        """Context manager around one training step (forward, backward, optimizer step).
-
-        `flops`: this rank's model FLOPs for this step (the MFU numerator; recomputation
-        excluded). It takes precedence over `flops_per_step` and over counting, and the step is
-        not counted. `recompute_flops`: the step's activation-recomputation FLOPs (HFU adds them;
-        default 0); only with `flops`. Each must be a finite number >= 0, else `InputError`.
-        """
-        # Not keyword-only: a call without arguments then fills them from the function's
-        # defaults tuple rather than its keyword-defaults dictionary, measurably cheaper.
-        if flops is None and recompute_flops is None:
-            return self._scope
-        return self._given_step(flops, recompute_flops)  # type: ignore[attr-defined, no-any-return]
-
-
-# `step()` runs on every training step: in C where it is built (no Python frame, see
-# `_step_recorder`'s docstring for what that buys), else in Python.
-if TYPE_CHECKING:
-    _AgentStep = _PyAgentStep
-else:
-    _AgentStep = _PyAgentStep if C_CORE_MODULE is None else C_CORE_MODULE.AgentCore
-
-
-class Agent(_AgentStep):
+class Agent:
     """Live MFU/HFU and step decomposition for one training rank.
 
     ``Agent(job="llama-8b", collector_url="http://127.0.0.1:9464", model=model)`` then
@@ -121,6 +90,8 @@ class Agent(_AgentStep):
     # Slots: `step()` reads `_scope` (the base's field) from the agent object itself on every
     # step (an instance dictionary would be one more memory line to fetch, and a cold one after
     # a training step).
+    # Slots: `step()` reads `_scope` from the agent object itself on every step (an instance
+    # dictionary would be one more memory line to fetch, and a cold one after a training step).
     __slots__ = (
         "__weakref__",
         "_closed",
@@ -129,10 +100,12 @@ class Agent(_AgentStep):
         "_reporter",
         "_reports",
         "_runtime",
+        "_scope",
         "_transports",
         "config",
         "health",
     )
+    _scope: contextlib.AbstractContextManager[Any]  # what `step()` returns
 
     def __init__(
         self,
@@ -206,7 +179,7 @@ class Agent(_AgentStep):
         )
         if collectives is not None:
             collectives.follow_steps(self._reporter.drain)
-        self._reporter.start()
+        self._reporter.start(runtime.periodic)
         self._announce(seams)
         # A job that forgets close() still flushes at interpreter exit (bounded by the timeout).
         atexit.register(self.close)
@@ -234,10 +207,18 @@ class Agent(_AgentStep):
 
     # --- public API ----------------------------------------------------------------------------
 
-    def _given_step(
+    def step(
         self, flops: float | None = None, recompute_flops: float | None = None
     ) -> contextlib.AbstractContextManager[Any]:
-        """`step()` given any argument (see `_AgentStep.step`)."""
+        """Context manager around one training step (forward, backward, optimizer step).
+
+        `flops`: this rank's model FLOPs for this step (the MFU numerator; recomputation
+        excluded). It takes precedence over `flops_per_step` and over counting, and the step is
+        not counted. `recompute_flops`: the step's activation-recomputation FLOPs (HFU adds them;
+        default 0); only with `flops`. Each must be a finite number >= 0, else `InputError`.
+        """
+        # Not keyword-only: a call without arguments then fills them from the function's
+        # defaults tuple rather than its keyword-defaults dictionary, measurably cheaper.
         if flops is None and recompute_flops is None:
             return self._scope
         given = _given_step_flops(flops, recompute_flops)
@@ -306,7 +287,7 @@ class Agent(_AgentStep):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- shipping (the report thread; at close the closing thread) ----------------------------
+    # --- shipping (the periodic thread; at close the closing thread) ----------------------------
 
     def _ship(self, reports: Sequence[StepReport]) -> None:
         for report in reports:

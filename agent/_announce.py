@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING
 
-from mfuscope.core.step_report import DecompositionLike, breakdown_from_steps
+from mfuscope.core.step_report import DecompositionLike, carried_breakdown
 
 if TYPE_CHECKING:
     from mfuscope.agent.config import AgentConfig
@@ -133,7 +133,7 @@ def startup_line(
 
 def window_line(steps: Sequence[int], decompositions: Sequence[DecompositionLike]) -> str | None:
     """One line for an analysed window: its steps and its buckets (None without a breakdown)."""
-    breakdown = breakdown_from_steps(decompositions, max(steps)) if decompositions else None
+    breakdown = carried_breakdown(decompositions, max(steps)) if decompositions else None
     if breakdown is None:
         return None
     exposed = [s for s in breakdown.shares if s.component == "exposed_comm"]

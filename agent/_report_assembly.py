@@ -1,14 +1,16 @@
-"""Where the agent's step reports and wire batches are put together (the agent's report thread
+"""Where the agent's step reports and wire batches are put together (the agent's periodic thread
 and the transport threads; pure bookkeeping, no I/O).
 
 A step's report needs three things that arrive at different times: its period (from the step
 timer, possibly a few steps late on CUDA), its FLOPs (at the end of the step) and, for a step of
 a profiled window, its window's analysis (seconds later, from a background thread). The
 `ReportAssembler` keeps what has arrived, holds the reports of window steps until their result is
-in, and returns each report once it is complete; the report thread (`_step_reports`) ships them.
+in, and returns each report once it is complete; the periodic thread (`_step_reports`) ships
+them.
 
-After a window's result each of its steps carries its *own* decomposition and collectives, and the
-window's average breakdown becomes the one every later step carries. A failed window's steps
+After a window's result each of its steps carries its *own* decomposition and collectives (its
+seconds as measured on the trace, the rest of its period as the profiler's `instrumentation`), and
+the window's average breakdown becomes the one every later step carries. A failed window's steps
 keep the previous breakdown and carry no collectives.
 """
 
@@ -29,6 +31,7 @@ from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topo
 from mfuscope.core.step_report import (
     Breakdown,
     breakdown_from_steps,
+    carried_breakdown,
     collective_samples,
     make_report,
 )
@@ -63,13 +66,16 @@ class _FromWindow:
 
     breakdown: Breakdown | None
     collectives: tuple[CollectiveSample, ...]
+    # The step's window on the trace (s) when `breakdown` is its own; the rest of its period is
+    # the profiler's own cost (instrumentation).
+    measured_s: float | None = None
 
 
 class ReportAssembler:
     """Builds each step's `StepReport` once its parts are in, and encodes batches of them.
 
     `flops_counted` and `step_finished` / `window_finished` / `flush` run on the agent's report
-    thread (and at close on the closing thread, the report thread stopped); `encode` runs on a
+    thread (and at close on the closing thread, the periodic thread stopped); `encode` runs on a
     transport thread and reads only the fixed header, the health counters,
     the hardware sampler's latest counters (`hardware`, thread-safe; None without a sampler) and
     the collective reader's records (`comm`, thread-safe; None without a reader). Once `closing`
@@ -125,7 +131,7 @@ class ReportAssembler:
             if not steps:
                 return []
         window = (
-            breakdown_from_steps(result.decompositions, max(result.steps))
+            carried_breakdown(result.decompositions, max(result.steps))
             if result.decompositions
             else None
         )
@@ -137,13 +143,11 @@ class ReportAssembler:
             by_step = {d.step: d for d in result.decompositions}
             for step in result.steps:
                 own = by_step.get(step)
+                mine = None if own is None else breakdown_from_steps([own], step)
                 self._from_window[step] = (
-                    _FromWindow(window, ())
-                    if own is None
-                    else _FromWindow(
-                        breakdown_from_steps([own], step) or window,
-                        collective_samples(own.collectives),
-                    )
+                    _FromWindow(window, () if own is None else collective_samples(own.collectives))
+                    if own is None or mine is None
+                    else _FromWindow(mine, collective_samples(own.collectives), own.wall_s)
                 )
         return [self._report(self._held.pop(s)) for s in result.steps if s in self._held]
 
@@ -200,4 +204,5 @@ class ReportAssembler:
             recompute_flops=flops.recompute_flops,
             breakdown=own.breakdown if own is not None else self.breakdown,
             collectives=own.collectives if own is not None else (),
+            measured_s=own.measured_s if own is not None else None,
         )

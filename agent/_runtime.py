@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mfuscope.agent._announce import window_logger
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._hw_readers import nic_ids
+from mfuscope.agent._periodic import Periodic
 from mfuscope.agent._report_assembly import BatchHeader
 from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._window_coordinator import WindowCoordinator
@@ -84,6 +85,7 @@ class Runtime:
     flops: FlopsTracker
     windows: WindowCoordinator
     analyser: WindowAnalyser
+    periodic: Periodic  # the agent's periodic thread: reports, collectives, counters, agreement
     unwrap_checkpoint: Callable[[], None]
     hardware: HardwareSampler | None = None
     collectives: CollectiveReader | None = None
@@ -159,6 +161,7 @@ class Runtime:
         if self.collectives is not None:
             with contextlib.suppress(Exception):
                 self.collectives.close(0.5)
+        self.periodic.stop(1.0)
 
 
 def _for_sink(
@@ -387,10 +390,11 @@ def _window_schedule(
     topology: RankTopology,
     own: tuple[bool, int, int, int, float, int, float],
     log: RateLimitedLog,
+    periodic: Periodic,
 ) -> AlignedSchedule:
     """The schedule every rank follows: rank 0's options (handed out by the start-up gather),
     decisions taken by rank 0 and read by the others from the job's store (docs/agent.md,
-    "Profiled windows"). `own`: this rank's `_schedule_values`."""
+    "Profiled windows") on `periodic`'s thread. `own`: this rank's `_schedule_values`."""
     agreed = topology.agreed if topology.agreed and len(topology.agreed) == len(own) else own
     profile, first_step, first_offset, every_steps, every_s, window_steps, ratio = agreed
     if agreed != own:
@@ -413,7 +417,7 @@ def _window_schedule(
         try:
             from mfuscope.agent._store_agreement import default_store_agreement
 
-            shared = default_store_agreement(topology.incarnation)
+            shared = default_store_agreement(topology.incarnation, periodic)
             if shared is not None:
                 agreement, members = shared, topology.world_size
         except Exception as exc:
@@ -516,7 +520,8 @@ def build_runtime(
         keep=_keeper(config, topology, workers),
         on_analysed=window_logger(log.logger, topology.rank),
     )
-    schedule = _window_schedule(config, topology, schedule_values, log)
+    periodic = Periodic(log, clock=time.monotonic)
+    schedule = _window_schedule(config, topology, schedule_values, log, periodic)
     windows = WindowCoordinator(
         schedule=schedule,
         recorder=WindowRecorder(
@@ -544,10 +549,10 @@ def build_runtime(
     unwrap = wrap_checkpoint() if config.wrap_checkpoint else (lambda: None)
     hardware = _hardware(config, device, topology, seams, log, node_nics=node_nics)
     if hardware is not None:
-        hardware.start()
+        hardware.start(periodic)
     collectives = build_collective_reader(config, topology, log, seams.collective_sources)
     if collectives is not None:
-        collectives.start()
+        collectives.start(periodic)
     return Runtime(
         config=config,
         health=health,
@@ -563,6 +568,7 @@ def build_runtime(
         flops=flops,
         windows=windows,
         analyser=analyser,
+        periodic=periodic,
         unwrap_checkpoint=unwrap,
         hardware=hardware,
         collectives=collectives,

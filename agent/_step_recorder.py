@@ -16,17 +16,15 @@ steady ones), `StepRecorder.__enter__` and `__exit__` together may only:
   event and a deque append; never a synchronisation).
 
 Nothing else: no lock, no allocation besides the clock's int, no logging call, no dictionary, no
-report, no call into the rest of the agent. The agent's report thread (`_step_reports`) turns the
+report, no call into the rest of the agent. The agent's periodic thread (`_step_reports`) turns the
 ring into periods, FLOPs into reports, encodes and ships them, hands the collective reader its
 step starts and the window coordinator its baseline of step periods.
 
-Two implementations of that hot path hold the same fields and take the same decisions: in C
-(agent/_step_core.c, built on Linux, used when it agrees with this module at import) and in
-Python (`PyStepCore`, wherever the C one is not built). The C one exists because after a DDP step
-the training thread's caches are cold and every Python frame and attribute costs memory lines:
-in benchmarks/agent_overhead.py it took the in-agent median from 1.74-1.88 times the floor's
-(Python) to 1.31-1.33 times (C), and at world size 1 from 0.93-0.99 us to 0.45 us (docs/agent.md
-"Overhead"). Everything else of the recorder is Python (`_Recorder`).
+The hot path is Python. After a DDP step the training thread's caches are cold and every
+Python frame and attribute costs memory lines; in benchmarks/agent_overhead.py the in-agent
+median is under twice the floor's (one timestamp appended to a list), figures in docs/agent.md
+"Overhead". A C twin once took that to 1.3 times, about 3 us per step, which no training step
+notices; one hot path that mypy checks and the tests run is worth more.
 
 The slow path (`_begin_slow`, `_end_slow`) is taken by the steps that need more: the first one
 (FLOPs counted), the steps that open or belong to a profiled window or wait for its analysis (the
@@ -37,8 +35,8 @@ previous slow step); the forward hook sees the last during the step.
 
 Why the ring needs no lock
 --------------------------
-One producer (the training thread) and one consumer (the report thread; at close, the closing
-thread once the report thread has stopped). In CPython each bytecode runs under the GIL, a list
+One producer (the training thread) and one consumer (the periodic thread; at close, the closing
+thread once the periodic thread has stopped). In CPython each bytecode runs under the GIL, a list
 item store and an attribute store are single bytecodes, and handing the GIL from one thread to
 another orders memory: a consumer that reads `begun == n + 1` sees everything the producer stored
 before it published that value (the start of step n, and what every earlier step logged). The
@@ -53,7 +51,7 @@ from __future__ import annotations
 
 import collections
 from time import perf_counter_ns
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
@@ -64,46 +62,42 @@ if TYPE_CHECKING:
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
     from mfuscope.agent.step_flops import FlopsTracker
 
-__all__ = ["CAPACITY", "C_CORE_MODULE", "GivenStep", "PyStepRecorder", "StepRecorder"]
+__all__ = ["CAPACITY", "GivenStep", "StepRecorder"]
 
-# Steps the ring holds (a power of two). The report thread reads it at least every 0.1 s, and
+# Steps the ring holds (a power of two). The periodic thread reads it at least every 0.1 s, and
 # sooner when steps come fast enough to fill a quarter of it in that time: it falls a whole ring
 # behind only when steps come faster than it builds their reports (tens of microseconds each).
 CAPACITY = 4096
-_MASK = CAPACITY - 1  # the hot path writes it as a literal
+_MASK = CAPACITY - 1
 # `slow_from` when no slow step is planned.
 _NEVER = 1 << 62
-
-# The recorder's fields kept by Python only (the core, C or Python, holds the rest).
-_PY_SLOTS = (
-    "_flops",
-    "_health",
-    "_log",
-    "_windows",
-    "closed",
-    "flops_log",
-    "window_results",
-    "window_steps",
-)
 
 # (step, its FLOPs or None when they are not known, the steady FLOPs after it)
 FlopsEntry = tuple[int, StepFlopsValue | None, StepFlopsValue | None]
 
 
-class PyStepCore:
-    """The recorder's fields and its hot path in Python: what runs where the C version
-    (agent/_step_core.c, the same fields and the same decisions) was not built."""
+class StepRecorder:
+    """The training thread's step recorder: the hot path (`__enter__`, `__exit__`), its
+    set-up and the slow path. Slots: the hot path reads its fields from the object itself."""
 
     __slots__ = (
+        "_flops",
+        "_health",
+        "_log",
+        "_windows",
         "begun",
+        "closed",
         "depth",
         "first_step",
+        "flops_log",
         "forwards_matched",
         "last_end_ns",
         "slow_from",
         "starts",
         "steady_forwards",
         "timer",
+        "window_results",
+        "window_steps",
     )
     begun: int  # steps begun; step `first_step + n` has ring slot `n % CAPACITY`
     depth: int  # nesting of `with agent.step()`: only the outermost one is a step
@@ -114,56 +108,6 @@ class PyStepCore:
     starts: list[int]  # perf_counter_ns at each step's start (the ring)
     steady_forwards: int
     timer: StepTimer | None  # device timer (GPU), None on CPU
-
-    def __enter__(self) -> PyStepCore:
-        n = self.begun
-        if self.depth or n >= self.slow_from:
-            self._begin_slow(None)  # type: ignore[attr-defined]
-            return self
-        start = perf_counter_ns()  # first: a step whose start cannot be read is not begun
-        self.depth = 1
-        self.forwards_matched = 0
-        self.starts[n & 4095] = start  # 4095: CAPACITY - 1, a literal (no lookup)
-        if self.timer is not None:
-            self._device_mark(self.first_step + n, True)  # type: ignore[attr-defined]
-        self.begun = n + 1
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        # Returns None: never swallows the training loop's own exceptions.
-        now = perf_counter_ns()
-        if exc_type is not None or self.depth != 1 or self.forwards_matched != self.steady_forwards:
-            self._exit_slow(now, exc_type is not None)  # type: ignore[attr-defined]
-            return
-        if self.timer is not None:
-            self._device_mark(self.first_step + self.begun - 1, False)  # type: ignore[attr-defined]
-        self.last_end_ns = now
-        self.forwards_matched = OUTSIDE
-        self.depth = 0
-
-
-# The type checker sees the core's fields through the Python core; at run time the mixin below
-# derives from object, so that it can go before either core.
-if TYPE_CHECKING:
-    _CoreFields = PyStepCore
-else:
-    _CoreFields = object
-
-
-class _Recorder(_CoreFields):
-    """Everything of the recorder but its hot path: set-up and the slow path. Mixed in before a
-    core (C or Python) that holds the fields of `PyStepCore` and runs `__enter__` and
-    `__exit__`."""
-
-    if not TYPE_CHECKING:  # empty: the concrete classes have the slots (_PY_SLOTS)
-        __slots__ = ()
-
-    # The Python side's own fields.
     closed: bool
     flops_log: collections.deque[FlopsEntry]
     window_steps: collections.deque[int]
@@ -191,7 +135,7 @@ class _Recorder(_CoreFields):
         self.timer = timer
         self.first_step = first_step
         self.closed = False
-        # Passed on to the report thread by slow steps only (deques: see the module docstring).
+        # Passed on to the periodic thread by slow steps only (deques: see the module docstring).
         self.flops_log = collections.deque()
         self.window_steps = collections.deque()  # steps recorded in a window
         # (the step at whose end a window result came in, the result): it applies from that
@@ -201,6 +145,39 @@ class _Recorder(_CoreFields):
         self._windows = None
         self._health = health
         self._log = log
+
+    # --- the hot path ----------------------------------------------------------------------------
+
+    def __enter__(self) -> StepRecorder:
+        n = self.begun
+        if self.depth or n >= self.slow_from:
+            self._begin_slow(None)
+            return self
+        start = perf_counter_ns()  # first: a step whose start cannot be read is not begun
+        self.depth = 1
+        self.forwards_matched = 0
+        self.starts[n & 4095] = start  # CAPACITY - 1 as a literal: no global lookup
+        if self.timer is not None:
+            self._device_mark(self.first_step + n, True)
+        self.begun = n + 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Returns None: never swallows the training loop's own exceptions.
+        now = perf_counter_ns()
+        if exc_type is not None or self.depth != 1 or self.forwards_matched != self.steady_forwards:
+            self._end_slow(now, failed=exc_type is not None, given=None)
+            return
+        if self.timer is not None:
+            self._device_mark(self.first_step + self.begun - 1, False)
+        self.last_end_ns = now
+        self.forwards_matched = OUTSIDE
+        self.depth = 0
 
     def bind(self, flops: FlopsTracker, windows: WindowCoordinator) -> None:
         """Attach the parts the slow path drives (they are built with this recorder)."""
@@ -260,10 +237,6 @@ class _Recorder(_CoreFields):
             self.window_steps.append(step)  # its report waits for the window's analysis
         self.begun = n + 1  # published after the step's window membership
 
-    def _exit_slow(self, now: int, failed: bool) -> None:
-        """The hot path's way out to the slow path (positional: the C core calls it)."""
-        self._end_slow(now, failed=failed, given=None)
-
     def _end_slow(self, now: int, *, failed: bool, given: StepFlopsValue | None) -> None:
         if self.closed or self.depth == 0:
             return
@@ -317,42 +290,6 @@ class _Recorder(_CoreFields):
         self._log.warning(
             f"internal-{where}", "mfuscope: agent error in %s (training continues): %r", where, exc
         )
-
-
-class PyStepRecorder(_Recorder, PyStepCore):
-    """The step recorder with its hot path in Python."""
-
-    __slots__ = _PY_SLOTS
-
-
-def _c_core() -> ModuleType | None:
-    """The C hot path's module, or None where it is not built or would not agree with Python's:
-    the same ring size, the same `OUTSIDE`, and a clock that reads what `perf_counter_ns` reads
-    (both are CLOCK_MONOTONIC on Linux, the only platform it is built on)."""
-    try:
-        from mfuscope.agent import _step_core_c
-    except ImportError:
-        return None
-    before = perf_counter_ns()
-    reading = _step_core_c.StepCore.clock_ns()
-    after = perf_counter_ns()
-    agrees = before <= reading <= after
-    if _step_core_c.RING_SLOTS != CAPACITY or _step_core_c.OUTSIDE != OUTSIDE or not agrees:
-        return None
-    return _step_core_c
-
-
-C_CORE_MODULE = _c_core()  # also the home of the agent's C `step()` (agent/_agent.py)
-_C_CORE = None if C_CORE_MODULE is None else C_CORE_MODULE.StepCore
-
-if TYPE_CHECKING or _C_CORE is None:
-    StepRecorder = PyStepRecorder
-else:
-
-    class StepRecorder(_Recorder, _C_CORE):  # type: ignore[no-redef]
-        """The step recorder with its hot path in C (agent/_step_core.c)."""
-
-        __slots__ = _PY_SLOTS
 
 
 class GivenStep:

@@ -1,4 +1,4 @@
-"""The agent's report thread: everything per step that need not run on the training thread.
+"""The agent's step reports: everything per step that need not run on the training thread.
 
 It reads what the training thread's `StepRecorder` wrote (a ring of step start times, and the
 records slow steps pass on; see `_step_recorder` for why no lock is needed) and, for each step:
@@ -6,9 +6,10 @@ works out its period (host clock; on GPU the `DeviceEventStepTimer` it polls), g
 collective reader the step's start (wall clock), the window coordinator the period (its cost
 baseline), takes the step's FLOPs (the steady ones unless the step logged its own), has the
 `ReportAssembler` build the report (held while the step's window is analysed) and ships it to
-every transport. It wakes every `interval_s` (sooner when steps come fast enough to fill a
-quarter of the ring in that time); the collective reader also asks it to catch up before each
-read, and the agent's `close()` drains it one last time on the closing thread.
+every transport. It runs on the agent's periodic thread (`_periodic`) every `interval_s`, sooner
+when steps come fast enough to fill a quarter of the ring in that time; the collective reader
+also asks it to catch up before each read, and the agent's `close()` drains it one last time on
+the closing thread.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._periodic import Periodic, Task, adaptive_interval_s
 from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
 from mfuscope.agent.step_flops import StepFlopsValue
@@ -42,7 +44,7 @@ _UNKNOWN = StepFlopsValue(0.0, 0.0, "unknown")
 
 
 class StepReporter:
-    """Turns a `StepRecorder`'s records into shipped step reports, on a thread of its own."""
+    """Turns a `StepRecorder`'s records into shipped step reports, on the periodic thread."""
 
     def __init__(
         self,
@@ -72,9 +74,10 @@ class StepReporter:
         self._interval_s = interval_s
         self._clock_ns = clock_ns
         self._wall_clock_ns = wall_clock_ns
-        self._lock = threading.Lock()  # one drain at a time (report, reader, closing thread)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # one drain at a time (periodic or closing thread)
+        self._periodic: Periodic | None = None
+        self._task: Task | None = None
+        self._last_read = (recorder.begun, time.monotonic())  # (steps begun, when)
         self._fed = 0  # steps whose start the collective reader has had (counts of steps begun)
         self._timed = 0  # steps whose period is taken from the ring (host clock)
         self._steady: StepFlopsValue | None = None  # the FLOPs of a step that logged none
@@ -85,27 +88,29 @@ class StepReporter:
 
     # --- the thread ----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="mfuscope-reports", daemon=True)
-        self._thread.start()
+    def start(self, periodic: Periodic) -> None:
+        self._periodic = periodic
+        self._task = periodic.add("reports", self.tick, delay_s=self._interval_s)
 
     def stop(self, timeout_s: float) -> None:
-        """Stop the thread (the caller drains what is left)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(max(timeout_s, 0.0))
+        """No more ticks (the caller drains what is left)."""
+        if self._periodic is not None and self._task is not None:
+            self._periodic.remove(self._task, timeout_s)
 
-    def _run(self) -> None:
-        interval = self._interval_s
-        last_begun, last_s = self._recorder.begun, time.monotonic()
-        while not self._stop.wait(interval):
-            self.drain()
-            begun, now = self._recorder.begun, time.monotonic()
-            rate = (begun - last_begun) / max(now - last_s, 1e-6)  # steps per second
-            last_begun, last_s = begun, now
-            interval = self._interval_s
-            if rate > 0:
-                interval = max(MIN_INTERVAL_S, min(interval, RING_SHARE * CAPACITY / rate))
+    def tick(self) -> float:
+        """Drain; the pause before the next drain (s)."""
+        self.drain()
+        begun, now = self._recorder.begun, time.monotonic()
+        last_begun, last_s = self._last_read
+        self._last_read = (begun, now)
+        return adaptive_interval_s(
+            begun - last_begun,
+            now - last_s,
+            CAPACITY,
+            max_s=self._interval_s,
+            min_s=MIN_INTERVAL_S,
+            share=RING_SHARE,
+        )
 
     # --- draining ------------------------------------------------------------------------------
 
@@ -117,7 +122,7 @@ class StepReporter:
             return
         try:
             self._drain(final)
-        except Exception as exc:  # the report thread never dies silently
+        except Exception as exc:  # the periodic thread never dies silently
             self._health.add_internal_error()
             self._log.warning("report-thread", "mfuscope: agent error reporting steps: %r", exc)
         finally:
@@ -202,7 +207,7 @@ class StepReporter:
         self._health.add_dropped(count)
         self._log.warning(
             "steps-lost",
-            "mfuscope: %d steps were not reported: the report thread fell a whole ring (%d steps) "
+            "mfuscope: %d steps were not reported: the agent fell a whole ring (%d steps) "
             "behind (steps too short for the machine's load)",
             count,
             CAPACITY,

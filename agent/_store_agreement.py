@@ -1,36 +1,36 @@
 """The window schedule's `Agreement` on torch.distributed's key-value store (imports torch lazily).
 
 The store is the one the default process group was set up with (a `TCPStore` under torchrun or
-`env://`): every rank of the job already reaches it. `StoreAgreement` makes each operation one
-or a few round trips on the calling thread. `BackgroundAgreement` (what the agent uses) queues
-them to a thread of its own, so the training thread never waits on the store: at thousands of
-ranks the store's server answers one request at a time, and a round trip taken at a check step by
-every rank at once costs the last rank the whole queue (docs/agent.md, "Window agreement at
-scale"). Its thread talks to the server over a connection of its own (a second `TCPStore` client
-to the same server), so its requests never queue behind, or hold up, torch.distributed's own.
-Keys live under a prefix naming the launch (its incarnation), so a relaunch, whose ranks restart
-the schedule from its first window, never reads the old launch's answers.
+`env://`): every rank of the job already reaches it. `StoreAgreement` makes each operation one or a
+few round trips on the calling thread. `BackgroundAgreement` (what the agent uses) queues them to
+the agent's periodic thread (`_periodic`), so the training thread never waits on the store: at
+thousands of ranks the store's server answers one request at a time, and a round trip taken at a
+check step by every rank at once costs the last rank the whole queue (docs/agent.md, "Window
+agreement at scale"). It talks to the server over a connection of its own (a second `TCPStore`
+client to the same server), so its requests never queue behind, or hold up, torch.distributed's own.
+Keys live under a prefix naming the launch (its incarnation), so a relaunch, whose ranks restart the
+schedule from its first window, never reads the old launch's answers.
 
-The thread never blocks in the store: a follower looks for the decision with `check` (which
-answers at once), sleeping between looks with a growing back-off, and `close` stops it and joins
+The periodic thread never blocks in the store: a follower looks for the decision with `check` (which
+answers at once), again after a growing back-off, and the agent's close stops the thread and joins
 it. A thread left inside a blocking store call (a waiting `get`) when the interpreter exits is
 fatal: if the call returns during finalisation, Python ends the thread with `pthread_exit`, whose
 forced unwinding through PyTorch's binding (a destructor re-taking the GIL, implicitly noexcept)
 calls `std::terminate` ("terminate called without an active exception") and the training process
-aborts at its very end. A timed `wait` would bound the call, but PyTorch logs two warnings at
-every timeout.
+aborts at its very end. A timed `wait` would bound the call, but PyTorch logs two warnings at every
+timeout.
 """
 
 from __future__ import annotations
 
+import collections
 import math
-import queue
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from mfuscope.agent._periodic import Periodic, Task
 from mfuscope.agent.window_schedule import AgreementError
 
 __all__ = ["BackgroundAgreement", "StoreAgreement", "default_store_agreement", "own_client"]
@@ -48,8 +48,10 @@ _OPERATION_TIMEOUT = timedelta(minutes=5)
 # when it is late, and none when the agent closes.
 _FIRST_LOOK_S = 0.005
 _LAST_LOOK_S = 1.0
-# How long `close` waits for the thread to finish what is queued (publications: one round trip).
+# How long `close` waits for a round of store calls in progress.
 _CLOSE_TIMEOUT_S = 5.0
+# The pause of the periodic task with nothing queued and nothing looked for (it is woken sooner).
+_IDLE_S = 3600.0
 
 
 class StoreAgreement:
@@ -119,34 +121,35 @@ class StoreAgreement:
 
 
 class BackgroundAgreement:
-    """`Agreement` whose store operations run on a daemon thread, in the order they are asked.
+    """`Agreement` whose store operations run on a periodic thread, in the order they are asked.
 
-    `connect` makes the `StoreAgreement` the thread uses (called on the thread, at once, so
-    the connection is up long before the first decision). Calls from the training thread only
-    queue work or read what the thread has fetched: `fetched` answers from the values fetched
-    so far, `read` from the latest value read (and queues a refresh). The first failed
-    operation ends the agreement: every call after it raises `AgreementError` with its reason.
-    `clock` and `sleep` (seconds; `sleep` returns True when woken to stop) are seams for tests.
+    `connect` makes the `StoreAgreement` the task uses (called on the periodic thread, at once,
+    so the connection is up long before the first decision). Calls from the training thread only
+    queue work (and wake the task) or read what the task has fetched: `fetched` answers from the
+    values fetched so far, `read` from the latest value read (and queues a refresh). The first
+    failed operation ends the agreement: every call after it raises `AgreementError` with its
+    reason. `tick` is the task (tests call it directly, with `clock` a fake).
     """
 
     def __init__(
         self,
         connect: Any,
+        periodic: Periodic | None,
         *,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], bool] | None = None,
     ) -> None:
         self._connect = connect
         self._clock = clock
-        self._stopping = threading.Event()
-        self._sleep = sleep or self._stopping.wait
-        self._work: queue.SimpleQueue[tuple[str, str, Any] | None] = queue.SimpleQueue()
+        self._agreement: StoreAgreement | None = None
+        # Appended by the caller, popped by the task (a deque's append and popleft are atomic).
+        self._work: collections.deque[tuple[str, str, Any]] = collections.deque()
+        self._looking: dict[str, tuple[float, float]] = {}  # key -> (deadline, next pause)
         self._answers: dict[str, int] = {}
         self._values: dict[str, float | None] = {}
         self._reading: set[str] = set()  # keys with a refresh queued
         self._failure: str | None = None
-        self._thread = threading.Thread(target=self._run, name="mfuscope-windows", daemon=True)
-        self._thread.start()
+        self._periodic = periodic
+        self._task: Task | None = None if periodic is None else periodic.add("windows", self.tick)
 
     def publish(self, key: str, value: int) -> None:
         self._queue("publish", key, value)
@@ -172,41 +175,49 @@ class BackgroundAgreement:
         return self._values.get(key)
 
     def close(self, timeout_s: float = _CLOSE_TIMEOUT_S) -> None:
-        """Finish what is queued (a decider's last publications), stop looking for decisions,
-        and join the thread, waiting at most `timeout_s`: no store call of its may still run when
-        the interpreter exits (module docstring)."""
-        self._work.put(None)
-        self._stopping.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
+        """Stop looking for decisions; what is queued (a decider's last publications) is done on
+        this thread once a round in progress ended (waiting at most `timeout_s` for it)."""
+        if self._periodic is not None and self._task is not None:
+            self._periodic.remove(self._task, timeout_s)
+        self._looking.clear()
+        if self._work and self._failure is None and self._agreement is not None:
+            self.tick()
 
     def _queue(self, kind: str, key: str, value: Any) -> None:
         self._raise_failure()
-        self._work.put((kind, key, value))
+        self._work.append((kind, key, value))
+        if self._periodic is not None and self._task is not None:
+            self._periodic.wake(self._task)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise AgreementError(self._failure)
 
-    def _run(self) -> None:
+    def tick(self) -> float | None:
+        """Connect (the first time), do what is queued, look for the decisions awaited; the
+        pause before the next look (s), None once the agreement failed."""
         try:
-            agreement: StoreAgreement = self._connect()
-        except Exception as exc:
-            self._failure = f"store: cannot connect: {type(exc).__name__}: {exc}"
-            return
-        while (item := self._work.get()) is not None:
-            kind, key, value = item
-            try:
-                self._do(agreement, kind, key, value)
-            except AgreementError as exc:
-                self._failure = str(exc)
-                return
+            if self._agreement is None:
+                try:
+                    self._agreement = self._connect()
+                except Exception as exc:
+                    raise AgreementError(
+                        f"store: cannot connect: {type(exc).__name__}: {exc}"
+                    ) from exc
+            while self._work:
+                kind, key, value = self._work.popleft()
+                self._do(self._agreement, kind, key, value)
+            return self._look(self._agreement)
+        except AgreementError as exc:
+            self._failure = str(exc)
+            return None
 
     def _do(self, agreement: StoreAgreement, kind: str, key: str, value: Any) -> None:
         if kind == "publish":
             agreement.publish(key, value)
         elif kind == "fetch":
-            self._look_for(agreement, key)
+            if key not in self._answers:
+                self._looking.setdefault(key, (self._clock() + _DECISION_TIMEOUT_S, _FIRST_LOOK_S))
         elif kind == "raise_to":
             agreement.raise_to(key, value)
         elif kind == "count":
@@ -215,18 +226,21 @@ class BackgroundAgreement:
             self._reading.discard(key)  # a read asked for after this one queues another
             self._values[key] = agreement.read(key)
 
-    def _look_for(self, agreement: StoreAgreement, key: str) -> None:
-        """Look for the decision under `key` until it is there, the agent closes, or the decider
-        is an hour late (the agreement then fails: the follower stops profiling)."""
-        deadline = self._clock() + _DECISION_TIMEOUT_S
-        pause = _FIRST_LOOK_S
-        while (found := agreement.fetched(key)) is None:
+    def _look(self, agreement: StoreAgreement) -> float:
+        """Look once for each decision awaited, until it is there or the decider is an hour late
+        (the agreement then fails: the follower stops profiling); each look after a back-off."""
+        pauses = [_IDLE_S]
+        for key, (deadline, pause) in list(self._looking.items()):
+            found = agreement.fetched(key)
+            if found is not None:
+                self._answers[key] = found
+                del self._looking[key]
+                continue
             if self._clock() > deadline:
                 raise AgreementError(f"no decision under {key!r} within {_DECISION_TIMEOUT_S} s")
-            if self._sleep(pause):
-                return  # closing: the thread ends with the queue's stop mark
-            pause = min(2 * pause, _LAST_LOOK_S)
-        self._answers[key] = found
+            self._looking[key] = (deadline, min(2 * pause, _LAST_LOOK_S))
+            pauses.append(pause)
+        return min(pauses)
 
 
 def _step(text: str, key: str) -> int:
@@ -272,9 +286,10 @@ def _connect(store: Any, prefix: str) -> StoreAgreement:
     return StoreAgreement(store if client is None else client, prefix)
 
 
-def default_store_agreement(incarnation: str) -> BackgroundAgreement | None:
-    """The agreement on the default group's store, None when torch.distributed is not
-    initialised or its store cannot be had (private but present since torch 1.x)."""
+def default_store_agreement(incarnation: str, periodic: Periodic) -> BackgroundAgreement | None:
+    """The agreement on the default group's store, its store calls on `periodic`'s thread; None
+    when torch.distributed is not initialised or its store cannot be had (private but present
+    since torch 1.x)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
@@ -283,4 +298,4 @@ def default_store_agreement(incarnation: str) -> BackgroundAgreement | None:
 
     store = c10d._get_default_store()
     prefix = f"mfuscope/windows/{incarnation}"
-    return BackgroundAgreement(lambda: _connect(store, prefix))
+    return BackgroundAgreement(lambda: _connect(store, prefix), periodic)

@@ -12,7 +12,7 @@ no other rank's windows).
 
 Threads: the window life cycle (`begin_step`, `end_step`, `poll`) runs on the training thread,
 and only on the steps `next_attention_step` names (the agent's step recorder skips the others).
-`observe_wall` runs on the agent's report thread, which learns each step's period; the window
+`observe_wall` runs on the agent's periodic thread, which learns each step's period; the window
 cost bookkeeping the two threads share (recent periods, the window steps' periods, the pending
 cost) is guarded by a lock that the training thread takes only on window steps and decision
 steps. What starting and stopping the profiler cost the training thread is kept per window
@@ -91,7 +91,7 @@ class WindowCoordinator:
         # Windows that ended without an analysis (a profiler failure): their steps' reports need
         # not wait; handed out by `poll` as results without decompositions.
         self._released: list[WindowResult] = []
-        # Cost bookkeeping, shared with the report thread (`observe_wall`): under `_costs`.
+        # Cost bookkeeping, shared with the periodic thread (`observe_wall`): under `_costs`.
         self._costs = threading.Lock()
         self._baseline: deque[float] = deque(maxlen=_BASELINE_STEPS)
         self._window_walls: dict[int, float] = {}
@@ -206,7 +206,7 @@ class WindowCoordinator:
 
     def observe_wall(self, step: int, wall_s: float) -> None:
         """Feed every finished step's period (s): the baseline and the window's own steps (the
-        report thread)."""
+        periodic thread)."""
         with self._costs:
             if step in self._members:
                 self._members.discard(step)

@@ -1,13 +1,13 @@
-"""Always-on collective records: a daemon thread that reads the flight recorder between windows.
+"""Always-on collective records: the flight recorder, read on the agent's periodic thread.
 
 Every `interval_s` (shorter when ops arrive fast enough to fill a quarter of the ring in that
-time) the thread dumps each recorder (`flight_recorder.dump_sources`), takes the entries that
-completed since the last dump (`core.flight_records.RecordTracker`) and adds them up
-(`core.flight_accounting`): traffic per (op, axis, tier, group size), progress per process group,
-and an arrival sample per group and step. The step starts come from the agent's report thread
-(`step_began`, from the start times the training thread notes in its step recorder); before each
-read the reader asks for the latest ones (`follow_steps`). The training thread calls nothing here;
-the transport thread calls `records` when it encodes a batch.
+time) the periodic thread (`_periodic`) dumps each recorder (`flight_recorder.dump_sources`),
+takes the entries that completed since the last dump (`core.flight_records.RecordTracker`) and
+adds them up (`core.flight_accounting`): traffic per (op, axis, tier, group size), progress per
+process group, and an arrival sample per group and step. The step starts come from the agent's
+step reports (`step_began`, from the start times the training thread notes in its step
+recorder); before each read the reader asks for the latest ones (`follow_steps`). The training
+thread calls nothing here; the transport thread calls `records` when it encodes a batch.
 
 What the counters cover: the ops enqueued after the agent started (its first dump is a baseline),
 that completed. Entries the ring overwrites before a dump sees them done are counted as lost.
@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from mfuscope.agent._fr_json import entries_from
 from mfuscope.agent._health import RateLimitedLog
+from mfuscope.agent._periodic import Periodic, Task, adaptive_interval_s
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.flight_recorder import (
     DEFAULT_BUFFER_SIZE,
@@ -53,12 +54,14 @@ __all__ = ["CollectiveReader", "build_collective_reader"]
 MIN_INTERVAL_S = 0.05
 # Dump again before this share of the ring can have been replaced.
 RING_SHARE = 0.25
+# The pause of a paused reader's task (`resume` wakes it sooner).
+_PAUSED_S = 3600.0
 # Entries accounted between two offers of the GIL to the training thread.
 ACCOUNT_CHUNK = 256
 
 
 class CollectiveReader:
-    """Reads `sources` on its own thread and keeps the rank's collective records."""
+    """Reads `sources` on a periodic thread and keeps the rank's collective records."""
 
     def __init__(
         self,
@@ -93,22 +96,23 @@ class CollectiveReader:
         self._lock = threading.Lock()
         self._cursors: dict[str, int] = {}  # sink -> arrival samples it has had
         self._lost = 0
-        self._stop = threading.Event()
-        self._active = threading.Event()
-        self._active.set()
-        self._thread: threading.Thread | None = None
-        self._final_deadline = 0.0
-        self._last_read_s = 0.0  # when the reader thread last read (clock s; 0: never)
+        self._paused = False
+        self._missed = False  # a read came due while paused
+        self._closed = False
+        self._periodic: Periodic | None = None
+        self._task: Task | None = None
+        self._own_periodic = False  # started without the agent's: stop it at close
+        self._last_read_s = 0.0  # when the reader last read (clock s; 0: never)
         self.open_entries = 0  # ops enqueued and not done at the latest read
         self.reads = 0
-        self.cpu_s = 0.0  # CPU time the reader thread spent reading (s)
+        self.cpu_s = 0.0  # CPU time spent reading (s)
         self.taken = 0  # entries taken (done) since the baseline
         # The longest stretch of the reader's own Python work without offering the GIL (s): an
         # upper bound of what it can keep the training thread waiting for the GIL (the OS may
         # still preempt it mid-stretch on a busy machine).
         self.longest_hold_s = 0.0
 
-    # --- step starts (the agent's report thread) ----------------------------------------------
+    # --- step starts (the agent's periodic thread) ----------------------------------------------
 
     def step_began(self, step: int, start_unix_ns: int | None = None) -> None:
         """Mark the start of `step` (ns since the epoch, the recorder's clock; None: now)."""
@@ -142,37 +146,49 @@ class CollectiveReader:
         self._sources = kept
         return total
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="mfuscope-collectives", daemon=True)
-        self._thread.start()
+    def start(self, periodic: Periodic | None = None) -> None:
+        """Read every `interval_s` on `periodic`'s thread (None: a thread of its own)."""
+        self._own_periodic = periodic is None
+        self._periodic = periodic or Periodic(self._log, clock=time.monotonic)
+        self._task = self._periodic.add("collectives", self.tick, delay_s=self._interval_s)
 
     def pause(self) -> None:
         """Stop reading until `resume` (benchmarks comparing agents in one process use it)."""
-        self._active.clear()
+        self._paused = True
 
     def resume(self) -> None:
-        self._active.set()
+        """Read again; at once if a read came due while paused."""
+        self._paused = False
+        if self._missed and self._periodic is not None and self._task is not None:
+            self._missed = False
+            self._periodic.wake(self._task)
+        self._closed = False
 
     def close(self, timeout_s: float = 1.0) -> None:
-        """Stop the thread after a last read that waits, within `timeout_s`, for the ops still
-        open to complete (a backend marks an op done a moment after the caller's wait returns)."""
-        self._final_deadline = self._clock() + max(timeout_s * 0.8, 0.0)
-        self._stop.set()
-        self._active.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    # --- reading (reader thread) --------------------------------------------------------------
-
-    def _run(self) -> None:
-        interval = self._interval_s
-        while not self._stop.wait(interval):
-            self._active.wait()
-            interval = self._read_guarded()
+        """No more periodic reads; then, on this thread, a last read that waits, within
+        `timeout_s`, for the ops still open to complete (a backend marks an op done a moment
+        after the caller's wait returns)."""
+        if self._closed:
+            return
+        self._closed = True
+        deadline = self._clock() + max(timeout_s * 0.8, 0.0)
+        if self._periodic is not None and self._task is not None:
+            self._periodic.remove(self._task, timeout_s)
+            if self._own_periodic:
+                self._periodic.stop(timeout_s)
         self._read_guarded()
-        while self.open_entries and self._clock() < self._final_deadline:
+        while self.open_entries and self._clock() < deadline:
             time.sleep(0.02)
             self._read_guarded()
+
+    # --- reading (periodic thread; at close the closing thread) -------------------------------
+
+    def tick(self) -> float:
+        """Read (unless paused: then at `resume`); the pause before the next read (s)."""
+        if self._paused:
+            self._missed = True
+            return _PAUSED_S
+        return self._read_guarded()
 
     def _read_guarded(self) -> float:
         """Read once; the pause before the next read (s), from the rate at which entries came
@@ -181,17 +197,21 @@ class CollectiveReader:
             lost_before = self._lost
             taken = self.read_once()
             now = self._clock()
-            since = max(now - self._last_read_s, 1e-3) if self._last_read_s else None
+            since = max(now - self._last_read_s, 1e-3) if self._last_read_s else 0.0
             self._last_read_s = now
-            rate = 0.0 if since is None else (taken + self._lost - lost_before) / since
         except Exception as exc:  # telemetry never stops on a surprise; it says so
             self._log.warning(
                 "collective-read", "mfuscope: reading the flight recorder failed: %r", exc
             )
             return self._interval_s
-        if rate <= 0:
-            return self._interval_s
-        return max(MIN_INTERVAL_S, min(self._interval_s, RING_SHARE * self._ring_entries / rate))
+        return adaptive_interval_s(
+            taken + self._lost - lost_before,
+            since,
+            self._ring_entries,
+            max_s=self._interval_s,
+            min_s=MIN_INTERVAL_S,
+            share=RING_SHARE,
+        )
 
     def read_once(self) -> int:
         """Dump every source and take what completed; returns the entries taken."""

@@ -1,4 +1,4 @@
-"""The hardware-counter sampler: about once a second, on a daemon thread, off the training thread.
+"""The hardware-counter sampler: about once a second, on the agent's periodic thread.
 
 Each rank samples its own GPU (NVML) so the device series line up with the rank's MFU and a
 throttled GPU is named by its rank; the node's NICs (sysfs) are shared by the ranks of a node, so
@@ -27,6 +27,7 @@ from mfuscope.agent._hw_readers import (
     NvmlReader,
     NvmlReading,
 )
+from mfuscope.agent._periodic import Periodic, Task
 from mfuscope.agent.gpu_identity import GpuRef
 from mfuscope.core.hwcounters import (
     HardwareCounters,
@@ -64,7 +65,7 @@ class HardwareSampler:
     """Samples `nvml` (an `NvmlReader` or None) and `nics` (a `NicReader` or None).
 
     `clock` is monotonic seconds (injected so tests step time by hand). `sample()` does one tick
-    and is what the thread calls every `interval_s`; tests call it directly.
+    and is what the periodic thread calls every `interval_s`; tests call it directly.
     """
 
     def __init__(
@@ -91,8 +92,9 @@ class HardwareSampler:
         self._throttle: dict[str, float] | None = None
         self._last_sample_s: float | None = None
         self._latest = NvmlReading()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic: Periodic | None = None
+        self._task: Task | None = None
+        self._own_periodic = False
         self.failures = 0
 
     # --- one tick -------------------------------------------------------------------------------
@@ -178,23 +180,25 @@ class HardwareSampler:
 
     # --- the thread ----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Sample (unless done already), then every `interval_s` on a daemon thread (a daemon:
-        it never delays the interpreter's exit)."""
+    def start(self, periodic: Periodic | None = None) -> None:
+        """Sample (unless done already), then every `interval_s` on `periodic`'s thread (None:
+        a daemon thread of its own, which never delays the interpreter's exit)."""
         if self._last_sample_s is None:
             self.sample()
-        self._thread = threading.Thread(target=self._run, name="mfuscope-hwcounters", daemon=True)
-        self._thread.start()
+        self._own_periodic = periodic is None
+        self._periodic = periodic or Periodic(self._log, clock=time.monotonic)
+        self._task = self._periodic.add("hwcounters", self._tick, delay_s=self._interval_s)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.sample()
+    def _tick(self) -> float:
+        self.sample()
+        return self._interval_s
 
     def stop(self, timeout_s: float = 1.0) -> None:
-        """Stop the thread and release NVML. Idempotent; never raises."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        """Stop sampling and release NVML. Idempotent; never raises."""
+        if self._periodic is not None and self._task is not None:
+            self._periodic.remove(self._task, timeout_s)
+            if self._own_periodic:
+                self._periodic.stop(timeout_s)
         if self._nvml is not None:
             self._nvml.close()
 

@@ -163,8 +163,33 @@ Keep = Callable[[str, tuple[int, ...]], Any]
 OnAnalysed = Callable[[Sequence[int], Sequence[DecompositionLike]], None]
 
 
+def _drop_events(profiler: object) -> None:
+    """Free a stopped torch profiler's events now. `torch.profiler.profile` is a reference cycle
+    (its action map holds its own bound methods), so dropping the last reference frees nothing
+    until a full garbage collection, minutes later or never; its events (180 MB of a 400-layer
+    MLP's 3-step window) sit in the autograd profiler under its `profiler` attribute."""
+    fields = getattr(profiler, "__dict__", {})
+    if "profiler" in fields:
+        fields["profiler"] = None
+
+
+def release_heap() -> None:
+    """Hand the C heap's free memory back to the system (glibc's `malloc_trim`; elsewhere
+    nothing): freed, a window's events stay in glibc's arenas, and the training process would
+    carry them to its end (benchmarks/after_window.py prints the resident memory)."""
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
 class WindowAnalyser:
-    """One daemon thread: export the stopped profiler's trace, analyse it, delete the file."""
+    """One daemon thread, started with the first window: export the stopped profiler's trace,
+    analyse it, delete the file. A failure anywhere in that is the window's outcome (an error:
+    the coordinator drops the window, counts and logs it), never the thread's end."""
 
     def __init__(
         self,
@@ -186,8 +211,7 @@ class WindowAnalyser:
         self._results: collections.deque[WindowOutcome] = collections.deque()
         self._arrived = threading.Event()
         self._busy = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mfuscope-analyser", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
 
     @property
     def busy(self) -> bool:
@@ -196,6 +220,9 @@ class WindowAnalyser:
     def submit(self, profiler: ProfilerLike, steps: tuple[int, ...]) -> None:
         self._busy.set()
         self._jobs.put((profiler, steps))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="mfuscope-analyser", daemon=True)
+            self._thread.start()
 
     @property
     def ready(self) -> bool:
@@ -221,7 +248,8 @@ class WindowAnalyser:
 
     def close(self, timeout_s: float) -> None:
         self._jobs.put(None)
-        self._thread.join(max(timeout_s, 0.0))
+        if self._thread is not None:
+            self._thread.join(max(timeout_s, 0.0))
 
     def _run(self) -> None:
         while True:
@@ -229,27 +257,34 @@ class WindowAnalyser:
             if job is None:
                 return
             profiler, steps = job
-            started = self._thread_time()
-            kept: list[str | None] = [None, None]  # (kept path, keep error)
-            try:
-                decompositions = self._export_and_analyse(profiler, steps, kept)
-                outcome = WindowOutcome(steps=steps, decompositions=tuple(decompositions))
-            except Exception as exc:
-                outcome = WindowOutcome(steps=steps, error=f"{type(exc).__name__}: {exc}")
-            del profiler, job  # the profiler holds every event of the window; free it now
-            outcome = WindowOutcome(
-                steps=outcome.steps,
-                decompositions=outcome.decompositions,
-                error=outcome.error,
-                cpu_s=max(self._thread_time() - started, 0.0),
-                kept_trace=kept[0],
-                keep_error=kept[1],
-            )
+            del job
+            outcome = self._outcome(profiler, steps)
+            _drop_events(profiler)
+            del profiler
+            release_heap()
             if self._on_analysed is not None and outcome.decompositions:
                 self._on_analysed(outcome.steps, outcome.decompositions)  # its own guard
             self._busy.clear()
             self._results.append(outcome)
             self._arrived.set()
+
+    def _outcome(self, profiler: ProfilerLike, steps: tuple[int, ...]) -> WindowOutcome:
+        """The window's outcome; any failure (export, keeping, analysis) is its error."""
+        started = self._thread_time()
+        kept: list[str | None] = [None, None]  # (kept path, keep error)
+        try:
+            decompositions = tuple(self._export_and_analyse(profiler, steps, kept))
+            error = None
+        except Exception as exc:
+            decompositions, error = (), f"{type(exc).__name__}: {exc}"
+        return WindowOutcome(
+            steps=steps,
+            decompositions=decompositions,
+            error=error,
+            cpu_s=max(self._thread_time() - started, 0.0),
+            kept_trace=kept[0],
+            keep_error=kept[1],
+        )
 
     def _export_and_analyse(
         self, profiler: ProfilerLike, steps: tuple[int, ...], kept: list[str | None]

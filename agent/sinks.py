@@ -6,17 +6,17 @@ whether a retry can help. Sinks are used from the transport's background thread 
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import gzip
 import http.client
+import io
 import json
 import os
 import socket
 import threading
 import time
 import urllib.parse
-from typing import Protocol
+from typing import Any, Protocol
 
 from mfuscope.core.errors import MfuscopeError
 
@@ -92,22 +92,26 @@ class HttpSink:
         connection_type = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         timeout_s = max(timeout_s, 1e-3)
         connection = connection_type(self._host, self._port, timeout=timeout_s)
-        # The socket timeout bounds each read; this timer bounds the whole exchange by shutting
-        # the socket down under a read that keeps receiving a byte now and then.
-        deadline = threading.Timer(timeout_s, _shut_down, (connection,))
-        deadline.daemon = True
-        deadline.start()
+        deadline = time.monotonic() + timeout_s
+        raw: socket.socket | None = None
         try:
+            connection.connect()
+            raw = connection.sock
+            # The socket timeout alone bounds each read; re-armed from the time left before every
+            # read and write, it bounds the whole exchange, even against a collector that trickles
+            # its answer a byte at a time (without a timer thread per send).
+            connection.sock = _DeadlineSocket(connection.sock, deadline)
             connection.request("POST", self._path, body=body, headers=headers)
             response = connection.getresponse()
             payload = response.read(64 * 1024)
         except (OSError, http.client.HTTPException) as exc:
             # Refused, reset, timed out (a hanging collector), or a garbled reply.
-            late = " (deadline passed)" if deadline.finished.is_set() else ""
+            late = " (deadline passed)" if time.monotonic() >= deadline else ""
             raise SendError(f"{type(exc).__name__}: {exc}{late}", retryable=True) from None
         finally:
-            deadline.cancel()
             connection.close()
+            if raw is not None:
+                raw.close()
         if response.status == 200:
             return
         raise SendError(
@@ -121,11 +125,46 @@ class HttpSink:
         return None
 
 
-def _shut_down(connection: http.client.HTTPConnection) -> None:
-    sock = connection.sock
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
+class _DeadlineSocket:
+    """The parts of a connected socket that `http.client` uses, each read and write given the
+    time left until `deadline` (monotonic seconds) as its timeout."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def _arm(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the send's deadline passed")
+        self._sock.settimeout(left)
+
+    def sendall(self, data: bytes) -> None:
+        self._arm()
+        self._sock.sendall(data)
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def recv_into(self, buffer: memoryview) -> int:
+        self._arm()
+        return self._sock.recv_into(buffer)
+
+    def close(self) -> None:
+        # http.client closes the connection before the response is read when the server will
+        # close it (as a real socket's makefile allows); `HttpSink.send` closes the socket itself.
+        return None
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, sock: _DeadlineSocket) -> None:
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._sock.recv_into(memoryview(buffer).cast("B"))
 
 
 def _retry_after_s(value: str | None) -> float | None:

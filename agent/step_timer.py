@@ -6,11 +6,11 @@ engine uses on the device timeline (docs/definitions.md#step-window): time spent
 last step ends at its own end.
 
 - CPU: the agent's step recorder (`mfuscope.agent._step_recorder`) reads a monotonic clock at
-  each step boundary and the report thread turns the readings into periods; no timer object.
+  each step boundary and the periodic thread turns the readings into periods; no timer object.
 - GPU: `DeviceEventStepTimer`, a CUDA event recorded on the current stream at each step start
-  (and one reused event at each step end). The report thread reads them with the non-blocking
+  (and one reused event at each step end). The periodic thread reads them with the non-blocking
   `query()` once the device has passed them, and `elapsed_time` gives the device-side period.
-  It never synchronises the device: not on the training thread, not on the report thread, not
+  It never synchronises the device: not on the training thread, not on the periodic thread, not
   at close (close polls `query()` until its deadline). PyTorch's `CUDAEvent` may be queried and
   timed from any thread and device (`c10/cuda/CUDAEvent.h`); `elapsed_time` of an event not yet
   completed raises rather than waits, and the timer never asks for one. The CUDA side sits behind
@@ -18,8 +18,8 @@ last step ends at its own end.
 
 Threads: `begin` and `end` run on the training thread; `poll` and `finish` on the agent's report
 thread (never both at once). They share two deques, each operation on them atomic under the GIL:
-the recorded step starts (appended by the training thread, popped by the report thread) and a
-pool of spent start events (returned by the report thread, reused by the training thread), so no
+the recorded step starts (appended by the training thread, popped by the periodic thread) and a
+pool of spent start events (returned by the periodic thread, reused by the training thread), so no
 event is created per step once the pool holds a few.
 """
 
@@ -53,7 +53,7 @@ class TimedStep:
 
 class StepTimer(Protocol):
     """Step periods measured on a device: `begin`/`end` on the training thread (cheap, never
-    blocking), `poll`/`finish` on the report thread."""
+    blocking), `poll`/`finish` on the periodic thread."""
 
     def begin(self, step: int) -> None: ...
 
@@ -78,7 +78,7 @@ class DeviceEventStepTimer:
     """Step periods measured between device events, read asynchronously.
 
     `max_pending` bounds the steps awaiting their events; if the device falls that far behind
-    (it cannot on a normal CUDA queue, which blocks the host long before), the report thread
+    (it cannot on a normal CUDA queue, which blocks the host long before), the periodic thread
     drops the oldest and counts them in `dropped_steps`. `close_wait_s`: how long `finish` waits
     for the device to pass the last step (it polls; steps it is not past by then are dropped).
     """
@@ -109,7 +109,7 @@ class DeviceEventStepTimer:
 
     def begin(self, step: int) -> None:
         pool = self._pool
-        # Only this thread pops the pool (the report thread only appends): a non-empty pool
+        # Only this thread pops the pool (the periodic thread only appends): a non-empty pool
         # still holds an event at the pop.
         event = pool.pop() if pool else self._new_event()
         event.record()
@@ -123,7 +123,7 @@ class DeviceEventStepTimer:
         event.record()  # recording again moves it: only the latest step's end is ever read
         self._ended = True
 
-    # --- report thread -----------------------------------------------------------------------
+    # --- periodic thread -----------------------------------------------------------------------
 
     def poll(self) -> list[TimedStep]:
         """Steps whose next-step start event the device has passed; never blocks."""

@@ -22,7 +22,7 @@ Ranks: `--procs` processes each run a share of the ranks, each rank with its own
 connections (4,096 processes that each import torch do not fit on a small machine): in
 ``round-trips`` mode one thread per rank (its round trips block it), in ``agent`` mode one thread
 steps all of the process's ranks in turn (their training-thread part never blocks; each rank
-still has its own agreement thread and connection). Two *probe* ranks run in processes of their
+still has its own periodic thread and connection). Two *probe* ranks run in processes of their
 own, rank 0 (the decider) and the last rank (a follower), raised to real-time scheduling where
 the system allows (printed). Every rank's step starts at the
 same instant (a shared start time and step period), so every rank hits the store at once, as the
@@ -187,18 +187,25 @@ def _timed_agreement(base: Any) -> Any:
 
     class Timed(base):  # type: ignore[misc, valid-type]
         def __init__(self, connect: Any) -> None:
+            from mfuscope.agent._health import RateLimitedLog
+            from mfuscope.agent._periodic import Periodic
+
             self.arrived: dict[str, float] = {}
             self.published: dict[str, float] = {}
-            super().__init__(connect)
+            # Each rank's store calls on a periodic thread of its own, as in the agent.
+            super().__init__(connect, Periodic(RateLimitedLog(60.0), clock=time.monotonic))
 
         def publish(self, key: str, value: int) -> None:
             self.published[key] = time.perf_counter()
             super().publish(key, value)
 
-        def _do(self, agreement: Any, kind: str, key: str, value: Any) -> None:
-            super()._do(agreement, kind, key, value)
-            if kind == "fetch":
-                self.arrived[key] = time.perf_counter()
+        def _look(self, agreement: Any) -> float:
+            before = set(self._answers)
+            pause: float = super()._look(agreement)
+            now = time.perf_counter()
+            for key in self._answers.keys() - before:
+                self.arrived[key] = now
+            return pause
 
     return Timed
 

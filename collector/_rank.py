@@ -21,6 +21,12 @@ from mfuscope.collector._accumulators import CollectiveAcc
 from mfuscope.collector._incarnations import RankIncarnations
 from mfuscope.collector._sums import Contribution, Key, Kind
 from mfuscope.core.collective_records import GroupProgress
+from mfuscope.core.run_summary.window_spread import (
+    SPREAD_WINDOWS,
+    exposed_parts,
+    exposed_spread,
+    window_exposed_share,
+)
 from mfuscope.core.schema import ReportBatch, StepReport
 from mfuscope.core.stragglers import own_time_s, recent_step_times
 from mfuscope.core.vocabulary import component_axis
@@ -62,6 +68,7 @@ class RankState:
         "step_seen_s",
         "topology_items",
         "window_seen_s",
+        "windows",
         "world_size",
     )
 
@@ -83,6 +90,11 @@ class RankState:
         self.collectives_step = -1
         # When (monotonic s) the latest report of a profiled step arrived; None before any.
         self.window_seen_s: float | None = None
+        # The latest profiled windows: (last step, the `exposed_parts` of each of its steps),
+        # for the spread between windows (core.run_summary.coverage).
+        self.windows: deque[tuple[int, tuple[tuple[float, float], ...]]] = deque(
+            maxlen=SPREAD_WINDOWS
+        )
         self.topology_items: _Items = ()
         # The rank's latest progress per process group (flight-recorder records), when it came
         # (monotonic s) and how often the rank reports while blocked; whether its agent closed.
@@ -140,6 +152,8 @@ class RankState:
             # A profiled step: only those carry collectives, and each carries its own breakdown
             # (later steps carry the window's, with an earlier "breakdown_step": schema).
             self.window_seen_s = now_s
+            if r.components:
+                self._add_window_step(r)
         if r.components and r.step >= self.breakdown_step:
             self.breakdown_step = r.step
             self.breakdown_items = tuple(
@@ -167,6 +181,19 @@ class RankState:
                 + [((Kind.TIER, *k), acc.terms()) for k, acc in per_tier.items()]
             )
         self.recent.append((r.wall_s, self_s, r.model_flops, r.hardware_flops))
+
+    def _add_window_step(self, r: StepReport) -> None:
+        windows = self.windows
+        if windows and windows[-1][0] + 1 == r.step:
+            _, parts = windows.pop()
+            windows.append((r.step, (*parts, exposed_parts(r))))
+        else:
+            windows.append((r.step, (exposed_parts(r),)))
+
+    def exposed_spread(self) -> float | None:
+        """The spread between this rank's latest windows (core.run_summary.coverage)."""
+        shares = [window_exposed_share(parts) for _, parts in self.windows]
+        return exposed_spread([s for s in shares if s is not None])
 
     def refresh(self) -> None:
         """Recompute the medians and the contribution; call once per batch, after `add`s."""

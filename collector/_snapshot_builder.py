@@ -176,6 +176,7 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
             world_size = max(world_size, int(labels[0]))
     stragglers, basis = _stragglers(ranks, config.straggler_top)
     windows_seen = [r.window_seen_s for r in ranks if r.window_seen_s is not None]
+    spreads = [s for s in (r.exposed_spread() for r in ranks) if s is not None]
     views: tuple[RankView, ...] = ()
     if config.per_rank_labels:
         views = tuple(
@@ -235,6 +236,7 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         restarts=job.incarnations.restarts,
         hardware=job.hardware.view(job.ranks, per_rank=config.per_rank_labels),
         breakdown_age_s=max(now_s - max(windows_seen), 0.0) if windows_seen else None,
+        breakdown_spread=max(spreads) if spreads else None,
         hangs=find_hangs(comm, max_suspects=config.max_hang_suspects),
         progress=progress_export(comm),
         arrival_skew=tuple((a, t, v) for (a, t), v in sorted(job.arrivals.skew.items())),

@@ -376,6 +376,16 @@ def _gauges(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         job_l,
         [Sample((j.job,), j.breakdown_age_s) for j in jobs if j.breakdown_age_s is not None],
     )
+    b.add(
+        "mfuscope_breakdown_spread_ratio",
+        "gauge",
+        "1",
+        "how far a carried breakdown can be off: the largest spread (max - min) of exposed "
+        "communication's share of the step between the latest profiled windows of any live rank "
+        "(absent before a rank has two windows)",
+        job_l,
+        [Sample((j.job,), j.breakdown_spread) for j in jobs if j.breakdown_spread is not None],
+    )
     simple: tuple[tuple[str, str, str, Callable[[JobSnapshot], float]], ...] = (
         (
             "mfuscope_ranks",

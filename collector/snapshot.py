@@ -213,6 +213,10 @@ class JobSnapshot:
     # Seconds since the collector received the newest profiled window of any live rank (a step
     # report carrying its own breakdown); None before the first window.
     breakdown_age_s: float | None = None
+    # The largest spread between windows of any live rank: how far exposed comm's share
+    # differed between its latest windows (docs/definitions.md#carried-breakdowns); None before
+    # a rank has two windows.
+    breakdown_spread: float | None = None
     # Every live rank's agent closed (a normal end): no report age is exported for the job, and
     # `last_report_age_s` is over the ranks that have not closed when some have not.
     all_closed: bool = False

@@ -15,7 +15,7 @@ For one rank and one window of wall time ``W = t1 - t0`` (seconds) on a device o
 - The waterfall explains the gap. With the step buckets (which partition W exactly),
   ``f_x = bucket_x / W`` and ``kernel_efficiency = model_flops / (P * compute)``:
 
-      1 - MFU = f_exposed_comm + f_bubble + f_recompute + f_other
+      1 - MFU = f_exposed_comm + f_bubble + f_recompute + f_other + f_instrumentation
                 + f_compute * (1 - kernel_efficiency)
 
   because ``MFU = f_compute * kernel_efficiency`` and the f_x sum to 1. Every slice is a fraction
@@ -134,6 +134,7 @@ class StepBuckets(msgspec.Struct, frozen=True):
     other_s: float = 0.0
     bubble_pipeline_s: float = 0.0
     bubble_idle_s: float = 0.0
+    instrumentation_s: float = 0.0
     # Of `compute_s`: the time in elementwise_norm_reduce kernels (not a bucket of its own).
     elementwise_s: float = 0.0
 
@@ -168,9 +169,10 @@ class StepBuckets(msgspec.Struct, frozen=True):
 class MfuWaterfall(msgspec.Struct, frozen=True):
     """Where the gap between peak and achieved model FLOP/s went, as fractions of the window.
 
-    ``mfu + exposed_comm + bubble_pipeline + bubble_idle + recompute + other + elementwise +
-    kernel_inefficiency == 1`` (to float rounding). `elementwise` is ``f_elementwise`` (unfused /
-    memory-bound kernels), `kernel_inefficiency` the rest of the kernel slice. `kernel_efficiency`
+    ``mfu + exposed_comm + bubble_pipeline + bubble_idle + recompute + other + instrumentation
+    + elementwise + kernel_inefficiency == 1`` (to float rounding). `elementwise` is
+    ``f_elementwise`` (unfused / memory-bound kernels), `kernel_inefficiency` the rest of the
+    kernel slice. `kernel_efficiency`
     is None when no compute time was observed (and the model FLOPs are then 0, so the kernel
     slices are 0 too).
     """
@@ -185,6 +187,7 @@ class MfuWaterfall(msgspec.Struct, frozen=True):
     kernel_efficiency: float | None
     window_s: float
     elementwise: float = 0.0
+    instrumentation: float = 0.0
 
     @property
     def bubble(self) -> float:

@@ -34,6 +34,8 @@ Semantics:
 - ``components`` split the step's ``wall_s`` into the step buckets; they come from the latest
   profiled window (``breakdown_step``) scaled to this step's wall time, so they sum to ``wall_s``.
   Empty means "no profiled window yet". ``axis``/``tier`` are set on ``exposed_comm`` only.
+  A profiled step's own report carries its measured seconds, and the profiler's own cost on the
+  training thread as the component ``instrumentation`` (since 1.3: a 1.2 collector refuses it).
 - ``collectives`` appear only on the report of a profiled step, once per observed
   ``(op, axis, tier, group_size, bytes)``, so counters built from them never double count.
   ``group_size`` is ``null`` (since 1.1; absent reads as ``null``) when the rank could not tell

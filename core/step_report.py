@@ -11,6 +11,10 @@ and the collectives seen in it (see docs/definitions.md). They become:
   only on that step's report so collector counters never count a collective twice;
 - the compute bucket split by kernel class (when the engine split it), scaled like the
   components: the live f_elementwise slice of the MFU waterfall.
+
+A profiled step's own report is its own decomposition in seconds as measured (`measured_s`, its
+window on the trace); what its measured period holds beyond that is the profiler's own cost on the
+training thread, the `instrumentation` component (docs/definitions.md#instrumentation).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ __all__ = [
     "ExposedCommLike",
     "Share",
     "breakdown_from_steps",
+    "carried_breakdown",
     "collective_samples",
     "components_for",
     "make_report",
@@ -193,6 +198,20 @@ def breakdown_from_steps(
     )
 
 
+def carried_breakdown(steps: Sequence[DecompositionLike], breakdown_step: int) -> Breakdown | None:
+    """The breakdown the steps after a window carry (docs/definitions.md#carried-breakdowns):
+    `breakdown_from_steps` over the window's steps but its first, when it has several.
+
+    The first step of a window is the one the profiler starts in, on every rank at once but not
+    equally fast: its collectives wait for the slowest rank's start (on a 2-rank gloo job, up to
+    half a second against a ~20 ms step) and that wait, real on that step, says nothing of the
+    steps after it. Weighted by time as it is, it swamped the window (measured:
+    benchmarks/ground_truth.py, docs/agent.md).
+    """
+    ordered = sorted(steps, key=lambda s: s.step)
+    return breakdown_from_steps(ordered[1:] if len(ordered) > 1 else ordered, breakdown_step)
+
+
 def components_for(breakdown: Breakdown, wall_s: float) -> tuple[ComponentShare, ...]:
     """`breakdown` scaled to a step of `wall_s` seconds; the seconds sum to `wall_s` exactly.
 
@@ -263,9 +282,23 @@ def make_report(
     recompute_flops: float,
     breakdown: Breakdown | None,
     collectives: tuple[CollectiveSample, ...] = (),
+    measured_s: float | None = None,
 ) -> StepReport:
-    """One schema step report; components are `breakdown` scaled to `wall_s` (empty if None)."""
-    components = () if breakdown is None else components_for(breakdown, wall_s)
+    """One schema step report; components are `breakdown` scaled to `wall_s` (empty if None).
+
+    `measured_s`: the step's profiled window on the trace (s), when `breakdown` is its own: the
+    breakdown is scaled to it and the rest of `wall_s` is `instrumentation`.
+    """
+    if breakdown is None:
+        components: tuple[ComponentShare, ...] = ()
+    elif measured_s is not None and 0 < measured_s < wall_s:
+        components = (
+            *components_for(breakdown, measured_s),
+            ComponentShare(component="instrumentation", seconds=wall_s - measured_s),
+        )
+    else:
+        components = components_for(breakdown, wall_s)
+    measured = wall_s if measured_s is None or not 0 < measured_s < wall_s else measured_s
     return StepReport(
         step=step,
         start_unix_ns=start_unix_ns,
@@ -273,12 +306,12 @@ def make_report(
         model_flops=model_flops,
         recompute_flops=recompute_flops,
         components=components,
-        overlapped_comm_s=0.0 if breakdown is None else breakdown.overlapped_fraction * wall_s,
+        overlapped_comm_s=0.0 if breakdown is None else breakdown.overlapped_fraction * measured,
         breakdown_step=None if breakdown is None else breakdown.step,
         collectives=collectives,
         compute_classes=()
         if breakdown is None or wall_s <= 0
-        else tuple(ClassShare(name, f * wall_s) for name, f in breakdown.class_fractions),
+        else tuple(ClassShare(name, f * measured) for name, f in breakdown.class_fractions),
     )
 
 

@@ -40,7 +40,8 @@ __all__ = [
 ]
 
 # The buckets that partition a step's wall time; `bubble` is split into its two parts so the
-# sum is exact.
+# sum is exact. `instrumentation` is the profiler's own cost on a profiled step's training thread
+# (start, step marks, stop): measured by the agent, never seen on a trace's own timeline.
 COMPONENTS: tuple[str, ...] = (
     "compute",
     "recompute",
@@ -48,6 +49,7 @@ COMPONENTS: tuple[str, ...] = (
     "other",
     "bubble_pipeline",
     "bubble_idle",
+    "instrumentation",
 )
 # The buckets in which a rank waits on its peers rather than doing its own work (the rest of the
 # step, `bubble_idle` included, is the rank's own time: see `core.stragglers`).
@@ -67,6 +69,7 @@ WATERFALL_SLICES: tuple[str, ...] = (
     "bubble_idle",
     "recompute",
     "other",
+    "instrumentation",
     ELEMENTWISE_SLICE,
     KERNEL_INEFFICIENCY_SLICE,
 )
@@ -78,6 +81,7 @@ SLICE_TITLES: dict[str, str] = {
     "other": "other",
     "bubble_pipeline": "pipeline bubble",
     "bubble_idle": "idle",
+    "instrumentation": "profiler",
     ELEMENTWISE_SLICE: "unfused kernels",
     KERNEL_INEFFICIENCY_SLICE: "kernel inefficiency",
 }

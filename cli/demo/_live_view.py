@@ -38,6 +38,7 @@ _STYLES = {
     "other": "yellow",
     "bubble_pipeline": "dark_orange",
     "bubble_idle": "grey50",
+    "instrumentation": "cyan",
 }
 # (summary component key, label, style) of every bucket, in the vocabulary's order
 # (docs/definitions.md#step-buckets); a bucket without a colour of its own is drawn white.

@@ -47,6 +47,7 @@ BUCKET_COLORS = {
     "other": "#937860",
     "bubble_pipeline": "#DD8452",
     "bubble_idle": "#B0B0B0",
+    "instrumentation": "#64B5CD",
 }
 EXPOSED_COMM_COLORS = ("#C44E52", "#E17C7F", "#8C2D30", "#F0A5A7")
 KERNEL_COLOR = "#55A868"

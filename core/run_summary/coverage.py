@@ -10,6 +10,8 @@ and counts of both are shown wherever a breakdown is.
 
 A *window* here is a run of consecutive measured steps of one rank; ranks profile the same
 steps, so the job's windows are the most any rank has.
+
+How far a carried figure can be off: the spread between windows (`window_spread`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mfuscope.core.run_summary.run_data import RunData
+from mfuscope.core.run_summary.window_spread import (
+    SPREAD_WINDOWS,
+    exposed_parts,
+    exposed_spread,
+    window_exposed_share,
+)
 from mfuscope.core.schema import StepReport
 
 __all__ = ["Coverage", "RankCoverage", "coverage", "is_measured", "rank_coverage"]
@@ -43,6 +51,7 @@ class RankCoverage:
     oldest_carried_steps: int | None
     oldest_carried_s: float | None
     window_ranges: tuple[tuple[int, int], ...] = ()  # (first, last) measured step of each window
+    exposed_spread: float | None = None  # the spread between its latest windows (0..1)
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,13 @@ class Coverage:
             (r.oldest_carried_s for r in self.ranks if r.oldest_carried_s is not None), default=None
         )
 
+    @property
+    def exposed_spread(self) -> float | None:
+        """The largest spread between windows of any rank (0..1); None before two windows."""
+        return max(
+            (r.exposed_spread for r in self.ranks if r.exposed_spread is not None), default=None
+        )
+
     def describe(self) -> str:
         """One line for people: "4 windows measured 12 steps per rank (24 rank-steps); 1070
         rank-steps carry an earlier window's breakdown (up to 480 steps, 35 s old)"."""
@@ -101,6 +117,12 @@ class Coverage:
             text += f"; {self.carried} rank-steps carry an earlier window's breakdown{age}"
         if self.without:
             text += f"; {self.without} rank-steps have none (before the first window)"
+        spread = self.exposed_spread
+        if spread is not None:
+            text += (
+                f"; exposed comm differed by up to {100 * spread:.1f} points between a rank's "
+                f"latest {SPREAD_WINDOWS} windows (how far a carried figure can be off)"
+            )
         return text
 
 
@@ -135,6 +157,11 @@ def rank_coverage(rank: int, steps: Sequence[StepReport]) -> RankCoverage:
         if s.breakdown_step in start_of
     ]
     windows = _runs(measured)
+    by_step = {s.step: s for s in steps if is_measured(s)}
+    shares = [
+        window_exposed_share([exposed_parts(by_step[n]) for n in range(first, last + 1)])
+        for first, last in windows
+    ]
     return RankCoverage(
         rank=rank,
         windows=len(windows),
@@ -145,6 +172,7 @@ def rank_coverage(rank: int, steps: Sequence[StepReport]) -> RankCoverage:
         oldest_carried_steps=max(ages) if ages else None,
         oldest_carried_s=max(seconds) if seconds else None,
         window_ranges=windows,
+        exposed_spread=exposed_spread([s for s in shares if s is not None]),
     )
 
 

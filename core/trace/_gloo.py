@@ -5,8 +5,14 @@ What torch 2.x writes for a gloo job (verified on traces recorded here, see FACT
   ``gloo:<op>`` on a ``pt_gloo_runloop`` worker thread, lasting from when the worker picks the
   work up until it completes (waiting for peers included); ``Input Dims`` / ``Input type`` give
   the *input* tensors; send/recv run blocking on the calling thread;
-- the ``c10d::*`` operators on the training threads only enqueue work: they are neither compute
-  nor communication, and are cut out of the compute time of their thread;
+- the ``c10d::*`` operators on the training threads only enqueue work: they are cut out of the
+  compute time of their thread. A collective is *in flight* from its enqueue until its work item
+  completes on the worker (docs/definitions.md#blocked-waits-on-cpu): gloo's worker may pick the
+  item up milliseconds after the enqueue (up to ~1.9 ms measured here on a loaded 2-core machine),
+  and a caller blocked in the collective meanwhile shows nothing on the trace. So a collective's
+  communication interval starts at its enqueue; its `CommActivity.duration` (bandwidth) stays
+  the worker's own span. Enqueues and work items are paired in order per op (gloo's work queue
+  is first in, first out; gloo runs ``reduce_scatter`` as ``all_reduce``);
 - process groups appear only in ``distributedInfo.pg_config``: an annotation does not say which
   group it belongs to. Each group has worker threads of its own, so the thread -> group map that
   the live agent discovers (`AnalysisOptions.gloo_worker_groups`, or the trace's own
@@ -131,7 +137,10 @@ def _groups_by_thread(
     return by_thread
 
 
-def _comm_activity(event: Event, group: AttributedGroup) -> CommActivity:
+def _comm_activity(
+    event: Event, group: AttributedGroup, enqueued: float | None = None
+) -> CommActivity:
+    """`event`'s communication; in flight from `enqueued` (its c10d enqueue) when given."""
     start = float(event.ts)
     duration = float(event.dur or 0.0)
     op = normalise_op(event.name)
@@ -142,8 +151,9 @@ def _comm_activity(event: Event, group: AttributedGroup) -> CommActivity:
         size = elements * element_size
         if op == "all_gather":  # the annotation records one rank's input; S is the gathered array
             size = size * group.size if group.size is not None else None
+    queued = 0.0 if enqueued is None else max(0.0, start - enqueued)
     return CommActivity(
-        start=start,
+        start=start - queued,
         end=start + duration,
         duration=duration,
         op=op,
@@ -152,7 +162,35 @@ def _comm_activity(event: Event, group: AttributedGroup) -> CommActivity:
         group_size=group.size,
         bytes=size,
         group_unknown_reason=group.unknown_reason,
+        queued=queued,
     )
+
+
+def _match_key(op: str | None) -> str | None:
+    # gloo implements reduce_scatter as all_reduce: its work item is a ``gloo:all_reduce``.
+    return "all_reduce" if op == "reduce_scatter" else op
+
+
+class _Enqueues:
+    """The c10d enqueues of collectives on the training threads, handed out first in, first
+    out per op to the work items that start after them."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self._queues: dict[str | None, list[float]] = defaultdict(list)
+        self._next: dict[str | None, int] = defaultdict(int)
+        for event in sorted(events, key=lambda e: e.ts):
+            op = normalise_op(event.name[len(_ENQUEUE_PREFIX) :])
+            if op is not None and op not in P2P_OPS:
+                self._queues[_match_key(op)].append(float(event.ts))
+
+    def take(self, op: str | None, start: float) -> float | None:
+        """The enqueue time of the work item of `op` that the worker starts at `start`."""
+        key = _match_key(op)
+        queue, i = self._queues.get(key), self._next[key]
+        if queue is None or i >= len(queue) or queue[i] > start:
+            return None
+        self._next[key] = i + 1
+        return queue[i]
 
 
 def _host_windows(steps: list[CpuStep]) -> tuple[StepWindow, ...]:
@@ -175,7 +213,13 @@ def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
     comms: list[CommActivity] = []
     ops: dict[Any, list[Interval]] = defaultdict(list)
     holes: dict[Any, list[Interval]] = defaultdict(list)
-    for event in scanned.annotations:
+    enqueues = _Enqueues(
+        [e for e in scanned.cpu_ops if e.tid not in workers and e.name.startswith(_ENQUEUE_PREFIX)]
+    )
+    work_items = sorted(
+        (e for e in scanned.annotations if e.name.startswith(_GLOO_PREFIX)), key=lambda e: e.ts
+    )
+    for event in work_items:
         name = event.name
         if name.startswith(_GLOO_PREFIX):
             if normalise_op(name) in P2P_OPS:
@@ -183,7 +227,8 @@ def cpu_timeline(trace: KinetoTrace, scanned: ScannedEvents, context: RankContex
                 # between, so the operators inside it stay compute (no hole).
                 comms.append(_comm_activity(event, p2p_group))
                 continue
-            comms.append(_comm_activity(event, by_thread.get(event.tid, group)))
+            enqueued = enqueues.take(normalise_op(name), float(event.ts))
+            comms.append(_comm_activity(event, by_thread.get(event.tid, group), enqueued))
             start = float(event.ts)
             holes[event.tid].append((start, start + float(event.dur or 0.0)))
     for event in scanned.cpu_ops:

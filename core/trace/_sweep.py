@@ -115,7 +115,8 @@ def _record(comm: CommActivity, overlapped_us: float) -> CollectiveRecord:
         algbw = algbw_bytes_per_s(comm.bytes, seconds)
         if comm.group_size is not None:
             busbw = busbw_bytes_per_s(comm.op, comm.group_size, comm.bytes, seconds)
-    ratio = min(1.0, overlapped_us / duration_us) if duration_us > 0 else 0.0
+    in_flight_us = duration_us + comm.queued
+    ratio = min(1.0, overlapped_us / in_flight_us) if in_flight_us > 0 else 0.0
     return CollectiveRecord(
         op=comm.op,
         axis=comm.axis,

@@ -47,7 +47,8 @@ class CommActivity(msgspec.Struct, frozen=True):
 
     `op` is an nccl-tests op name, `_collectives.BOOKKEEPING` (barrier: it occupies the timeline
     but is no collective record) or None (a kernel whose op the trace does not say).
-    `group_size` and `bytes` are None when unknown. `duration` is the event's own ``dur``
+    `group_size` and `bytes` are None when unknown. ``[start, end)`` is the time it is in flight;
+    `duration` (what bandwidth is computed from) is the event's own ``dur``
     (``end - start`` of two timestamps near 1e12 µs would lose a nanosecond to rounding).
     """
 
@@ -60,6 +61,9 @@ class CommActivity(msgspec.Struct, frozen=True):
     group_size: int | None
     bytes: int | None
     group_unknown_reason: str | None = None  # why `group_size` is None
+    # Time in flight before `duration` began (µs): a gloo work item waiting for its worker
+    # after its enqueue (`start` is then the enqueue); 0 for kernels.
+    queued: float = 0.0
 
     def sort_key(self) -> tuple[float, float, str, str, str, int, int]:
         return (

@@ -82,6 +82,7 @@ def _step(step: StepDecomposition) -> dict[str, Any]:
         "bubble_s": step.bubble_s,
         "bubble_pipeline_s": step.bubble_pipeline_s,
         "bubble_idle_s": step.bubble_idle_s,
+        "instrumentation_s": step.instrumentation_s,
         "overlapped_comm_s": step.overlapped_comm_s,
         "exposed_comm": [_exposed(e) for e in step.exposed_comm],
         "collectives": [_collective(c) for c in step.collectives],

@@ -19,7 +19,7 @@ from _common import (
     table_panel,
     timeseries_panel,
 )
-from breakdown_age import breakdown_age_panel
+from breakdown_age import breakdown_age_panel, breakdown_spread_panel
 from fleet_dashboard import EXPOSED_BANDS, MFU_BANDS, MFU_MEANING, REGRESSION_BANDS
 from hangs_row import hangs_row
 from hardware_rows import hardware_rows
@@ -45,8 +45,9 @@ DECOMPOSITION_MEANING = (
     "runs), recompute (only activation-recomputation kernels run), exposed_comm (no compute, a "
     "collective runs: waiting on the network, by axis/tier), other (only memcpy/memset), "
     "bubble_pipeline (pipeline p2p waiting beyond its ideal transfer time), bubble_idle (nothing "
-    "runs: host-bound, data loader, waiting on a peer). From the profiled windows, scaled to "
-    "every step. "
+    "runs: host-bound, data loader, waiting on a peer), instrumentation (the profiler's own "
+    "start, step marks and stop on a profiled step: the live MFU's dips at window steps). From "
+    "the profiled windows, scaled to every step. "
 )
 
 
@@ -165,14 +166,15 @@ def _decomposition_row() -> Row:
         Query(f"sum by (component) ({n.WATERFALL_5M}{{{JOB}}})", "{{component}}"),
     ]
     waterfall_meaning = (
-        "1 - MFU = exposed comm + bubble + recompute + other + compute × (1 - kernel "
-        "efficiency), with kernel efficiency = MFU / compute share: each bar is one slice of the "
-        "gap between achieved and peak FLOPs, all as shares of step time, summing to 1 with MFU. "
-        "Slices are named by bucket (exposed_comm, bubble_pipeline, bubble_idle, recompute, "
-        "other); the compute bucket's shortfall from peak is split into elementwise (unfused / "
-        "memory-bound kernels) and kernel_inefficiency (compute kernels that still do not run "
-        "at peak: small shapes, low occupancy). kernel_inefficiency below 0 means the FLOPs per "
-        "step are overstated or the peak understated; it is shown as it is, never clipped."
+        "1 - MFU = exposed comm + bubble + recompute + other + instrumentation + compute × (1 - "
+        "kernel efficiency), with kernel efficiency = MFU / compute share: each bar is one "
+        "slice of the gap between achieved and peak FLOPs, all as shares of step time, summing "
+        "to 1 with MFU. Slices are named by bucket (exposed_comm, bubble_pipeline, bubble_idle, "
+        "recompute, other, instrumentation); the compute bucket's shortfall from peak is split "
+        "into elementwise (unfused / memory-bound kernels) and kernel_inefficiency (compute "
+        "kernels that still do not run at peak: small shapes, low occupancy). "
+        "kernel_inefficiency below 0 means the FLOPs per step are overstated or the peak "
+        "understated; it is shown as it is, never clipped."
     )
     return Row(
         "Where the step goes",
@@ -269,9 +271,10 @@ def _decomposition_row() -> Row:
             breakdown_age_panel(
                 "the split of every step into buckets (decomposition, waterfall slices, kernel "
                 "classes)",
-                width=12,
+                width=6,
                 height=8,
             ),
+            breakdown_spread_panel(width=6, height=8),
         ],
     )
 

@@ -103,5 +103,13 @@ def test_two_rank_job_reports_live_mfu_and_decomposition(tmp_path: Path) -> None
         assert from_file[rank][STEPS - 1].breakdown_step in {r.step for r in profiled}
         times = json.loads((tmp_path / f"times{rank}.json").read_text())
         assert times["health"]["internal_errors"] == 0
+        # With several ranks (the window agreement and the flight-recorder reader on the
+        # periodic thread): the periodic thread, the analyser, one transport per sink (two here).
+        assert times["threads"] == [
+            "mfuscope-analyser",
+            "mfuscope-periodic",
+            f"mfuscope-transport(collector {stub.url})",
+            f"mfuscope-transport(file {jsonl})",
+        ]
     # every profiled trace was deleted
     assert list((tmp_path / "tmp").glob("mfuscope-window-*")) == []

@@ -6,10 +6,13 @@
 - `FakeProfiler`: the part of `torch.profiler.profile` the window recorder uses; it logs the
   calls it gets and can fail on `start` or `export`.
 - `jsonl_agent`: an agent that writes its batches to a JSONL file (profiling off by default).
+- `step_until`: empty steps until the agent's health says so (a window analysed, or failed).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,8 +22,17 @@ from mfuscope.core.trace.result import ExposedComm as Exposed
 if TYPE_CHECKING:
     from mfuscope.agent import Agent
     from mfuscope.agent._agent import Seams
+    from mfuscope.core.schema import AgentHealth
 
-__all__ = ["EMPTY_TRACE", "Decomposition", "Exposed", "FakeProfiler", "Record", "jsonl_agent"]
+__all__ = [
+    "EMPTY_TRACE",
+    "Decomposition",
+    "Exposed",
+    "FakeProfiler",
+    "Record",
+    "jsonl_agent",
+    "step_until",
+]
 
 EMPTY_TRACE = '{"traceEvents": []}'
 
@@ -90,3 +102,29 @@ def jsonl_agent(
     if seams is not None:
         return agent_with_seams(seams, model=model, **defaults)
     return Agent(model=model, **defaults)
+
+
+def step_until(
+    agent: Agent,
+    done: Callable[[AgentHealth], bool],
+    *,
+    max_steps: int = 10_000,
+    timeout_s: float = 60.0,
+) -> int:
+    """Take empty steps until `done(agent.health.snapshot())`; returns the steps taken. While a
+    window is analysed off-thread no step is taken: the helper waits for the analyser's outcome,
+    which the next step's end picks up. Fails after `max_steps` steps, or when one analysis
+    takes longer than `timeout_s` (a bound on a broken analyser, not a measured window)."""
+    runtime = agent._runtime
+    assert runtime is not None, "the agent is disabled"
+    analyser = runtime.analyser
+    for taken in range(max_steps):
+        if done(agent.health.snapshot()):
+            return taken
+        with agent.step():
+            pass
+        deadline = time.monotonic() + timeout_s
+        while analyser.busy and not analyser.ready:
+            assert time.monotonic() < deadline, "the window's analysis never came in"
+            time.sleep(0.001)
+    raise AssertionError(f"not done after {max_steps} steps: {agent.health.snapshot()}")

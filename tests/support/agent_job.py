@@ -5,26 +5,25 @@ Run under torchrun (the agent tests and `benchmarks/agent_overhead.py` do):
     OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/support/agent_job.py \
         --steps 20 --jsonl /tmp/out.jsonl --collector-url http://127.0.0.1:PORT
 
-The model and data are the packaged demo's (`mfuscope.cli.demo.job.tiny_gpt`): every other
-block is activation-checkpointed with `checkpoint_context()`, so the profiled windows hold
-recomputation. Unlike `mfuscope demo` there is no DeviceMesh (the group's axis is `world`) and
-the agent takes test options (`--option`, `--fail-profiler`). Each rank writes its own step
-times (measured here, outside the agent) to `--times PATH` (`{rank}` replaced) as JSON, for the
-fault tests. For the restart test, `--first-step N` numbers the steps from N (a job resumed from
-the checkpoint of step N), and `--hang-after K` stops training after K steps without closing the
-agent (its sender keeps shipping), so that the test can kill the job mid-run; each rank writes
-its process id to `--pid-file PATH` (`{rank}` replaced) for that (torchrun starts its workers in
-their own sessions, so killing torchrun's process group leaves them running).
+The model and data are the packaged demo's (`mfuscope.cli.demo.job.tiny_gpt`): every other block is
+activation-checkpointed with `checkpoint_context()`, so the profiled windows hold recomputation.
+Unlike `mfuscope demo` there is no DeviceMesh (the group's axis is `world`) and the agent takes test
+options (`--option`, `--fail-profiler`). Each rank writes its own step times (measured here, outside
+the agent) and the agent's threads to `--times PATH` (`{rank}` replaced) as JSON, for the fault
+tests. For the restart test, `--first-step N` numbers the steps from N (a job resumed from the
+checkpoint of step N), and `--hang-after K` stops training after K steps without closing the agent
+(its sender keeps shipping), so that the test can kill the job mid-run; each rank writes its process
+id to `--pid-file PATH` (`{rank}` replaced) for that (torchrun starts its workers in their own
+sessions, so killing torchrun's process group leaves them running).
 
 `--burn-analysis-s S` makes rank 1's window analyses spend S more seconds of CPU (its measured
 window cost grows), for the test of windows aligned across ranks with different costs.
 
-`--duration-s` runs for that long instead of `--steps`, and `--slow-after-s` with
-`--slow-factor F` makes every step after that point F times as long by sleeping inside the step
-(the device idles: the decomposition's bubble_idle grows). Both are decided before each step on
-the slowest rank's clock, so every rank runs the same steps (a rank that stopped early would
-leave its peers blocked in a collective).
-"""
+`--duration-s` runs for that long instead of `--steps`, and `--slow-after-s` with `--slow-factor F`
+makes every step after that point F times as long by sleeping inside the step (the device idles: the
+decomposition's bubble_idle grows). Both are decided before each step on the slowest rank's clock,
+so every rank runs the same steps (a rank that stopped early would leave its peers blocked in a
+collective)."""
 
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ import itertools
 import json
 import os
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,7 @@ def main() -> None:
         Path(args.pid_file.replace("{rank}", str(dist.get_rank()))).write_text(str(os.getpid()))
     model, optimizer = build()
     options: dict[str, object] = dict(item.split("=", 1) for item in args.option)
+    before = set(threading.enumerate())
     seams = Seams(
         profiler_factory=_FailingProfiler if args.fail_profiler else None,
         analyse=_burning_analyse(args.burn_analysis_s) if dist.get_rank() == 1 else None,
@@ -133,13 +134,16 @@ def main() -> None:
             train_step(model, optimizer, step)
             time.sleep(sleep_s)
         times.append(time.perf_counter() - started)
+    # The agent's own threads (Python threads started since it was built), before close.
+    threads = sorted(t.name for t in threading.enumerate() if t not in before and t.is_alive())
     closing = time.perf_counter()
     agent.close(args.close_timeout_s)
     close_s = time.perf_counter() - closing
     if args.times:
         path = args.times.replace("{rank}", str(dist.get_rank()))
         with open(path, "w") as handle:
-            json.dump({"step_s": times, "close_s": close_s, "health": _health(agent)}, handle)
+            record = {"step_s": times, "close_s": close_s, "health": _health(agent)}
+            json.dump({**record, "threads": threads}, handle)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -13,59 +13,28 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from mfuscope.agent import _runtime, _step_recorder
+from mfuscope.agent import _step_recorder
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent._step_recorder import PyStepRecorder, StepRecorder
+from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.step_flops import FlopsTracker, StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
 
 __all__ = [
-    "RECORDER_CORES",
     "CollectingAssembler",
     "FakeClock",
     "FakeWindows",
-    "recorder_class",
     "reporter_for",
     "use_recorder_clock",
-    "use_recorder_core",
 ]
-
-# The step recorder's hot path: in C (agent/_step_core.c, where it is built) and in Python.
-RECORDER_CORES = ("c", "python")
-_recorder_class: type[StepRecorder] = StepRecorder
-
-
-def recorder_class() -> type[StepRecorder]:
-    """The recorder class `use_recorder_core` chose (the agent's default otherwise)."""
-    return _recorder_class
-
-
-def use_recorder_core(monkeypatch: pytest.MonkeyPatch, core: str) -> None:
-    """Make the agent (and `reporter_for`) build recorders with the `core` hot path."""
-    if core == "c":
-        if _step_recorder._C_CORE is None:
-            pytest.skip("the C step core is not built here (test_c_core_is_built says why)")
-        chosen: type[StepRecorder] = StepRecorder
-    else:
-        chosen = PyStepRecorder
-    monkeypatch.setattr(_runtime, "StepRecorder", chosen)
-    monkeypatch.setitem(globals(), "_recorder_class", chosen)
 
 
 @contextlib.contextmanager
 def use_recorder_clock(monkeypatch: pytest.MonkeyPatch, clock: Callable[[], int]) -> Iterator[None]:
-    """Inside it, both hot paths (and the slow path) read `clock` as their perf_counter_ns."""
-    monkeypatch.setattr(_step_recorder, "perf_counter_ns", clock)
-    core = _step_recorder.C_CORE_MODULE
-    if core is None:
+    """Inside it, the step recorder reads `clock` as its perf_counter_ns."""
+    with monkeypatch.context() as patch:
+        patch.setattr(_step_recorder, "perf_counter_ns", clock)
         yield
-        return
-    core.set_clock(clock)
-    try:
-        yield
-    finally:
-        core.set_clock(None)
 
 
 class FakeClock:
@@ -148,7 +117,7 @@ def reporter_for(
     `collectives`: anything with `step_began(step, start_unix_ns)`."""
     health = health or HealthCounters()
     log = RateLimitedLog(60.0)
-    recorder = _recorder_class(first_step=0, timer=None, health=health, log=log)
+    recorder = StepRecorder(first_step=0, timer=None, health=health, log=log)
     flops, windows = FakeWindows.flops_and_windows(recorder)
     recorder.bind(flops, windows)
     assembler = CollectingAssembler()

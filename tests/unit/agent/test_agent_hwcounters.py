@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -233,17 +234,17 @@ def test_snapshot_lists_peaks_only_for_links_it_counts(tmp_path: Path) -> None:
     assert {p.link for p in record.link_peaks} == {"nvlink", "pcie"}
 
 
-def test_sampler_thread_samples_and_stops() -> None:
+def test_sampler_samples_on_its_periodic_thread_and_stops() -> None:
     nvml = CounterNvml()
     sampler = build_hardware_sampler(
         gpu=GpuRef(0), sample_nics=False, log=_log(), nvml=nvml, interval_s=0.01
     )
     sampler.start()
     nvml.nvlink_kib = {"tx": 1, "rx": 0}
-    deadline = 200
-    while deadline and _links(sampler.snapshot()).get(("nvlink", "tx")) != 1024:
-        deadline -= 1
-        sampler._stop.wait(0.01)
+    deadline = time.monotonic() + 30.0
+    while _links(sampler.snapshot()).get(("nvlink", "tx")) != 1024:
+        assert time.monotonic() < deadline, "the periodic thread never sampled"
+        time.sleep(0.01)
     sampler.stop()
     assert nvml.shut_down
     assert _links(sampler.snapshot())[("nvlink", "tx")] == 1024

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from mfuscope.agent._announce import (
     window_line,
 )
 
-from tests.support.agent_fakes import Decomposition, Exposed, FakeProfiler
+from tests.support.agent_fakes import Decomposition, Exposed, FakeProfiler, step_until
 
 
 class _Lines(logging.Handler):
@@ -67,10 +66,7 @@ def test_one_startup_line_and_one_line_per_window(
         profile_steps=2,
         flush_interval_s=60.0,
     )
-    deadline = time.monotonic() + 30.0
-    while agent.health.snapshot().windows_analysed_total == 0 and time.monotonic() < deadline:
-        with agent.step():
-            time.sleep(0.001)
+    step_until(agent, lambda health: health.windows_analysed_total > 0)
     agent.close()
     messages = [r.getMessage() for r in lines.records if r.levelno == logging.INFO]
     (start,) = [m for m in messages if "agent started" in m]

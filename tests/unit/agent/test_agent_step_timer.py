@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
 from mfuscope.core.schema import batch_from_json
 
 from tests.support.agent_fakes import FakeProfiler
-from tests.support.step_records import FakeClock, FakeWindows, recorder_class, reporter_for
-
-pytestmark = pytest.mark.usefixtures("recorder_core")  # every test on both hot paths
+from tests.support.step_records import FakeClock, FakeWindows, reporter_for
 
 
 @pytest.fixture
@@ -224,7 +223,7 @@ def test_agent_on_a_device_never_synchronises_and_reports_device_periods(tmp_pat
 
 def test_recorder_slots_and_hot_path_names_match() -> None:
     # The hot path touches only this object's slots: a new attribute there would be a typo.
-    recorder = recorder_class()(
+    recorder = StepRecorder(
         first_step=0, timer=None, health=HealthCounters(), log=RateLimitedLog(60.0)
     )
     recorder.bind(*FakeWindows.flops_and_windows(recorder))

@@ -108,14 +108,17 @@ def test_incarnation_is_fresh_or_the_torchrun_launch() -> None:
 
 def test_rank_0_values_ride_the_start_up_gather_and_the_store_agreement_works() -> None:
     import torch.distributed as dist
+    from mfuscope.agent._health import RateLimitedLog
+    from mfuscope.agent._periodic import Periodic
     from mfuscope.agent._store_agreement import default_store_agreement
     from mfuscope.agent.topology import discover_topology
 
+    periodic = Periodic(RateLimitedLog(60.0), clock=time.monotonic)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         topology = discover_topology(agree=(True, 100, 10))
         assert topology.agreed == (True, 100, 10)
-        agreement = default_store_agreement(topology.incarnation)
+        agreement = default_store_agreement(topology.incarnation, periodic)
         assert agreement is not None
         agreement.publish("start/1/12", 20)
         agreement.fetch("start/1/12")
@@ -125,8 +128,9 @@ def test_rank_0_values_ride_the_start_up_gather_and_the_store_agreement_works() 
         assert agreement.fetched("start/1/12") == 20
         agreement.close()
     finally:
+        periodic.stop(10.0)
         dist.destroy_process_group()
-    assert default_store_agreement("any") is None  # no process group: no store
+    assert default_store_agreement("any", periodic) is None  # no process group: no store
 
 
 def test_the_agreement_talks_to_a_tcp_store_over_a_connection_of_its_own() -> None:

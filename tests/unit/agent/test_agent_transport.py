@@ -48,6 +48,7 @@ class FakeSink:
         self.failures = list(failures)
         self.gate = gate
         self.closed = False
+        self.sending = False  # inside `send` now
 
     def describe(self) -> str:
         return "fake"
@@ -55,7 +56,9 @@ class FakeSink:
     def send(self, body: bytes, timeout_s: float) -> None:
         self.calls += 1
         if self.gate is not None:
+            self.sending = True
             self.gate.wait(timeout_s)
+            self.sending = False
             if not self.gate.is_set():
                 raise SendError("timed out", retryable=True)
         if self.failures:
@@ -181,10 +184,13 @@ def test_close_gives_up_at_the_deadline_and_counts_leftovers() -> None:
     )
     for step in range(6):
         transport.submit(_report(step))
-    started = time.monotonic()
+    assert _wait_for(lambda: sink.sending, timeout_s=30.0)
     assert transport.close(0.3) is False
-    assert time.monotonic() - started < 2.0
+    # close returned while the send it gave up on still hangs (a close that waited for the
+    # sink would return only once the send failed, 30 s later)
+    assert sink.sending and sink.calls == 1
     assert health.snapshot().reports_dropped_total == 6
+    gate.set()  # let the sender thread end
 
 
 def test_submit_after_close_is_counted_not_raised() -> None:
@@ -405,9 +411,12 @@ def test_a_buffer_smaller_than_a_batch_warns_once_at_construction() -> None:
 class TricklingCollector:
     """Answers every request one byte every 50 ms (a collector that never quite times out)."""
 
+    answer = b"HTTP/1.1 200 OK\r\nX-Padding: " + b"x" * 1000
+
     def __init__(self) -> None:
         self._socket = socket.create_server(("127.0.0.1", 0))
         self._stop = threading.Event()
+        self.sent = 0  # bytes of `answer` sent
         threading.Thread(target=self._serve, daemon=True).start()
 
     @property
@@ -418,11 +427,12 @@ class TricklingCollector:
         connection, _ = self._socket.accept()
         with connection:
             connection.recv(65536)
-            for byte in b"HTTP/1.1 200 OK\r\nX-Padding: " + b"x" * 1000:
+            for byte in self.answer:
                 if self._stop.wait(0.05):
                     return
                 with contextlib.suppress(OSError):
                     connection.sendall(bytes([byte]))
+                    self.sent += 1
 
     def close(self) -> None:
         self._stop.set()
@@ -432,12 +442,29 @@ class TricklingCollector:
 def test_http_sink_timeout_is_a_deadline_for_the_whole_exchange() -> None:
     trickling = TricklingCollector()
     try:
-        started = time.monotonic()
         with pytest.raises(SendError) as caught:
             HttpSink(trickling.url).send(_batch([1]), 0.5)
         assert caught.value.retryable
-        assert time.monotonic() - started < 1.5
+        # the sink gave up while the collector still had most of its answer to send (one byte
+        # every 50 ms: each read returns within any per-read timeout)
+        assert trickling.sent < len(trickling.answer) // 2
     finally:
+        trickling.close()
+
+
+def test_http_sink_sends_without_a_thread_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the agent's thread budget: the deadline is kept by the socket, not a timer thread per send
+    trickling = TricklingCollector()
+    try:
+
+        def no_thread(self: threading.Thread) -> None:
+            raise AssertionError(f"a send started a thread: {self.name}")
+
+        monkeypatch.setattr(threading.Thread, "start", no_thread)
+        with pytest.raises(SendError):
+            HttpSink(trickling.url).send(_batch([1]), 0.2)
+    finally:
+        monkeypatch.undo()
         trickling.close()
 
 
@@ -464,19 +491,19 @@ def test_a_status_batch_is_sent_once_not_retried_and_at_close_on_request() -> No
     sink, health = FakeSink(failures=[SendError("down", retryable=True)]), HealthCounters()
     transport = _transport(sink, health, heartbeat_s=60.0)
     transport.request_status()
-    assert _wait_for(lambda: sink.calls == 1)
-    time.sleep(0.05)
-    assert sink.calls == 1 and sink.delivered == []  # failed once, not retried
-    assert health.snapshot().send_failures_total == 1
+    assert _wait_for(lambda: sink.calls == 1)  # the status batch went out, and failed
+    transport.submit(_report(1))
     transport.request_status()  # what the agent does at close, with nothing else to send
     assert transport.close(5.0) is True
-    assert sink.delivered == [[]]
+    # a retried status batch would have been delivered before the report: it was not retried
+    assert sink.delivered == [[1], []] and sink.calls == 3
+    assert health.snapshot().send_failures_total == 1
 
 
 def test_without_heartbeats_no_status_batch_is_ever_sent() -> None:
     sink, health = FakeSink(), HealthCounters()
     transport = _transport(sink, health)  # a JSONL file gets no status batches
     transport.request_status()
-    time.sleep(0.05)
+    transport.submit(_report(1))
     assert transport.close(5.0) is True
-    assert sink.calls == 0
+    assert sink.delivered == [[1]] and sink.calls == 1

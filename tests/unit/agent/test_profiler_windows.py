@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,26 @@ def test_analyser_reports_errors_and_still_deletes(tmp_path: Path) -> None:
     assert second is not None and "not a trace" in (second.error or "")
     assert list(tmp_path.iterdir()) == []
     analyser.close(1.0)
+
+
+def test_analyser_frees_the_profilers_events_once_analysed(tmp_path: Path) -> None:
+    # torch.profiler.profile is a reference cycle: its events (under `profiler`) must be let go
+    # explicitly, or they live until a full garbage collection.
+    class Events:
+        pass
+
+    events = Events()
+    freed = weakref.ref(events)
+    profiler = FakeProfiler([])
+    profiler.profiler = events  # type: ignore[attr-defined]
+    profiler.itself = profiler  # type: ignore[attr-defined]  # the cycle
+    del events
+    analyser = WindowAnalyser(lambda path: [_step(3)], temp_dir=str(tmp_path))
+    analyser.submit(profiler, (3,))
+    outcome = analyser.wait(10.0)
+    analyser.close(1.0)
+    assert outcome is not None and [d.step for d in outcome.decompositions] == [3]
+    assert freed() is None
 
 
 def _params(first: int, every_steps: int, window_steps: int) -> ScheduleParams:

@@ -3,7 +3,6 @@ the ring read by the report thread (periods, step starts, a ring it fell behind 
 
 from __future__ import annotations
 
-import inspect
 import sys
 import time
 from pathlib import Path
@@ -12,25 +11,16 @@ from typing import Any
 
 import pytest
 import torch
-from mfuscope.agent import Agent, _step_recorder
-from mfuscope.agent._agent import Seams, _PyAgentStep, agent_with_seams
+from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent._health import HealthCounters
-from mfuscope.agent._step_recorder import CAPACITY, PyStepCore, PyStepRecorder, StepRecorder
+from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
 from mfuscope.core.schema import batch_from_json
 from torch import nn
 
-from tests.support.agent_fakes import FakeProfiler, jsonl_agent
-from tests.support.step_records import (
-    FakeClock,
-    recorder_class,
-    reporter_for,
-    use_recorder_clock,
-)
+from tests.support.agent_fakes import FakeProfiler, jsonl_agent, step_until
+from tests.support.step_records import FakeClock, reporter_for, use_recorder_clock
 
 WIDTH = 16
-
-
-pytestmark = pytest.mark.usefixtures("recorder_core")  # every test on both hot paths
 
 
 def _model() -> nn.Module:
@@ -82,34 +72,22 @@ def test_a_steady_step_runs_nothing_but_the_recorder_and_the_clock(tmp_path: Pat
     model(inputs).sum().backward()  # the step's work (its forward hook included): not profiled
     leaving = _profiled(lambda: scope.__exit__(None, None, None))
     agent.close()
-    step_call = ("call", "step") if Agent.step is _PyAgentStep.step else ("c_call", "step")
-    if recorder_class() is PyStepRecorder:
-        assert entering == [step_call, ("call", "__enter__"), ("c_call", "perf_counter_ns")]
-        assert leaving == [("call", "__exit__"), ("c_call", "perf_counter_ns")]
-    else:  # the C hot path: no Python frame at all
-        assert entering == [step_call, ("c_call", "__enter__")]
-        assert leaving == [("c_call", "__exit__")]
+    assert entering == [("call", "step"), ("call", "__enter__"), ("c_call", "perf_counter_ns")]
+    assert leaving == [("call", "__exit__"), ("c_call", "perf_counter_ns")]
     assert sorted(_reports(tmp_path / "out.jsonl")) == list(range(4))
-
-
-def test_the_hot_path_mask_is_the_ring_size() -> None:
-    # `__enter__` writes CAPACITY - 1 as a literal (a name would be a dictionary lookup).
-    assert CAPACITY & (CAPACITY - 1) == 0 and CAPACITY - 1 == 4095
-    assert "4095" in inspect.getsource(PyStepCore.__enter__)
 
 
 def test_window_steps_take_the_slow_path_and_the_rest_do_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow: list[int] = []
-    recorder_type = recorder_class()
-    begin_slow = recorder_type._begin_slow
+    begin_slow = StepRecorder._begin_slow
 
     def noting(recorder: StepRecorder, given: Any) -> None:
         slow.append(recorder.next_step)
         begin_slow(recorder, given)
 
-    monkeypatch.setattr(recorder_type, "_begin_slow", noting)
+    monkeypatch.setattr(StepRecorder, "_begin_slow", noting)
     agent = agent_with_seams(
         Seams(profiler_factory=FakeProfiler, analyse=lambda path: []),
         job="unit",
@@ -122,10 +100,8 @@ def test_window_steps_take_the_slow_path_and_the_rest_do_not(
         profile_every_steps=1000,
         flush_interval_s=60.0,
     )
-    deadline = time.monotonic() + 30.0
-    while agent.health.snapshot().profiler_failures_total == 0 and time.monotonic() < deadline:
-        with agent.step():  # until the (empty) window's analysis is in and has failed
-            time.sleep(0.001)
+    # until the (empty) window's analysis is in and has failed
+    step_until(agent, lambda health: health.profiler_failures_total > 0)
     for _ in range(50):
         with agent.step():
             pass
@@ -159,15 +135,18 @@ def test_shape_changes_on_steady_steps_are_counted(tmp_path: Path) -> None:
 def test_reports_are_shipped_while_training_runs(tmp_path: Path) -> None:
     agent = jsonl_agent(tmp_path, flops_per_step=1e9, flush_interval_s=0.05, max_batch_reports=4)
     path = tmp_path / "out.jsonl"
-    deadline = time.monotonic() + 30.0
-    shipped: dict[int, Any] = {}
-    while len(shipped) < 8 and time.monotonic() < deadline:
+    for _ in range(9):
         with agent.step():
-            time.sleep(0.002)
-        if path.exists():
-            shipped = _reports(path)
-    assert len(shipped) >= 8  # before close: the report thread builds and ships them
+            pass
+    # Before close: the periodic thread reports the 8 steps whose period is known (step 8 ends
+    # when a next step begins) and the transport ships them in two batches of 4.
+    deadline = time.monotonic() + 60.0
+    while len(shipped := _reports(path) if path.exists() else {}) < 8:
+        assert time.monotonic() < deadline, "nothing shipped before close"
+        time.sleep(0.005)
+    assert sorted(shipped) == list(range(8))
     agent.close()
+    assert sorted(_reports(path)) == list(range(9))
 
 
 class Starts:
@@ -219,18 +198,7 @@ def test_nested_and_failing_steps_on_the_recorder(clock: FakeClock) -> None:
     assert recorder.depth == 0
 
 
-def test_c_core_is_built_where_the_wheel_builds_it() -> None:
-    # setup.py builds agent/_step_core.c on Linux (optional: a build without a compiler falls
-    # back to the Python hot path); here, where the suite runs, it must have been built and
-    # agree with Python's ring size and clock, or every agent would quietly run the slower path.
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the C step core is built on Linux only")
-    assert _step_recorder._C_CORE is not None
-    assert issubclass(StepRecorder, _step_recorder._C_CORE)
-    assert issubclass(StepRecorder, _step_recorder._Recorder)
-
-
-def test_a_failing_clock_fails_the_step_on_both_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_clock_fails_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
     ticks = iter(range(1_000, 10**9, 1_000))
 
     def clock() -> int:
@@ -263,43 +231,20 @@ def test_the_ring_holds_each_start_once(clock: FakeClock) -> None:
     assert all(sys.getrefcount(start) < 10 for start in recorder.starts[3:8])
 
 
-class _Given:
-    """What `step()` hands arguments to: the agent's `_given_step`."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-
-    def _given_step(self, flops: Any = None, recompute_flops: Any = None) -> Any:
-        if flops is None and recompute_flops is None:  # as Agent._given_step
-            return self._scope  # type: ignore[attr-defined]
-        self.calls.append((flops, recompute_flops))
-        return ("given", flops, recompute_flops)
-
-
-def _step_owners() -> list[type]:
-    owners: list[type] = [_PyAgentStep]
-    if _step_recorder.C_CORE_MODULE is not None:
-        owners.append(_step_recorder.C_CORE_MODULE.AgentCore)
-    return owners
-
-
-@pytest.mark.parametrize("base", _step_owners(), ids=lambda base: base.__name__)
-def test_agent_step_returns_the_scope_or_hands_arguments_on(base: type) -> None:
-    owner = type("Owner", (base, _Given), {})()
-    owner._scope = scope = object()
-    _Given.__init__(owner)
-    assert owner.step() is scope
-    assert owner.step(5.0) == ("given", 5.0, None)
-    assert owner.step(flops=1.0, recompute_flops=2.0) == ("given", 1.0, 2.0)
-    assert owner.step(None) is scope
-    assert owner.step(recompute_flops=None) is scope
-    assert owner.calls == [(5.0, None), (1.0, 2.0)]
+def test_agent_step_returns_the_recorder_or_a_given_step(tmp_path: Path) -> None:
+    agent = jsonl_agent(tmp_path, flops_per_step=1e9)
+    recorder = agent._recorder
+    assert agent.step() is recorder and agent.step(None) is recorder
+    assert agent.step(recompute_flops=None) is recorder
+    with agent.step(5.0):
+        pass
+    with agent.step(flops=1.0, recompute_flops=2.0):
+        pass
+    agent.close()
+    reports = _reports(tmp_path / "out.jsonl")
+    assert [(reports[s].model_flops, reports[s].recompute_flops) for s in (0, 1)] == [
+        (5.0, 0.0),
+        (1.0, 2.0),
+    ]
     with pytest.raises(TypeError):
-        owner.step(1.0, 2.0, 3.0)
-
-
-def test_agent_step_is_the_c_one_where_built() -> None:
-    if _step_recorder.C_CORE_MODULE is None:
-        pytest.skip("the C step core is not built (test_c_core_is_built_... says why)")
-    assert Agent.step is _step_recorder.C_CORE_MODULE.AgentCore.step
-    assert str(inspect.signature(Agent.step)) == "(self, /, flops=None, recompute_flops=None)"
+        agent.step(1.0, 2.0, 3.0)  # type: ignore[call-arg]

@@ -8,10 +8,12 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from mfuscope.agent._health import RateLimitedLog
+from mfuscope.agent._periodic import Periodic
 from mfuscope.agent._store_agreement import BackgroundAgreement, StoreAgreement
 from mfuscope.agent.window_schedule import (
     Agreement,
@@ -408,9 +410,30 @@ def _until(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
         time.sleep(0.001)
 
 
+@pytest.fixture
+def periodic() -> Iterator[Periodic]:
+    """The periodic thread the agreements of a test run their store calls on."""
+    thread = Periodic(RateLimitedLog(60.0), clock=time.monotonic)
+    yield thread
+    thread.stop(10.0)
+
+
+class ManualPeriodic:
+    """A periodic thread that never runs: the test calls the task's `tick` itself."""
+
+    def add(self, name: str, tick: Callable[[], float | None]) -> object:
+        return name
+
+    def wake(self, task: object) -> None:
+        return None
+
+    def remove(self, task: object, timeout_s: float = 1.0) -> None:
+        return None
+
+
 class PublishedKeys(BackgroundAgreement):
-    def __init__(self, connect: Callable[[], StoreAgreement]) -> None:
-        super().__init__(connect)
+    def __init__(self, connect: Callable[[], StoreAgreement], periodic: Periodic) -> None:
+        super().__init__(connect, periodic)
         self.keys: list[str] = []
 
     def publish(self, key: str, value: int) -> None:
@@ -418,13 +441,15 @@ class PublishedKeys(BackgroundAgreement):
         super().publish(key, value)
 
 
-def test_background_agreement_keeps_every_store_operation_off_the_training_thread() -> None:
+def test_background_agreement_keeps_every_store_operation_off_the_training_thread(
+    periodic: Periodic,
+) -> None:
     store = RecordingStore()
     params = ScheduleParams(
         first_window_step=0, every_steps=6, every_s=1e9, window_steps=1, max_overhead_ratio=1.0
     )
-    decider = PublishedKeys(lambda: StoreAgreement(store, "p"))
-    follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
+    decider = PublishedKeys(lambda: StoreAgreement(store, "p"), periodic)
+    follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"), periodic)
     ranks = [
         AlignedSchedule(params, agreement, members=2, decider=agreement is decider)
         for agreement in (decider, follower)
@@ -444,25 +469,27 @@ def test_background_agreement_keeps_every_store_operation_off_the_training_threa
         schedule.close()
 
 
-def test_background_agreement_fetches_waits_reads_and_fails_off_the_caller() -> None:
+def test_background_agreement_fetches_waits_reads_and_fails_off_the_caller(
+    periodic: Periodic,
+) -> None:
     import torch.distributed as dist
 
     store = dist.HashStore()
-    decider = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
-    follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
-    follower.fetch("start/1/4")  # its thread waits for the key
+    decider = BackgroundAgreement(lambda: StoreAgreement(store, "p"), periodic)
+    follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"), periodic)
+    follower.fetch("start/1/4")  # the periodic thread looks for the key
     assert follower.fetched("start/1/4") is None
     decider.publish("start/1/4", 12)
     _until(lambda: follower.fetched("start/1/4") == 12)
     decider.raise_to("cost/0", 0.5)
     decider.count("done/0")
     _until(lambda: follower.read("cost/0") == 0.5 and follower.read("done/0") == 1)
-    broken = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
+    broken = BackgroundAgreement(lambda: StoreAgreement(store, "p"), periodic)
     store.set("p/start/2/9", "garbage")
     broken.fetch("start/2/9")
     with pytest.raises(AgreementError, match="not a step"):
         _until(lambda: broken.fetched("start/2/9") and False, timeout_s=30.0)
-    unreachable = BackgroundAgreement(lambda: 1 / 0)  # it connects at once, on its thread
+    unreachable = BackgroundAgreement(lambda: 1 / 0, periodic)  # connects at once, on the thread
     with pytest.raises(AgreementError, match="cannot connect"):
         _until(lambda: unreachable.read("x") and False, timeout_s=30.0)
     for agreement in (decider, follower, broken, unreachable):
@@ -490,20 +517,21 @@ def test_a_store_shared_with_torch_is_looked_at_for_a_decision_never_waited_on()
     assert polled.fetched("start/1/3") == 5
 
 
-def test_closing_a_follower_still_looking_for_a_decision_ends_its_thread() -> None:
+def test_closing_a_follower_still_looking_for_a_decision_ends_its_store_calls(
+    periodic: Periodic,
+) -> None:
     # A thread left in a store call when the interpreter exits can abort the process at its end
-    # (std::terminate from the binding's forced unwinding), so close() must end it: the
-    # follower only ever makes calls that answer at once, and sleeps between them.
-    import torch.distributed as dist
-
-    store = dist.HashStore()
-    follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"))
+    # (std::terminate from the binding's forced unwinding), so close() must end the calls: the
+    # follower only ever makes calls that answer at once, and the thread stops between them.
+    store = RecordingStore()
+    follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"), periodic)
     follower.fetch("start/1/4")  # no decider ever publishes it
-    time.sleep(0.05)
+    _until(lambda: store.threads)  # looked at least once
     started = time.monotonic()
     follower.close(timeout_s=10.0)
-    assert not follower._thread.is_alive()
-    assert time.monotonic() - started < 5.0  # woken at once, not at the end of a back-off
+    periodic.stop(10.0)
+    assert periodic._thread is not None and not periodic._thread.is_alive()
+    assert time.monotonic() - started < 5.0  # at once, not at the end of a back-off
     assert follower.fetched("start/1/4") is None
 
 
@@ -511,20 +539,19 @@ def test_a_decider_an_hour_late_fails_the_agreement() -> None:
     import torch.distributed as dist
 
     now = [0.0]
-    naps: list[float] = []
-
-    def nap(seconds: float) -> bool:
-        naps.append(seconds)
-        now[0] += seconds
-        return False
-
     store = dist.HashStore()
     follower = BackgroundAgreement(
-        lambda: StoreAgreement(store, "p"), clock=lambda: now[0], sleep=nap
+        lambda: StoreAgreement(store, "p"),
+        ManualPeriodic(),  # type: ignore[arg-type]
+        clock=lambda: now[0],
     )
     follower.fetch("start/1/4")
+    pauses: list[float] = []
+    while (pause := follower.tick()) is not None:
+        pauses.append(pause)
+        now[0] += pause
     with pytest.raises(AgreementError, match="no decision"):
-        _until(lambda: follower.fetched("start/1/4") and False, timeout_s=60.0)
-    assert naps[:3] == [0.005, 0.01, 0.02] and max(naps) == 1.0  # backs off to one look a second
+        follower.fetched("start/1/4")
+    assert pauses[:3] == [0.005, 0.01, 0.02] and max(pauses) == 1.0  # one look a second
     assert 3600.0 < now[0] < 3602.0
     follower.close()

@@ -96,7 +96,9 @@ def test_render_shows_every_part_of_the_summary() -> None:
 
 
 @given(
-    fractions=st.lists(st.floats(0.0, 1.0), min_size=len(BUCKET_STYLES), max_size=6),
+    fractions=st.lists(
+        st.floats(0.0, 1.0), min_size=len(BUCKET_STYLES), max_size=len(BUCKET_STYLES)
+    ),
     width=st.integers(1, 120),
 )
 def test_decomposition_bar_fills_its_width_in_proportion(

@@ -80,3 +80,39 @@ def test_a_step_with_collectives_is_a_window_and_jobs_are_apart() -> None:
     clock.advance(7)
     _send(collector, 0, report_dict(4), job="job-b")
     assert _ages(collector) == {("job-a",): 7.0}
+
+
+SPREAD = "mfuscope_breakdown_spread_ratio"
+
+
+def _spreads(collector: Aggregator) -> dict[tuple[str, ...], float]:
+    (family,) = [f for f in collector.families() if f.name == SPREAD]
+    assert family.kind == "gauge" and family.label_names == ("job",)
+    return {s.labels: s.value for s in family.samples}
+
+
+def _window_step(step: int, exposed: float) -> dict[str, Any]:
+    """A profiled step (its own breakdown) with `exposed` of its 1 s exposed."""
+    report = report_dict(step, compute_fraction=1 - exposed)
+    report["breakdown_step"] = step
+    return report
+
+
+def test_spread_of_exposed_comm_between_the_latest_windows_of_the_rank_where_it_is_largest() -> (
+    None
+):
+    collector = Aggregator(StateConfig(), clock=FakeClock())
+    # Window 1 (steps 10-12): its first step (the profiler's start) is left out, as the steps
+    # after it carry it: 0.2. One window: no spread yet.
+    _send(collector, 0, _window_step(10, 0.9), _window_step(11, 0.2), _window_step(12, 0.2))
+    _send(collector, 0, _step(13, 12))
+    assert _spreads(collector) == {}
+    _send(collector, 0, _window_step(70, 0.9), _window_step(71, 0.3), _window_step(72, 0.5))
+    _send(collector, 1, _window_step(10, 0.1), _window_step(11, 0.1))
+    _send(collector, 1, _window_step(70, 0.1), _window_step(71, 0.15))
+    # rank 0: 0.2 and 0.4; rank 1: 0.1 and 0.15; the job shows the larger
+    assert _spreads(collector) == {("job-a",): pytest.approx(0.2)}
+    for n in range(5):  # only the latest 5 windows count: the 0.2 and 0.4 ones age out
+        first = 100 + 10 * n
+        _send(collector, 0, _window_step(first, 0.9), _window_step(first + 1, 0.25))
+    assert _spreads(collector) == {("job-a",): pytest.approx(0.05)}

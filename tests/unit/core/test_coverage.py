@@ -65,7 +65,8 @@ def test_the_job_sums_ranks_and_says_so_in_words() -> None:
     assert job.describe() == (
         "2 profiled windows measured 6 steps per rank, 12 rank-steps; 68 rank-steps carry an "
         "earlier window's breakdown (up to 17 steps, 2 s old); 20 rank-steps have none (before "
-        "the first window)"
+        "the first window); exposed comm differed by up to 0.0 points between a rank's latest "
+        "5 windows (how far a carried figure can be off)"
     )
     # The decomposition and the waterfall average measured steps only: (0.8 + 0.6) / 2.
     (rank0, _) = decomposition_per_rank(run)

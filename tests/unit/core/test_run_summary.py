@@ -20,6 +20,7 @@ from mfuscope.core.run_summary.breakdowns import (
     overall_utilization,
     utilization_over_steps,
 )
+from mfuscope.core.run_summary.coverage import Coverage, rank_coverage
 from mfuscope.core.run_summary.kernel_classes import class_split_per_rank
 from mfuscope.core.run_summary.rank_pace import straggler_view
 from mfuscope.core.run_summary.run_data import RunData, merge_batches
@@ -457,3 +458,18 @@ def test_bandwidth_fit_recovers_the_tier_model() -> None:
     assert tier.fit is not None
     assert tier.fit.link.alpha_s == pytest.approx(30e-6, rel=1e-6)
     assert tier.fit.link.beta_bytes_per_s == pytest.approx(2e10, rel=1e-6)
+
+
+def test_the_spread_between_windows_is_of_the_shares_the_later_steps_carry() -> None:
+    def exposed(n: int, share: float) -> StepReport:
+        return _step(n, 0.02, {"compute": 0.02 * (1 - share), "exposed_comm": 0.02 * share})
+
+    # two windows of 3 steps: their first steps (the profiler's start) are left out
+    steps = [exposed(10, 0.9), exposed(11, 0.1), exposed(12, 0.3)]
+    steps += [exposed(70, 0.05), exposed(71, 0.4), exposed(72, 0.4)]
+    ranks = rank_coverage(0, steps)
+    assert ranks.windows == 2 and ranks.exposed_spread == pytest.approx(0.4 - 0.2)
+    assert rank_coverage(0, steps[:3]).exposed_spread is None  # one window: no spread
+    whole = Coverage((ranks, rank_coverage(1, steps[:3])))
+    assert whole.exposed_spread == pytest.approx(0.2)
+    assert "exposed comm differed by up to 20.0 points" in whole.describe()

@@ -15,6 +15,7 @@ from mfuscope.core.schema import (
 )
 from mfuscope.core.step_report import (
     breakdown_from_steps,
+    carried_breakdown,
     collective_samples,
     components_for,
     make_report,
@@ -59,6 +60,54 @@ def test_breakdown_fractions_and_scaling() -> None:
     by_key = {(c.component, c.axis): c.seconds for c in components}
     assert by_key[("compute", "")] == pytest.approx(1.2)
     assert by_key[("exposed_comm", "dp")] == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(("wall_s", "measured_s"), [(0.1, 0.012), (0.3, 0.25), (0.01, 0.02)])
+def test_a_profiled_step_keeps_its_measured_seconds_and_the_rest_is_instrumentation(
+    wall_s: float, measured_s: float
+) -> None:
+    breakdown = breakdown_from_steps([_step(overlapped_comm_s=0.1)], 1)
+    assert breakdown is not None
+    report = make_report(
+        step=1,
+        start_unix_ns=0,
+        wall_s=wall_s,
+        model_flops=0.0,
+        recompute_flops=0.0,
+        breakdown=breakdown,
+        measured_s=measured_s,
+    )
+    seconds = {(c.component, c.axis): c.seconds for c in report.components}
+    assert math.isclose(math.fsum(seconds.values()), wall_s, rel_tol=1e-12)
+    batch = ReportBatch(
+        job="j",
+        rank=0,
+        world_size=1,
+        host="h",
+        device="cpu",
+        peak_flops=1e12,
+        peak_source="measured",
+        sent_unix_ns=1,
+        reports=(report,),
+    )
+    assert batch_from_json(batch_to_json(batch)).reports[0].components == report.components
+    if measured_s < wall_s:  # the window on the trace in seconds as measured; the rest is ours
+        assert seconds[("instrumentation", "")] == pytest.approx(wall_s - measured_s)
+        assert seconds[("compute", "")] == pytest.approx(0.6 * measured_s)
+        assert report.overlapped_comm_s == pytest.approx(0.1 * measured_s)
+    else:  # a trace window longer than the period (clock skew): scaled to the period, as before
+        assert ("instrumentation", "") not in seconds
+        assert seconds[("compute", "")] == pytest.approx(0.6 * wall_s)
+
+
+def test_the_carried_breakdown_leaves_out_the_window_step_the_profiler_starts_in() -> None:
+    # step 7: waits half a second for a peer's profiler start; steps 8, 9: ordinary
+    started = _step(7, exposed=0.5, compute_s=0.01)
+    steps = [_step(9, exposed=0.1), started, _step(8, exposed=0.3)]
+    carried = carried_breakdown(steps, 9)
+    assert carried == breakdown_from_steps([steps[0], steps[2]], 9)
+    assert carried_breakdown([started], 7) == breakdown_from_steps([started], 7)  # all there is
+    assert carried_breakdown([], 7) is None
 
 
 def test_unattributed_exposed_time_keeps_an_unknown_axis() -> None:

@@ -100,7 +100,7 @@ mfuscope_rerun_steps_total{job="train"} 0.0
 # HELP mfuscope_job_restarts_total new launches of the job (agent incarnations) after the first one seen
 # TYPE mfuscope_job_restarts_total counter
 mfuscope_job_restarts_total{job="train"} 0.0
-# HELP mfuscope_step_component_seconds_total step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, bubble_idle); axis and tier set on exposed_comm, axis pp on bubble_pipeline, seconds
+# HELP mfuscope_step_component_seconds_total step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, bubble_idle, instrumentation); axis and tier set on exposed_comm, axis pp on bubble_pipeline, seconds
 # TYPE mfuscope_step_component_seconds_total counter
 mfuscope_step_component_seconds_total{axis="",component="compute",job="train",tier=""} 2.125
 mfuscope_step_component_seconds_total{axis="dp",component="exposed_comm",job="train",tier="intra_node"} 1.375
@@ -170,6 +170,8 @@ mfuscope_last_report_age_seconds{job="train"} 3.0
 # HELP mfuscope_breakdown_age_seconds seconds since the collector received the newest profiled window of any live rank: the age of the step breakdown and of the collective figures that come only from windows (absent before the first window)
 # TYPE mfuscope_breakdown_age_seconds gauge
 mfuscope_breakdown_age_seconds{job="train"} 3.0
+# HELP mfuscope_breakdown_spread_ratio how far a carried breakdown can be off: the largest spread (max - min) of exposed communication's share of the step between the latest profiled windows of any live rank (absent before a rank has two windows)
+# TYPE mfuscope_breakdown_spread_ratio gauge
 # HELP mfuscope_ranks live ranks reporting to this collector
 # TYPE mfuscope_ranks gauge
 mfuscope_ranks{job="train"} 2.0

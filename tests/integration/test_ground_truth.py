@@ -1,0 +1,89 @@
+"""Against ground truth: a 2-rank gloo job that times its own phases with `perf_counter`
+(`tests/support/ground_truth_job.py`: 12 matmul + tanh, a blocking 1 MiB all_reduce, then a sleep
+of 4 ms on rank 0 and 2 ms on rank 1, so rank 1 waits for rank 0 inside the all_reduce).
+
+One short job serves both checks: the kept traces of its windows go through `mfuscope analyze`'s
+engine, and the live agent's reports of the same window steps carry their own breakdown. On every
+profiled step of both ranks, exposed communication must be within 5 points of the share of the step
+the script spent blocked in the all_reduce until its work completed, and within 2 points on
+average. Both sides of each comparison come from the same step of the same run, so the machine's
+load (other tests beside it) moves them together.
+
+Compute and idle are not compared: the Python between the ops (the loop, the calls into the group's
+allreduce and `time.sleep`) is idle by definition (docs/definitions.md#step-buckets), while the
+script's timers count it in the phase around it. The call into the allreduce is such a gap too,
+which is why exposed comm reads a fraction of a point below the script's time on most steps. So is
+the time a woken caller waits for a CPU after its work completed, nothing in flight any more: under
+load (the profiler starting on the peer, tests beside this one on 2 cores) it reached 8 ms of a
+30 ms step here. The job notes it apart, and the comparison is with the time until completion.
+A step where the training thread stalled around the call (it returned more than 0.5 ms late, or
+after the work had completed, or the thread stalled holding the GIL before its wait, which delays
+the completion callback) has no known completion time and is left out: with two jobs side by side
+such stalls took 2-7 ms here, time the script would count as communication with nothing in
+flight.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from tests.support import ground_truth
+
+STEPS = 70
+OPTIONS = (
+    "profile_first_step=5",
+    "profile_steps=6",  # 6 steps: under load a few have no known completion time
+    "profile_every_steps=20",
+    "profile_max_overhead_ratio=1",
+    "profile_every_s=1000",
+    # The flight-recorder reader's dump holds the GIL for milliseconds (docs/agent.md): a
+    # training thread stalled by it before the enqueue is time the script counts in its
+    # all_reduce and the trace shows as nothing running (idle by definition). Measured here with
+    # `dist.all_reduce` (Python before the enqueue; 300 steps, windows every 60): with the
+    # reader, 4 runs of 10 had a profiled step off by 13-59 points; without it, none of 4.
+    "collective_records=0",
+)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> ground_truth.Run:
+    workdir = tmp_path_factory.mktemp("ground-truth")
+    result, done = ground_truth.run(workdir, STEPS, *OPTIONS)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return result
+
+
+def _check(errors: dict[int, float], what: str) -> None:
+    # a window of 6 steps at least, less the steps whose completion time the script does not know
+    assert len(errors) >= 2, (what, errors)
+    worst = max(errors, key=lambda step: abs(errors[step]))
+    assert abs(errors[worst]) <= 5.0, (what, worst, errors)
+    assert abs(statistics.fmean(errors.values())) <= 2.0, (what, errors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_analyze_exposed_comm_is_the_time_blocked_in_the_collective(
+    run: ground_truth.Run, rank: int
+) -> None:
+    _check(ground_truth.trace_errors(run, rank), f"analyze, rank {rank}")
+    assert len(ground_truth.trace_errors(run, rank)) + len(run.unknown_steps(rank)) >= 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_live_agent_exposed_comm_is_the_time_blocked_in_the_collective(
+    run: ground_truth.Run, rank: int
+) -> None:
+    errors = ground_truth.report_errors(run, rank)
+    _check(errors.window, f"agent, rank {rank}")
+    # The same steps as the traces: the agent's reports of its windows are those decompositions.
+    assert set(errors.window) == set(ground_truth.trace_errors(run, rank))
+    reports = run.reports(rank)
+    # Each window step's period holds the profiler's own calls as `instrumentation`, and its
+    # measured buckets are what the trace saw; the first window step holds the profiler's start.
+    first = min(step for step, report in reports.items() if report.breakdown_step == step)
+    ours = {c.component: c.seconds for c in reports[first].components}
+    assert ours.get("instrumentation", 0.0) > 0.0, reports[first]
