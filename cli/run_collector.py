@@ -90,6 +90,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="suspect ranks exported per job while it hangs (default 8)",
     )
     add(
+        "--arrival-sample",
+        dest="arrival_sample_s",
+        type=float,
+        metavar="SECONDS",
+        help="one arrival sample per rank and cross-collector group per this period, for the "
+        "arrival-skew rules (default 60)",
+    )
+    add(
         "--header-timeout",
         dest="header_timeout_s",
         type=float,

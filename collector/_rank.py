@@ -66,6 +66,7 @@ class RankState:
         "rank",
         "recent",
         "run_key",
+        "step_seen_s",
         "topology_items",
         "window_seen_s",
         "windows",
@@ -105,6 +106,9 @@ class RankState:
         self.comm_received_s = 0.0
         self.comm_interval_s = 10.0
         self.closed = False
+        # When (monotonic s) the latest new step report arrived; None before any (a rank whose
+        # step is overdue exports its progress, docs/definitions.md#hangs).
+        self.step_seen_s: float | None = None
         # Derived by `refresh`: median step times over the window (s) and the contribution.
         self.median_wall_s: float | None = None
         self.median_self_s: float | None = None
@@ -147,6 +151,7 @@ class RankState:
     def add(self, r: StepReport, now_s: float) -> None:
         """Take one new (not duplicate) step report into the window, received at `now_s`."""
         self_s = own_time_s(r)
+        self.step_seen_s = now_s
         if r.collectives or (r.components and r.breakdown_step == r.step):
             # A profiled step: only those carry collectives, and each carries its own breakdown
             # (later steps carry the window's, with an earlier "breakdown_step": schema).

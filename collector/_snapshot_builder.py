@@ -28,7 +28,7 @@ from mfuscope.collector.snapshot import (
     TierPeak,
 )
 from mfuscope.core.bandwidth import aggregate_busbw_bytes_per_s, busbw_efficiency
-from mfuscope.core.hangs import RankComm, find_hangs
+from mfuscope.core.hangs import RankComm, find_hangs, progress_export, step_overdue
 from mfuscope.core.mfu import utilization
 from mfuscope.core.schema import AgentHealth
 from mfuscope.core.stragglers import find_stragglers, straggler_step_times
@@ -191,6 +191,23 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
             for r in sorted(ranks, key=lambda r: r.rank)
         )
     running = [r for r in ranks if not r.closed] or ranks
+    comm = [
+        RankComm(
+            rank=r.rank,
+            host=r.host,
+            node=r.node,
+            groups=r.comm_groups,
+            age_s=max(now_s - r.comm_received_s, 0.0),
+            interval_s=r.comm_interval_s,
+            closed=r.closed,
+            overdue=step_overdue(
+                None if r.step_seen_s is None else max(now_s - r.step_seen_s, 0.0),
+                r.median_wall_s,
+            ),
+        )
+        for r in ranks
+        if r.comm_groups
+    ]
     return JobSnapshot(
         job=job.name,
         live_ranks=len(ranks),
@@ -220,24 +237,16 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
         hardware=job.hardware.view(job.ranks, per_rank=config.per_rank_labels),
         breakdown_age_s=max(now_s - max(windows_seen), 0.0) if windows_seen else None,
         breakdown_spread=max(spreads) if spreads else None,
-        hangs=find_hangs(
-            [
-                RankComm(
-                    rank=r.rank,
-                    host=r.host,
-                    node=r.node,
-                    groups=r.comm_groups,
-                    age_s=max(now_s - r.comm_received_s, 0.0),
-                    interval_s=r.comm_interval_s,
-                    closed=r.closed,
-                )
-                for r in ranks
-                if r.comm_groups
-            ],
-            max_suspects=config.max_hang_suspects,
-        ),
+        hangs=find_hangs(comm, max_suspects=config.max_hang_suspects),
+        progress=progress_export(comm),
         arrival_skew=tuple((a, t, v) for (a, t), v in sorted(job.arrivals.skew.items())),
         late_arrivals=_late_arrivals(job, config.straggler_top),
+        arrival_held=tuple(
+            (rank, job.ranks[rank].host, job.ranks[rank].node, group, axis, tier, seq, ns / 1e9)
+            for rank, group, axis, tier, seq, ns in job.arrivals.held()
+            if rank in job.ranks
+        ),
+        arrival_groups=tuple(job.arrivals.spanning()),
         records_lost=job.records_lost.total[0],
     )
 

@@ -33,6 +33,7 @@ from mfuscope.collector._seen_steps import DEFAULT_WIDTH
 from mfuscope.collector._sums import REBUILD_EVERY, CountedSums
 from mfuscope.collector._traffic import TrafficLedger
 from mfuscope.collector.errors import OverLimit
+from mfuscope.core.arrivals import ARRIVAL_SAMPLE_S
 from mfuscope.core.schema import ReportBatch
 
 __all__ = ["AggregationState", "IngestResult", "StateConfig"]
@@ -59,6 +60,9 @@ class StateConfig:
     max_ranks_per_job: int = 65_536
     max_axes_per_job: int = 16
     max_hang_suspects: int = 8
+    # One held arrival sample per rank and cross-collector group per this many seconds
+    # (docs/fleet.md#arrival-skew-across-sidecars).
+    arrival_sample_s: float = ARRIVAL_SAMPLE_S
 
     def __post_init__(self) -> None:
         if not (self.expire_after_s > 0 and math.isfinite(self.expire_after_s)):
@@ -69,6 +73,8 @@ class StateConfig:
             raise ValueError(f"straggler_top must be >= 0, got {self.straggler_top}")
         if self.idempotency_steps < 1:
             raise ValueError(f"idempotency_steps must be >= 1, got {self.idempotency_steps}")
+        if not (self.arrival_sample_s > 0 and math.isfinite(self.arrival_sample_s)):
+            raise ValueError(f"arrival_sample_s must be > 0, got {self.arrival_sample_s}")
         for name in ("max_jobs", "max_ranks_per_job", "max_axes_per_job", "max_hang_suspects"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -101,7 +107,9 @@ class JobState:
         "traffic",
     )
 
-    def __init__(self, name: str, start_unix_ns: int) -> None:
+    def __init__(
+        self, name: str, start_unix_ns: int, arrival_sample_s: float = ARRIVAL_SAMPLE_S
+    ) -> None:
         self.name = name
         # When this job's counters started from zero (its first batch since it was last expired).
         self.start_unix_ns = start_unix_ns
@@ -122,7 +130,7 @@ class JobState:
         # agents' recorders overwrote unread, and the arrival-skew join (see `_arrivals`).
         self.traffic = TrafficLedger()
         self.records_lost = HealthLedger(width=1)
-        self.arrivals = ArrivalJoin()
+        self.arrivals = ArrivalJoin(sample_s=arrival_sample_s)
 
 
 def batch_axes(batch: ReportBatch) -> set[str]:
@@ -156,7 +164,9 @@ class AggregationState:
         axes = self._admit(batch)
         job = self.jobs.get(batch.job)
         if job is None:
-            job = self.jobs[batch.job] = JobState(batch.job, now_unix_ns)
+            job = self.jobs[batch.job] = JobState(
+                batch.job, now_unix_ns, self.config.arrival_sample_s
+            )
         job.axes.update(axes)
         rank = job.ranks.get(batch.rank)
         if rank is None:

@@ -68,6 +68,7 @@ class CollectorConfig:
     max_ranks_per_job: int = StateConfig.max_ranks_per_job
     max_axes_per_job: int = StateConfig.max_axes_per_job
     max_hang_suspects: int = StateConfig.max_hang_suspects
+    arrival_sample_s: float = StateConfig.arrival_sample_s
     header_timeout_s: float = ServerLimits.header_timeout_s
     body_timeout_s: float = ServerLimits.body_timeout_s
     max_connections: int = ServerLimits.max_connections
@@ -104,6 +105,7 @@ class CollectorConfig:
             max_ranks_per_job=self.max_ranks_per_job,
             max_axes_per_job=self.max_axes_per_job,
             max_hang_suspects=self.max_hang_suspects,
+            arrival_sample_s=self.arrival_sample_s,
         )
 
     def server_limits(self) -> ServerLimits:

@@ -10,9 +10,21 @@ From the agents' always-on collective records (docs/definitions.md#hangs and #ar
   ``desync``: entered another op at that ``seq``, or waits in a cycle), how long they have been
   waited for; at most the collector's ``max_hang_suspects`` per job, the most waited-on first.
   ``mfuscope_collective_hang_suspects{job}`` counts them all.
+- ``mfuscope_collective_group_waiting_seq{job, group, seq, op, axis, tier}`` (value: ``seq``) and
+  ``mfuscope_collective_group_waiting_seconds`` (the longest wait): this collector's blocked ranks
+  per collective they wait in; ``mfuscope_collective_group_entered_seq{job, rank, host, node,
+  group, axis, tier}``: the highest sequence number a rank that is not blocked entered, while its
+  step is overdue or a rank of this collector is blocked. A rule joins them across collectors
+  (docs/fleet.md#hangs-across-sidecars); present only while something waits or is overdue.
 - ``mfuscope_collective_arrival_skew_seconds{job, axis, tier}``: smoothed spread of the ranks'
   enqueue times of one collective; ``mfuscope_collective_arrival_lateness_seconds{job, rank,
   host, node}``: the latest-arriving ranks' smoothed lateness behind their groups' median.
+- ``mfuscope_collective_arrival_seq{job, rank, host, node, group, axis, tier}`` and
+  ``mfuscope_collective_arrival_enqueued_seconds`` (same labels): each rank's held arrival sample
+  of a group whose ranks report to several collectors (sequence number; enqueue time, Unix s),
+  one per rank and group per ``--arrival-sample`` period; ``mfuscope_collective_group_size{job,
+  group, axis, tier}`` the size of such groups. The rules join them into skew and lateness
+  (docs/fleet.md#arrival-skew-across-sidecars).
 - ``mfuscope_collective_records_lost_total{job}``: recorder entries overwritten before an agent
   read them (their calls are missing from the traffic counters).
 """
@@ -84,6 +96,45 @@ def comm_families(jobs: tuple[JobSnapshot, ...], add: AddFamily) -> None:
         ("job",),
         [Sample((j.job,), j.hangs.suspects_total) for j in jobs if j.hangs.blocked],
     )
+    wait_labels = ("job", "group", "seq", "op", "axis", "tier")
+    add(
+        "mfuscope_collective_group_waiting_seq",
+        "gauge",
+        "1",
+        "sequence number of the collective this collector's blocked ranks wait in, per process "
+        "group (the rules join it with the entered sequence numbers of every collector's ranks)",
+        wait_labels,
+        [
+            Sample((j.job, w.group, str(w.seq), w.op, w.axis, w.tier), float(w.seq))
+            for j in jobs
+            for w in j.progress.waits
+        ],
+    )
+    add(
+        "mfuscope_collective_group_waiting_seconds",
+        "gauge",
+        "s",
+        "longest wait of this collector's blocked ranks in that collective, seconds",
+        wait_labels,
+        [
+            Sample((j.job, w.group, str(w.seq), w.op, w.axis, w.tier), w.waited_s)
+            for j in jobs
+            for w in j.progress.waits
+        ],
+    )
+    add(
+        "mfuscope_collective_group_entered_seq",
+        "gauge",
+        "1",
+        "highest collective sequence number a rank that is not blocked entered in a process "
+        "group, while its step is overdue or a rank of this collector is blocked",
+        ("job", "rank", "host", "node", "group", "axis", "tier"),
+        [
+            Sample((j.job, str(p.rank), p.host, p.node, p.group, p.axis, p.tier), p.entered_seq)
+            for j in jobs
+            for p in j.progress.progress
+        ],
+    )
     add(
         "mfuscope_collective_arrival_skew_seconds",
         "gauge",
@@ -105,6 +156,40 @@ def comm_families(jobs: tuple[JobSnapshot, ...], add: AddFamily) -> None:
             for j in jobs
             for rank, host, node, late in j.late_arrivals
         ],
+    )
+    held_labels = ("job", "rank", "host", "node", "group", "axis", "tier")
+    add(
+        "mfuscope_collective_arrival_seq",
+        "gauge",
+        "1",
+        "sequence number of the collective of the rank's held arrival sample, for groups whose "
+        "ranks report to several collectors",
+        held_labels,
+        [
+            Sample((j.job, str(r), host, node, g, a, t), float(seq))
+            for j in jobs
+            for r, host, node, g, a, t, seq, _ in j.arrival_held
+        ],
+    )
+    add(
+        "mfuscope_collective_arrival_enqueued_seconds",
+        "gauge",
+        "s",
+        "when the rank enqueued that collective, by its host's wall clock, seconds since the epoch",
+        held_labels,
+        [
+            Sample((j.job, str(r), host, node, g, a, t), enqueued)
+            for j in jobs
+            for r, host, node, g, a, t, _, enqueued in j.arrival_held
+        ],
+    )
+    add(
+        "mfuscope_collective_group_size",
+        "gauge",
+        "{rank}",
+        "ranks in a process group whose ranks report to several collectors",
+        ("job", "group", "axis", "tier"),
+        [Sample((j.job, g, a, t), float(n)) for j in jobs for g, a, t, n in j.arrival_groups],
     )
     add(
         "mfuscope_collective_records_lost_total",

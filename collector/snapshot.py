@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mfuscope.collector._hardware import JobHardware
-from mfuscope.core.hangs import HangView
+from mfuscope.core.hangs import HangView, ProgressExport
 from mfuscope.core.schema import AgentHealth
 from mfuscope.core.stragglers import Straggler
 
@@ -222,10 +222,18 @@ class JobSnapshot:
     all_closed: bool = False
     # Blocked ranks and the ranks they wait for (docs/definitions.md#hangs).
     hangs: HangView = field(default_factory=lambda: HangView((), (), 0))
+    # What the cross-collector hang join reads: this collector's waits and the progress of its
+    # overdue ranks (docs/fleet.md#hangs-across-sidecars).
+    progress: ProgressExport = field(default_factory=lambda: ProgressExport((), ()))
     # (axis, tier, smoothed arrival skew s) and (rank, host, node, smoothed lateness s) of the
     # latest-arriving ranks (docs/definitions.md#arrival-skew).
     arrival_skew: tuple[tuple[str, str, float], ...] = ()
     late_arrivals: tuple[tuple[int, str, str, float], ...] = ()
+    # For groups that span collectors: (rank, host, node, group, axis, tier, seq, enqueue time s)
+    # of each rank's held sample, and (group, axis, tier, size) of those groups
+    # (docs/fleet.md#arrival-skew-across-sidecars).
+    arrival_held: tuple[tuple[int, str, str, str, str, str, int, float], ...] = ()
+    arrival_groups: tuple[tuple[str, str, str, int], ...] = ()
     # Flight-recorder entries the agents' recorders overwrote before reading (cumulative).
     records_lost: int = 0
     # Which runs are the same workload (docs/compare.md): the lowest live rank's key; "" when

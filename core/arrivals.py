@@ -18,6 +18,15 @@ measures host-side lateness (data loading, Python overhead, a slow CPU), not ker
 
 `smoothed` is the exponentially weighted mean the collector keeps of both (weight
 `ARRIVAL_WEIGHT` per new collective).
+
+**Across collectors** (docs/fleet.md#arrival-skew-across-sidecars): a group whose ranks report to
+several collectors never completes in any of them, so each collector holds, per rank and such
+group, one sample per period of `ARRIVAL_SAMPLE_S` seconds and exports it; the rules join the
+ranks' held samples. `replaces_held` picks the sample: the first one enqueued in a period later
+than the held one's. Every rank of a group sends samples of the same collectives (the first of
+each step), so all of them hold the same collective, except when a period boundary falls between
+two ranks' enqueue times of one collective (a chance of skew / step time per period): then the
+rules see different sequence numbers and skip that period.
 """
 
 from __future__ import annotations
@@ -25,9 +34,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 
-__all__ = ["ARRIVAL_WEIGHT", "arrival_spread", "smoothed"]
+__all__ = ["ARRIVAL_SAMPLE_S", "ARRIVAL_WEIGHT", "arrival_spread", "replaces_held", "smoothed"]
 
 ARRIVAL_WEIGHT = 0.1
+# One held sample per rank and group per minute: with a 15 s scrape a period's samples are all
+# in the store for most of the minute after them, so the rules see each period's skew.
+ARRIVAL_SAMPLE_S = 60.0
 
 
 def arrival_spread(enqueued_unix_ns: Mapping[int, int]) -> tuple[float, dict[int, float]]:
@@ -45,3 +57,14 @@ def arrival_spread(enqueued_unix_ns: Mapping[int, int]) -> tuple[float, dict[int
 def smoothed(previous: float | None, value: float) -> float:
     """The exponentially weighted mean after `value` (the value itself when there is none)."""
     return value if previous is None else previous + ARRIVAL_WEIGHT * (value - previous)
+
+
+def replaces_held(held_unix_ns: int | None, enqueued_unix_ns: int, period_s: float) -> bool:
+    """Whether a sample enqueued at `enqueued_unix_ns` replaces the one held (enqueued at
+    `held_unix_ns`; None: none): it does when it falls in a later period of `period_s` seconds
+    (periods counted from the epoch, so every host cuts them at the same instants, to within
+    its clock offset)."""
+    if held_unix_ns is None:
+        return True
+    period_ns = max(int(period_s * 1e9), 1)
+    return enqueued_unix_ns // period_ns > held_unix_ns // period_ns

@@ -18,6 +18,17 @@ waits are ordinary collectives in flight. Waits are extrapolated from the rank's
 the time since it arrived; a status older than `STALE_STATUS_INTERVALS` of the rank's reporting
 interval is stale (its process likely died): it still says what the rank entered, but the rank
 no longer counts as waiting. Ranks whose agent closed (a normal end) wait for nothing.
+
+**Across collectors** (per-node sidecars, docs/fleet.md#hangs-across-sidecars): one collector sees
+only its own ranks, so the join above can miss the rank a group waits for when that rank reports
+elsewhere. `progress_export` says what each collector exports so that a Prometheus or
+VictoriaMetrics rule does the same join over every collector's series: per ``(group, seq, op)``
+its blocked ranks wait in, and the progress (highest entered sequence number per group) of its
+ranks that are not blocked but whose step is overdue (`step_overdue`) or that share the collector
+with a blocked rank. A stalled rank is not blocked (it waits in no collective), so its overdue
+step is what makes its progress reach the rule. Both exist only while something is overdue or
+waits: a hang of N ranks over S collectors exports at most ``2 * S * groups`` wait series plus one
+progress series per group of each rank that is not blocked (the stalled ones).
 """
 
 from __future__ import annotations
@@ -31,22 +42,44 @@ from mfuscope.core.collective_records import GroupProgress
 
 __all__ = [
     "BLOCKED_AFTER_S",
+    "OVERDUE_AFTER_S",
+    "OVERDUE_STEPS",
     "STALE_STATUS_INTERVALS",
     "BlockedOp",
+    "GroupWait",
     "HangView",
+    "ProgressExport",
     "RankComm",
+    "RankProgress",
     "Suspect",
     "find_hangs",
+    "progress_export",
+    "step_overdue",
 ]
 
 BLOCKED_AFTER_S = 10.0
 STALE_STATUS_INTERVALS = 3.0
+# A rank's step is overdue once no step of it has arrived for this long (s), or for
+# `OVERDUE_STEPS` of its recent step time when that is longer: well past a batch flush (5 s) and
+# a collective read (5 s) of a healthy rank, early enough that a stalled rank's progress reaches
+# the rules before the hang alert (60 s of waiting) goes out.
+OVERDUE_AFTER_S = 20.0
+OVERDUE_STEPS = 3.0
+
+
+def step_overdue(since_step_s: float | None, step_s: float | None) -> bool:
+    """Whether a rank whose latest step arrived `since_step_s` ago (None: none yet), with recent
+    step time `step_s` (s; None: unknown), is overdue."""
+    if since_step_s is None:
+        return False
+    return since_step_s > max(OVERDUE_AFTER_S, OVERDUE_STEPS * (step_s or 0.0))
 
 
 @dataclass(frozen=True)
 class RankComm:
     """One rank's latest progress report. `age_s`: time since it arrived; `interval_s`: how often
-    the rank reports while blocked; `closed`: its agent closed."""
+    the rank reports while blocked; `closed`: its agent closed; `overdue`: its step is overdue
+    (`step_overdue`)."""
 
     rank: int
     host: str
@@ -55,6 +88,7 @@ class RankComm:
     age_s: float
     interval_s: float
     closed: bool = False
+    overdue: bool = False
 
     @property
     def stale(self) -> bool:
@@ -212,3 +246,70 @@ def find_hangs(ranks: Sequence[RankComm], max_suspects: int = 8) -> HangView:
             found[rank] = victims[rank]
     ordered = sorted(found.values(), key=lambda s: (-s.waiting, s.rank))
     return HangView(_blocked(waits), tuple(ordered[:max_suspects]), len(ordered))
+
+
+@dataclass(frozen=True)
+class GroupWait:
+    """Blocked ranks of one collector waiting in collective `seq` (`op`) of `group`: how many and
+    the longest wait (s)."""
+
+    group: str
+    seq: int
+    op: str
+    axis: str
+    tier: str
+    ranks: int
+    waited_s: float
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    """The highest collective sequence number `rank` entered in `group`."""
+
+    rank: int
+    host: str
+    node: str
+    group: str
+    axis: str
+    tier: str
+    entered_seq: int
+
+
+@dataclass(frozen=True)
+class ProgressExport:
+    """What one collector exports for the cross-collector join (see the module docstring)."""
+
+    waits: tuple[GroupWait, ...]
+    progress: tuple[RankProgress, ...]
+
+
+def progress_export(ranks: Sequence[RankComm]) -> ProgressExport:
+    """The waits of the blocked ranks among `ranks`, and the progress of those not blocked that
+    are overdue or share the collector with a blocked rank. Groups of one rank cannot hang and are
+    left out; so are closed ranks."""
+    waits = _waits(ranks)
+    on: dict[tuple[str, int, str], list[_Wait]] = {}
+    for rank_waits in waits.values():
+        for w in rank_waits:
+            assert w.group.pending is not None
+            on.setdefault((w.group.group, w.group.pending.seq, w.group.pending.op), []).append(w)
+    group_waits = tuple(
+        GroupWait(
+            group,
+            seq,
+            op,
+            found[0].group.axis,
+            found[0].group.tier,
+            len(found),
+            max(w.waited_s for w in found),
+        )
+        for (group, seq, op), found in sorted(on.items())
+    )
+    progress = tuple(
+        RankProgress(r.rank, r.host, r.node, g.group, g.axis, g.tier, g.entered_seq)
+        for r in sorted(ranks, key=lambda r: r.rank)
+        if not r.closed and r.rank not in waits and (r.overdue or waits)
+        for g in r.groups
+        if g.size is None or g.size > 1
+    )
+    return ProgressExport(group_waits, progress)

@@ -70,7 +70,8 @@ def regression_group() -> Group:
             "is a ratio of counter increases over the same range, so time the job did not run "
             "(start, pause, end, a restart of an agent or of the collector) weighs nothing: no "
             "sample is ever averaged over idle time. Rules of one group run in order, so later "
-            "rules read the earlier ones' fresh samples."
+            "rules read the earlier ones' fresh samples (on vmalert the previous evaluation's: "
+            "over 15 min and 6 h windows that moves a figure by at most interval / window)."
         ),
     )
 

@@ -5,6 +5,8 @@ so a name here never changes (docs/operations.md lists them all)."""
 from __future__ import annotations
 
 __all__ = [
+    "ARRIVAL_LATENESS_SECONDS",
+    "ARRIVAL_SKEW_SECONDS",
     "BUBBLE_FRACTION_5M",
     "BUSBW_5M",
     "BUSBW_LATEST",
@@ -17,6 +19,7 @@ __all__ = [
     "ELEMENTWISE_5M",
     "EXPOSED_COMM_5M",
     "EXPOSED_COMM_AXIS_TIER_5M",
+    "HANG_SUSPECT_SECONDS",
     "HFU_5M",
     "KERNEL_EFFICIENCY_5M",
     "KERNEL_INEFFICIENCY_5M",
@@ -53,6 +56,9 @@ __all__ = [
 ]
 
 MODEL_FLOPS_5M = "job:mfuscope_model_flops:rate5m"
+ARRIVAL_SKEW_SECONDS = "job_axis_tier:mfuscope_collective_arrival_skew:seconds"
+ARRIVAL_LATENESS_SECONDS = "job_rank:mfuscope_collective_arrival_lateness:seconds"
+HANG_SUSPECT_SECONDS = "job_rank:mfuscope_collective_hang_suspect:seconds"
 PEAK_FLOP_SECONDS_5M = "job:mfuscope_peak_flop_seconds:rate5m"
 PEAK_FLOPS_SUM = "job:mfuscope_peak_flops:sum"
 MFU_5M = "job:mfuscope_mfu:ratio_rate5m"

@@ -8,6 +8,7 @@ exactly the expressions it was written from (a test checks).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -15,7 +16,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Group", "Rule", "Section", "render"]
+__all__ = ["Group", "Rule", "Section", "render", "without_fresh_reads"]
 
 WIDTH = 100
 # A plain YAML scalar may not hold these, nor start with an indicator character.
@@ -51,7 +52,9 @@ class Section:
 
 @dataclass(frozen=True)
 class Group:
-    """A rule group; rules of one group run in order, so a rule may read the ones above it."""
+    """A rule group. Its rules run in order, but a rule reading the result of one above it reads
+    that evaluation's result on Prometheus and the previous one's on vmalert: see
+    `without_fresh_reads`."""
 
     name: str
     items: Sequence[Rule | Section]
@@ -145,3 +148,70 @@ def render(header: str, groups: Sequence[Group]) -> str:
         for item in group.items:
             lines += _rule(item, 6) if isinstance(item, Rule) else _section(item, 6)
     return "\n".join(lines) + "\n"
+
+
+def _reads(name: str) -> re.Pattern[str]:
+    """A read of series `name` as an instant vector, with its matchers if any: not a longer
+    name, not a range (`name[1h]`: history, which every engine has alike)."""
+    return re.compile(
+        rf"(?<![a-zA-Z0-9_:]){re.escape(name)}(?![a-zA-Z0-9_:])(\{{[^}}]*\}})?(?!\s*\[|\{{)"
+    )
+
+
+_MATCHER = re.compile(r'^\s*([a-zA-Z_]\w*)\s*(=|!=)\s*"([^"]*)"\s*$')
+
+
+def _selected(expr: str, matchers: str | None) -> str:
+    """`expr` as a read of its series with `matchers` (``{a="v", b!="w"}``) would see it: each
+    equality kept with ``and on (a)`` a one-element vector labelled a="v", each inequality
+    removed with ``unless on (b)`` (a regular expression has no such form: ValueError)."""
+    out = f"({expr})"
+    for part in (matchers or "{}")[1:-1].split(","):
+        if not part.strip():
+            continue
+        found = _MATCHER.match(part)
+        if found is None:
+            raise ValueError(f"cannot inline the matcher {part.strip()!r}")
+        label, op, value = found.groups()
+        keep = "and" if op == "=" else "unless"
+        out = f'({out} {keep} on ({label}) label_replace(vector(1), "{label}", "{value}", "", ""))'
+    return out
+
+
+def _after_modifier(match: re.Match[str], inlined: str) -> str:
+    """`inlined` where `match` was: after a bare ``group_left``/``group_right`` an empty label
+    list first, or PromQL would read the parenthesised expression as the list of labels."""
+    before = match.string[: match.start()].rstrip()
+    if before.endswith(("group_left", "group_right")):
+        return f"() {inlined}"
+    return inlined
+
+
+def without_fresh_reads(group: Group) -> Group:
+    """`group` with every instant read of a series an earlier rule of the group records replaced
+    by that rule's expression, in parentheses (a read's label matchers become `and`/`unless` on
+    the label). Prometheus evaluates a group's rules in order and a rule reads the same
+    evaluation's results of the rules above it; vmalert writes its results to the store
+    asynchronously, so there the same rule reads the *previous* evaluation's value next to fresh
+    raw series, and a ratio of the two leaves 0..1 while the rates move
+    (docs/fleet.md#metricsql-and-the-rules). Inlined, both engines compute each rule from the
+    raw series. Ranges over a recorded series (``last_over_time(x[1h])``) stay: they read
+    history. A rule with its own labels cannot be inlined (its series carry them): ValueError."""
+    expanded: dict[str, Rule] = {}
+    items: list[Rule | Section] = []
+    for item in group.items:
+        if isinstance(item, Rule):
+            expr = item.expr
+            for name, earlier in expanded.items():
+                pattern = _reads(name)
+                if pattern.search(expr):
+                    if earlier.labels:
+                        raise ValueError(f"{item.record} reads {name}, which sets labels")
+                    expr = pattern.sub(
+                        lambda m, e=earlier.expr: _after_modifier(m, _selected(e, m.group(1))),  # type: ignore[misc]
+                        expr,
+                    )
+            item = dataclasses.replace(item, expr=expr)
+            expanded[item.record] = item
+        items.append(item)
+    return dataclasses.replace(group, items=tuple(items))

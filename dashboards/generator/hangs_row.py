@@ -3,6 +3,10 @@ for, and who arrives late at collectives (docs/definitions.md#hangs and #arrival
 
 The blocked and suspect series exist only while some rank waits 10 s or more in a collective, so
 the stat panels fall back to 0 (`or vector(0)`) and the suspects table is empty when all is well.
+
+Where each signal is computed (docs/fleet.md): blocked ranks and waits by each collector (summed
+over the job's collectors here); the ranks the job waits for, arrival skew and lateness by the
+recording rules, which join every collector's series, so they hold with one sidecar per node.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ __all__ = ["WAIT_BANDS", "hangs_row"]
 WAIT_BANDS: list[Threshold] = [(None, GREEN), (10, AMBER), (60, RED)]
 _BLOCKED = f"mfuscope_collective_blocked_ranks{{{JOB}}}"
 _WAITED = f"mfuscope_collective_blocked_seconds{{{JOB}}}"
-_SUSPECTS = f"mfuscope_collective_hang_suspect_seconds{{{JOB}}}"
+_SUSPECTS = f"job_rank:mfuscope_collective_hang_suspect:seconds{{{JOB}}}"
 
 
 def hangs_row() -> Row:
@@ -37,7 +41,8 @@ def hangs_row() -> Row:
                 "Ranks blocked in a collective",
                 "Live ranks that have waited 10 s or more in a collective (each agent reports, "
                 "from its own thread, the oldest collective its rank entered and has not "
-                "completed). 0 while the job runs normally.",
+                "completed), counted by each collector and summed over the job's collectors. 0 "
+                "while the job runs normally.",
                 "none",
                 Query(f"sum({_BLOCKED}) or vector(0)"),
                 thresholds=[(None, GREEN), (1, RED)],
@@ -58,7 +63,9 @@ def hangs_row() -> Row:
                 "entered collective number seq of that group (its process died, stalled, or "
                 "took another path); desync: it entered another op there, or the ranks wait "
                 "for each other in a cycle. Waited: how long the longest-waiting rank has "
-                "waited for it.",
+                "waited for it. Computed by the recording rules (mfuscope.hangs), which join "
+                "every collector's waits with the progress of the ranks whose step is overdue, "
+                "so a rank is named whichever sidecar it reports to.",
                 "s",
                 [Query(f"sort_desc({_SUSPECTS})", instant=True, table=True)],
                 renames={
@@ -89,12 +96,16 @@ def hangs_row() -> Row:
                 "Arrival skew by axis and tier",
                 "Spread of the ranks' enqueue times of one collective (latest minus earliest), "
                 "smoothed over recent steps: time the early ranks wait for the late ones, every "
-                "step, not only in profiled windows. Exact within a node; across nodes it includes "
-                "the hosts' clock offset (NTP: typically below a few ms).",
+                "step, not only in profiled windows. Groups whole on one collector: smoothed by "
+                "the collector, every step; groups across sidecars: joined by the recording "
+                "rules (mfuscope.arrivals) from one collective per group per minute. Exact within "
+                "a node; across nodes it includes the hosts' clock offset (NTP: typically below a "
+                "few ms).",
                 "s",
                 [
                     Query(
-                        f"max by (axis, tier) (mfuscope_collective_arrival_skew_seconds{{{JOB}}})",
+                        "max by (axis, tier) "
+                        f"(job_axis_tier:mfuscope_collective_arrival_skew:seconds{{{JOB}}})",
                         "{{axis}}/{{tier}}",
                     )
                 ],
@@ -103,13 +114,16 @@ def hangs_row() -> Row:
             ),
             timeseries_panel(
                 "Latest-arriving ranks",
-                "How long after their groups' median these ranks enter collectives (smoothed). "
-                "A rank that is always late is a host-side straggler (data loading, CPU, "
-                "Python); compare with the straggler ratio, which needs profiled windows.",
+                "How long after their groups' median these ranks enter collectives (by the "
+                "collector, smoothed, for groups whole on one collector; by the recording rules "
+                "across sidecars, one collective per group per minute). A rank that is always "
+                "late is a host-side straggler (data loading, CPU, Python); compare with the "
+                "straggler ratio, which needs profiled windows.",
                 "s",
                 [
                     Query(
-                        f"mfuscope_collective_arrival_lateness_seconds{{{JOB}}}",
+                        "topk(5, job_rank:mfuscope_collective_arrival_lateness:seconds"
+                        f"{{{JOB}}} > 0)",
                         "rank {{rank}} on {{node}} ({{host}})",
                     )
                 ],

@@ -23,11 +23,21 @@ make rank R stop at the start of step S, before its first collective, until file
 10 min). Before it stops, rank R writes ``DIR/stall.json``: per group description, the
 collective sequence number it would enter next, counted from its own flight recorder (what the
 collector's suspect series must name).
+
+For the per-node sidecar tests (`tests/integration/prometheus/test_sidecars_e2e.py`):
+`--collector-url` may list several URLs, comma-separated: rank r reports to the (r mod n)-th;
+`--node-per-rank` names rank r's node ``node{r}`` (``MFUSCOPE_NODE_NAME``), so every group spans
+nodes; `--step-s S` makes every rank sleep S seconds at the start of every step (a step of
+known length) and `--late-rank R --late-s L` rank R L seconds more (it enters each step's
+collectives late); `--read-interval S` reads the flight recorder every S
+seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from pathlib import Path
 
 import torch
@@ -145,15 +155,23 @@ def main() -> None:
     parser.add_argument("--stall-rank", type=int)
     parser.add_argument("--stall-step", type=int, default=0)
     parser.add_argument("--resume-file", type=Path)
+    parser.add_argument("--node-per-rank", action="store_true")
+    parser.add_argument("--late-rank", type=int)
+    parser.add_argument("--late-s", type=float, default=0.0)
+    parser.add_argument("--step-s", type=float, default=0.0)
+    parser.add_argument("--read-interval", type=float, default=5.0)
     args = parser.parse_args()
     SHAPE = tuple(int(n) for n in args.shape.split("x"))  # type: ignore[assignment]
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model, dp, mesh = LAYOUTS[args.layout]()
     rank = dist.get_rank()
+    if args.node_per_rank:
+        os.environ["MFUSCOPE_NODE_NAME"] = f"node{rank}"
+    urls = args.collector_url.split(",")
     agent = Agent(
         job=f"groups-{args.layout}",
-        collector_url=args.collector_url,
+        collector_url=urls[rank % len(urls)],
         jsonl_path=str(args.out / "reports-{rank}.jsonl"),
         mesh=mesh,
         model=model,  # counted FLOPs: each rank's own share of the sharded model
@@ -167,11 +185,13 @@ def main() -> None:
         keep_traces_dir=str(args.out / "kept"),
         flush_interval_s=0.2,
         hardware_counters=False,
+        collective_read_interval_s=args.read_interval,
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(rank // 2))
     for step in range(args.steps):
         with agent.step():
+            time.sleep(args.step_s + (args.late_s if rank == args.late_rank else 0.0))
             if rank == args.stall_rank and step == args.stall_step and args.resume_file:
                 _stall(args.resume_file, args.out / "stall.json")
             optimizer.zero_grad()

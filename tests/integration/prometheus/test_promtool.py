@@ -41,6 +41,7 @@ def test_rules_pass_promtool_check(promtool: str) -> None:
 def test_rule_unit_tests_pass(promtool: str) -> None:
     assert [p.name for p in RULE_TESTS] == [
         "alerts_test.yml",
+        "arrivals_test.yml",
         "definitions_test.yml",
         "fleet_stragglers_test.yml",
         "hangs_test.yml",

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
+from mfuscope.core.hangs import OVERDUE_AFTER_S
 
 from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
@@ -214,3 +215,72 @@ def test_lost_records_are_counted() -> None:
     _send(collector, 0, comm=_comm(lost=7))
     _send(collector, 1, comm=_comm(lost=2))
     assert _series(collector, "mfuscope_collective_records_lost_total") == {("job-a",): 9.0}
+
+
+def test_sidecars_export_what_the_hang_rule_joins() -> None:
+    # Per-node sidecars: ranks 0, 1 and 3 report to `waiting`, rank 2 to `stalled`'s sidecar.
+    # Rank 2 stops outside any collective; its sidecar sees nothing blocked and names nobody.
+    clock = FakeClock()
+    waiting = Aggregator(StateConfig(), clock=clock)
+    stalled = Aggregator(StateConfig(), clock=clock)
+    _send(stalled, 2, reports=[report_dict(1)], comm=_comm(groups=[_group(4811)]))
+    for rank in (0, 1, 3):
+        _send(
+            waiting, rank, reports=[report_dict(1)], comm=_comm(groups=[_group(4812, (4812, 12.0))])
+        )
+    key = ("job-a", "3", "4812", "all_reduce", "dp", "inter_node")
+    assert _series(waiting, "mfuscope_collective_group_waiting_seq") == {key: 4812.0}
+    assert _series(waiting, "mfuscope_collective_group_waiting_seconds") == {key: 12.0}
+    assert _series(waiting, "mfuscope_collective_hang_suspect_seconds") == {}
+    # Rank 2's status keeps coming, its steps do not: before its step is overdue it exports no
+    # progress (a healthy rank between two batches looks the same), after it does.
+    clock.advance(OVERDUE_AFTER_S)
+    _send(stalled, 2, comm=_comm(groups=[_group(4811)]))
+    assert _series(stalled, "mfuscope_collective_group_entered_seq") == {}
+    assert _series(stalled, "mfuscope_collective_hang_suspect_seconds") == {}
+    clock.advance(1.0)
+    entered = _series(stalled, "mfuscope_collective_group_entered_seq")
+    assert entered == {("job-a", "2", "h2", "n1", "3", "dp", "inter_node"): 4811.0}
+    # The waiting sidecar's blocked ranks export no progress of their own.
+    assert _series(waiting, "mfuscope_collective_group_entered_seq") == {}
+    # Rank 2 steps again: its progress series is gone.
+    _send(stalled, 2, reports=[report_dict(2)], comm=_comm(groups=[_group(4812)]))
+    assert _series(stalled, "mfuscope_collective_group_entered_seq") == {}
+
+
+def test_a_group_across_sidecars_exports_each_ranks_held_sample() -> None:
+    # Group "3" has 4 ranks; ranks 0 and 1 report here, 2 and 3 elsewhere: it never completes
+    # here, so each rank's sample is held, one per period (60 s by default), and exported.
+    collector = Aggregator(StateConfig(arrival_sample_s=60.0), clock=FakeClock())
+    base = 1_763_700_000_000_000_000  # a whole minute since the epoch
+    for rank, ms in ((0, 0), (1, 30)):
+        arrivals = [
+            {"group": "3", "seq": 100, "enqueued_unix_ns": base + ms * 1_000_000},
+            # The next step's, same period: the first one of the period stays held.
+            {"group": "3", "seq": 104, "enqueued_unix_ns": base + (500 + ms) * 1_000_000},
+        ]
+        _send(collector, rank, comm=_comm(groups=[_group(104)], arrivals=arrivals))
+    assert _series(collector, "mfuscope_collective_arrival_skew_seconds") == {}
+    labels = {r: ("job-a", str(r), f"h{r}", "n0", "3", "dp", "inter_node") for r in (0, 1)}
+    assert _series(collector, "mfuscope_collective_arrival_seq") == {
+        labels[0]: 100.0,
+        labels[1]: 100.0,
+    }
+    enqueued = _series(collector, "mfuscope_collective_arrival_enqueued_seconds")
+    assert enqueued[labels[1]] - enqueued[labels[0]] == pytest.approx(0.030, abs=1e-6)
+    sizes = _series(collector, "mfuscope_collective_group_size")
+    assert sizes == {("job-a", "3", "dp", "inter_node"): 4.0}
+    # A sample of the next period replaces the held one.
+    later = [{"group": "3", "seq": 480, "enqueued_unix_ns": base + 60_001_000_000}]
+    _send(collector, 0, comm=_comm(groups=[_group(480)], arrivals=later))
+    assert _series(collector, "mfuscope_collective_arrival_seq")[labels[0]] == 480.0
+
+
+def test_a_group_whole_on_one_collector_exports_no_held_samples() -> None:
+    collector = Aggregator(StateConfig(), clock=FakeClock())
+    for rank in range(4):
+        arrivals = [{"group": "3", "seq": 100, "enqueued_unix_ns": 1_763_700_000_000_000_000}]
+        _send(collector, rank, comm=_comm(groups=[_group(100)], arrivals=arrivals))
+    assert _series(collector, "mfuscope_collective_arrival_seq") == {}
+    assert _series(collector, "mfuscope_collective_group_size") == {}
+    assert _series(collector, "mfuscope_collective_arrival_skew_seconds") != {}

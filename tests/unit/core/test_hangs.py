@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import msgspec
 from mfuscope.core.collective_records import GroupProgress, PendingCollective
-from mfuscope.core.hangs import BLOCKED_AFTER_S, BlockedOp, RankComm, Suspect, find_hangs
+from mfuscope.core.hangs import (
+    BLOCKED_AFTER_S,
+    OVERDUE_AFTER_S,
+    BlockedOp,
+    GroupWait,
+    ProgressExport,
+    RankComm,
+    RankProgress,
+    Suspect,
+    find_hangs,
+    progress_export,
+    step_overdue,
+)
 
 
 def _group(
@@ -102,3 +117,42 @@ def test_a_stale_rank_that_never_joined_is_still_named() -> None:
     dead = _rank(1, _group("g", 5), age_s=60.0)
     view = find_hangs([_rank(0, _group("g", 6, pending=(6, "all_reduce", 45.0))), dead])
     assert [(s.rank, s.reason) for s in view.suspects] == [(1, "not_joined")]
+
+
+def test_step_overdue_waits_for_the_longer_of_the_floor_and_three_steps() -> None:
+    assert not step_overdue(None, 1.0)  # no step yet
+    assert not step_overdue(OVERDUE_AFTER_S, 0.5)
+    assert step_overdue(OVERDUE_AFTER_S + 0.1, 0.5)
+    assert step_overdue(OVERDUE_AFTER_S + 0.1, None)
+    assert not step_overdue(OVERDUE_AFTER_S + 0.1, 30.0)  # a 30 s step: 90 s
+    assert step_overdue(90.1, 30.0)
+
+
+def test_progress_export_waits_and_the_overdue_ranks_that_are_not_blocked() -> None:
+    # One sidecar's view: ranks 0 and 1 wait in dp #4812; rank 1 also lags in group "7" where it
+    # waits for nothing (a victim there); rank 2 is not blocked and is overdue: its progress goes
+    # out, in every group of more than one rank; rank 4 closed.
+    dp = ("3", 4812)
+    waiting = [
+        _rank(0, _group(*dp, pending=(4812, "all_reduce", 92.0))),
+        _rank(1, _group(*dp, pending=(4812, "all_reduce", 40.0)), _group("7", 3)),
+    ]
+    single = msgspec.structs.replace(_group("solo", 9), size=1)
+    stalled = dataclasses.replace(_rank(2, _group("3", 4811), single, _group("7", 5)), overdue=True)
+    closed = _rank(4, _group("3", 4811), closed=True)
+    export = progress_export([*waiting, stalled, closed])
+    assert export.waits == (GroupWait("3", 4812, "all_reduce", "dp", "inter_node", 2, 94.0),)
+    assert export.progress == (
+        RankProgress(2, "h2", "n1", "3", "dp", "inter_node", 4811),
+        RankProgress(2, "h2", "n1", "7", "dp", "inter_node", 5),
+    )
+
+
+def test_progress_export_is_empty_while_nothing_waits_or_is_overdue() -> None:
+    healthy = [_rank(r, _group("3", 100, pending=(100, "all_reduce", 0.01))) for r in range(4)]
+    assert progress_export(healthy) == ProgressExport((), ())
+    # A stalled rank alone on its sidecar (its peers wait elsewhere): its progress goes out.
+    alone = dataclasses.replace(_rank(5, _group("3", 99)), overdue=True)
+    assert progress_export([alone]).progress == (
+        RankProgress(5, "h5", "n2", "3", "dp", "inter_node", 99),
+    )

@@ -10,7 +10,14 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 from mfuscope.core.promql import quantities as q
-from mfuscope.core.promql.rules_file import WIDTH, Group, Rule, Section, render
+from mfuscope.core.promql.rules_file import (
+    WIDTH,
+    Group,
+    Rule,
+    Section,
+    render,
+    without_fresh_reads,
+)
 from mfuscope.core.vocabulary import (
     BUBBLE_COMPONENTS,
     COMPONENTS,
@@ -113,3 +120,45 @@ def test_a_folded_expression_reads_back_unchanged(words: list[str]) -> None:
     for line in text.splitlines():
         words = line.strip().removeprefix("expr: ").split(" ")
         assert len(line) <= WIDTH or all(w in (">", "offset") for w in words[:-1])
+
+
+def test_without_fresh_reads_writes_a_read_of_an_earlier_rule_out() -> None:
+    group = Group(
+        "g",
+        (
+            Rule("job:a:rate5m", "sum by (job, component) (rate(x[5m]))"),
+            Section("s"),
+            Rule(
+                "job:b:ratio_rate5m",
+                'job:a:rate5m{component="c"} / job:a:rate5m{component!="c"}'
+                " + last_over_time(job:a:rate5m[1h]) + job:a:rate5m_more",
+            ),
+        ),
+    )
+    (first, second) = without_fresh_reads(group).rules
+    assert first.expr == "sum by (job, component) (rate(x[5m]))"
+    inner = "(sum by (job, component) (rate(x[5m])))"
+    only = 'label_replace(vector(1), "component", "c", "", "")'
+    assert second.expr == (
+        f"({inner} and on (component) {only}) / ({inner} unless on (component) {only})"
+        " + last_over_time(job:a:rate5m[1h]) + job:a:rate5m_more"
+    )
+    with pytest.raises(ValueError, match="matcher"):
+        without_fresh_reads(Group("g", (group.rules[0], Rule("r:x:y", 'job:a:rate5m{a=~"b"}'))))
+    labelled = Rule("job:q:x", "vector(1)", labels={"quantile": "0.5"})
+    with pytest.raises(ValueError, match="sets labels"):
+        without_fresh_reads(Group("g", (labelled, Rule("r:x:y", "job:q:x * 2"))))
+
+
+def test_without_fresh_reads_keeps_a_bare_group_modifier_apart_from_the_expression() -> None:
+    group = Group(
+        "g",
+        (
+            Rule("job:a:sum", "sum by (job, k) (x)"),
+            Rule("job:b:diff", "sum by (k) (job:a:sum) - on (k) group_right job:a:sum"),
+        ),
+    )
+    second = without_fresh_reads(group).rules[1]
+    assert second.expr == (
+        "sum by (k) ((sum by (job, k) (x))) - on (k) group_right () (sum by (job, k) (x))"
+    )

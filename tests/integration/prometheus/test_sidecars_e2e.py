@@ -1,0 +1,391 @@
+"""Per-node sidecars, one job: the hang cause is joined by the store's rules, not by a collector.
+
+A 4-rank gloo job on a 2 x 2 (dp, tp) mesh (`tests/support/mesh_job.py`), one rank per "node"
+(``MFUSCOPE_NODE_NAME=node{r}``), each rank reporting to its own node's sidecar collector: every
+process group spans two sidecars. A real Prometheus scrapes the four sidecars every second
+(`honor_labels: true`) with the shipped rules; vmagent scrapes them too and remote-writes to
+VictoriaMetrics, where vmalert evaluates the same rules every second. One job and one set of
+servers serve every case (module-scoped fixtures).
+
+Rank 2 stops at the start of a step, before its first collective, until the test lets it go. Its
+tp peer, rank 3 (node3), waits in their tp all_reduce; rank 0 (node0) waits in its dp all_reduce
+with rank 2; rank 1 (node1) waits in its dp all_reduce with rank 3, which is itself blocked: a
+waiting chain 1 -> 3 -> 2 across three nodes. Rank 2 has no node-mate in any of its groups, so
+no sidecar can name it from its own ranks (none does), and rank 2's own sidecar sees nothing
+blocked. The rules must name rank 2 alone, with its node, the op, the axis and the seq it would
+enter next, within 2 min of the stop, on Prometheus and on vmalert; after rank 2 resumes and the
+job ends normally, nothing pages, and vmalert's step goodput never went above 1. Rank 1 enters
+every step's collectives 10 % of a step late: both engines show it as the latest rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.prometheus.conftest import (
+    BIN,
+    RULE_FILES,
+    PrometheusServer,
+    prometheus_config,
+    wait_for,
+)
+from tests.support.mesh_runs import mesh_job, scrape
+from tests.support.processes import free_port, http_ready, spawn, stop
+from tests.support.victoriametrics import (
+    VM_BINARIES,
+    Server,
+    flushing,
+    missing_binaries,
+    start_server,
+)
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[3]
+VM_DIR = ROOT / "deploy" / "fleet" / "victoriametrics"
+NODES, STEPS, STALL_RANK, STALL_STEP = 4, 40, 2, 35
+# Every rank sleeps STEP_S at the start of each step and rank 1 LATE_S more: it enters each step's
+# collectives 10 % of a step late. The sidecars hold one arrival sample per rank and group every
+# ARRIVAL_SAMPLE_S (60 s by default) and the agents read their recorders every READ_INTERVAL_S
+# (5 s by default): short here, so that several periods pass before the stall.
+STEP_S, LATE_RANK, LATE_S = 0.2, 1, 0.02
+ARRIVAL_SAMPLE_S, READ_INTERVAL_S = 2.0, 0.1
+JOB = "groups-mesh"
+SUSPECTS = "job_rank:mfuscope_collective_hang_suspect:seconds"
+
+
+@dataclass
+class Hang:
+    sidecars: list[str]  # HOST:PORT, node r's at index r
+    prometheus: PrometheusServer
+    vm: Server
+    vmalert: Server
+    job: subprocess.Popen[bytes]
+    out: Path
+    resume: Path
+    stopped_at: float  # when rank 2 stopped (its stall file's time)
+    next_seq: dict[str, int]  # axis -> the seq rank 2 would enter next
+
+    def log(self) -> str:
+        return (self.out / "job.log").read_text(errors="replace")[-4000:]
+
+
+def _sidecar(home: Path, node: int) -> tuple[subprocess.Popen[bytes], str]:
+    address_file = home / f"sidecar{node}.address"
+    command = [str(BIN / "mfuscope"), "collector", "--listen", "127.0.0.1:0"]
+    command += ["--address-file", str(address_file), "--arrival-sample", str(ARRIVAL_SAMPLE_S)]
+    process = spawn(
+        command, home / f"sidecar{node}.log", env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
+    wait_for(
+        lambda: (
+            process.poll() is not None
+            or (address_file.is_file() and address_file.read_text().endswith("\n"))
+        ),
+        30,
+        "a sidecar collector",
+    )
+    assert process.poll() is None, (home / f"sidecar{node}.log").read_text()
+    return process, address_file.read_text().strip()
+
+
+def _prometheus(home: Path, targets: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    home.mkdir()
+    config_file = home / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(prometheus_config(targets)), encoding="utf-8")
+    port = free_port()
+    command = ["prometheus", f"--config.file={config_file}", f"--storage.tsdb.path={home}/tsdb"]
+    command += [f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+    process = spawn(command, home / "prometheus.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: http_ready(url + "/-/ready"), 30, "Prometheus")
+    return process, url
+
+
+def _vm_stack(home: Path, targets: list[str]) -> list[Server]:
+    rules = home / "rules"
+    command = [sys.executable, str(VM_DIR / "vmalert_rules.py"), "--out", str(rules)]
+    generated = subprocess.run(
+        [*command, "--interval", "1s", *map(str, RULE_FILES)], capture_output=True, text=True
+    )
+    assert generated.returncode == 0, generated.stderr
+    servers = []
+    vm = start_server(
+        "victoria-metrics",
+        lambda address: [
+            "victoria-metrics",
+            f"-storageDataPath={home / 'data'}",
+            f"-httpListenAddr={address}",
+            "-search.latencyOffset=0",  # show the newest samples (by default 30 s later)
+            "-loggerLevel=WARN",
+        ],
+        home,
+    )
+    servers.append(vm)
+    config: dict[str, Any] = yaml.safe_load((VM_DIR / "vmagent-scrape.yml").read_text())
+    config["global"]["scrape_interval"] = "1s"
+    (scrape_config,) = config["scrape_configs"]
+    scrape_config["static_configs"] = [{"targets": targets}]
+    scrape_file = home / "vmagent-scrape.yml"
+    scrape_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    servers.append(
+        start_server(
+            "vmagent",
+            lambda address: [
+                "vmagent",
+                f"-promscrape.config={scrape_file}",
+                f"-remoteWrite.url={vm.url}/api/v1/write",
+                f"-remoteWrite.urlRelabelConfig={VM_DIR / 'vmagent-remote-write.yml'}",
+                f"-remoteWrite.tmpDataPath={home / 'vmagent'}",
+                f"-httpListenAddr={address}",
+                "-loggerLevel=WARN",
+            ],
+            home,
+        )
+    )
+    servers.append(
+        start_server(
+            "vmalert",
+            lambda address: [
+                "vmalert",
+                f"-rule={rules}/*.yml",
+                "-evaluationInterval=1s",
+                f"-datasource.url={vm.url}",
+                f"-remoteWrite.url={vm.url}",
+                "-remoteWrite.flushInterval=200ms",
+                f"-remoteRead.url={vm.url}",
+                # Nothing listens there: the test reads vmalert's own alert API.
+                f"-notifier.url=http://127.0.0.1:{free_port()}",
+                f"-httpListenAddr={address}",
+                "-loggerLevel=ERROR",
+            ],
+            home,
+        )
+    )
+    return servers
+
+
+@pytest.fixture(scope="module")
+def hang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hang]:
+    reason = missing_binaries(VM_BINARIES)
+    if reason:
+        pytest.skip(reason)
+    home = tmp_path_factory.mktemp("sidecars")
+    processes: list[subprocess.Popen[bytes]] = []
+    servers: list[Server] = []
+    job: subprocess.Popen[bytes] | None = None
+    resume = home / "resume"
+    log = (home / "job.log").open("w")
+    try:
+        sidecars = []
+        for node in range(NODES):
+            process, address = _sidecar(home, node)
+            processes.append(process)
+            sidecars.append(address)
+        command, env = mesh_job(
+            home,
+            NODES,
+            *("--layout", "mesh", "--shape", "2x2", "--no-profile", "--steps", str(STEPS)),
+            *("--stall-rank", str(STALL_RANK), "--stall-step", str(STALL_STEP)),
+            *("--resume-file", str(resume), "--out", str(home), "--node-per-rank"),
+            *("--collector-url", ",".join(f"http://{a}" for a in sidecars)),
+            *("--late-rank", str(LATE_RANK), "--late-s", str(LATE_S), "--step-s", str(STEP_S)),
+            *("--read-interval", str(READ_INTERVAL_S)),
+        )
+        job = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # The stores start while torchrun does.
+        process, url = _prometheus(home / "prometheus", sidecars)
+        processes.append(process)
+        servers = _vm_stack(home / "vm", sidecars)
+        stall = home / "stall.json"
+        wait_for(lambda: stall.exists() or job.poll() is not None, 240, "rank 2 to stop")
+        assert job.poll() is None, (home / "job.log").read_text()[-4000:]
+        next_seq = {
+            desc.removeprefix("mesh_"): seq for desc, seq in json.loads(stall.read_text()).items()
+        }
+        with flushing(servers[0].url):
+            yield Hang(
+                sidecars,
+                PrometheusServer(url, process, home / "prometheus" / "prometheus.log"),
+                servers[0],
+                servers[2],
+                job,
+                home,
+                resume,
+                stall.stat().st_mtime,
+                next_seq,
+            )
+    finally:
+        resume.write_text("go")
+        if job is not None and job.poll() is None:
+            try:
+                job.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                job.kill()
+        log.close()
+        for server in reversed(servers):
+            stop(server.process)
+        for process in reversed(processes):
+            stop(process)
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def _prometheus_alerts(hang: Hang) -> list[dict[str, Any]]:
+    alerts: list[dict[str, Any]] = _get(hang.prometheus.url + "/api/v1/alerts")["data"]["alerts"]
+    return [a for a in alerts if a["labels"].get("job") == JOB and a["state"] == "firing"]
+
+
+def _vmalert_alerts(hang: Hang) -> list[dict[str, Any]]:
+    alerts: list[dict[str, Any]] = _get(hang.vmalert.url + "/api/v1/alerts")["data"]["alerts"]
+    return [a for a in alerts if a["labels"].get("job") == JOB and a["state"] == "firing"]
+
+
+def _hang_alert(alerts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    found = [a for a in alerts if a["labels"]["alertname"] == "MFUScopeCollectiveHang"]
+    # The cause names a rank once the rule has joined the stalled rank's progress.
+    return next((a for a in found if a["annotations"]["cause"].startswith("rank ")), None)
+
+
+def _expected_cause(hang: Hang, labels: dict[str, str]) -> str:
+    axis, seq = labels["axis"], labels["seq"]
+    return f"rank {STALL_RANK} (node node{STALL_RANK}) never joined all_reduce #{seq} on {axis}/"
+
+
+def _check_cause(hang: Hang, alert: dict[str, Any]) -> None:
+    cause = alert["annotations"]["cause"]
+    assert cause.startswith(f"rank {STALL_RANK} (node node{STALL_RANK}) never joined all_reduce #")
+    # The axis and seq rank 2 would have entered next on that axis, counted by rank 2 itself.
+    on = cause.split(" on ", 1)[1].split("/", 1)[0]
+    seq = int(cause.split("#", 1)[1].split(" ", 1)[0])
+    assert on in hang.next_seq and seq == hang.next_seq[on], (cause, hang.next_seq)
+    # No other rank: one suspect, and 3 ranks waiting.
+    assert cause.count("rank ") == 1 and f"; {NODES - 1} ranks waiting " in cause, cause
+
+
+def test_no_sidecar_can_name_the_rank_on_its_own(hang: Hang) -> None:
+    # Every rank but rank 2 is blocked, each on its own node: the sidecars hold the waits and,
+    # once its step is overdue, rank 2's progress; none names a suspect itself.
+    wait_for(
+        lambda: bool(
+            scrape(f"http://{hang.sidecars[STALL_RANK]}", "mfuscope_collective_group_entered_seq")
+        ),
+        120,
+        "rank 2's sidecar to export its progress",
+    )
+    for node, address in enumerate(hang.sidecars):
+        url = f"http://{address}"
+        assert not scrape(url, "mfuscope_collective_hang_suspect_seconds"), node
+        blocked = sum(v for _, v in scrape(url, "mfuscope_collective_blocked_ranks"))
+        assert blocked == (0 if node == STALL_RANK else 1), (node, blocked)
+    entered = scrape(f"http://{hang.sidecars[STALL_RANK]}", "mfuscope_collective_group_entered_seq")
+    assert {labels["rank"] for labels, _ in entered} == {str(STALL_RANK)}
+    assert {labels["node"] for labels, _ in entered} == {f"node{STALL_RANK}"}
+
+
+def test_prometheus_names_the_stalled_rank_alone(hang: Hang) -> None:
+    def named() -> list[dict[str, Any]]:
+        return hang.prometheus.samples(SUSPECTS)
+
+    wait_for(lambda: bool(named()), 180, "the rule to name a suspect on Prometheus")
+    ((suspect),) = named()
+    labels = suspect["metric"]
+    assert labels["rank"] == str(STALL_RANK) and labels["node"] == f"node{STALL_RANK}"
+    assert labels["reason"] == "not_joined" and labels["op"] == "all_reduce"
+    assert labels["axis"] in hang.next_seq
+    assert labels["seq"] == str(hang.next_seq[labels["axis"]]), (labels, hang.next_seq)
+    assert labels["tier"] != "intra_node"  # every group spans nodes
+    wait_for(lambda: _hang_alert(_prometheus_alerts(hang)) is not None, 180, "the page")
+    assert time.time() - hang.stopped_at < 120
+    alert = _hang_alert(_prometheus_alerts(hang))
+    assert alert is not None
+    _check_cause(hang, alert)
+
+
+def test_vmalert_names_the_stalled_rank_alone(hang: Hang) -> None:
+    wait_for(lambda: _hang_alert(_vmalert_alerts(hang)) is not None, 180, "vmalert's page")
+    assert time.time() - hang.stopped_at < 120
+    alert = _hang_alert(_vmalert_alerts(hang))
+    assert alert is not None
+    _check_cause(hang, alert)
+    query = urllib.parse.urlencode({"query": SUSPECTS})
+    result = _get(f"{hang.vm.url}/api/v1/query?{query}")["data"]["result"]
+    assert [r["metric"]["rank"] for r in result] == [str(STALL_RANK)], result
+
+
+def _by_label(samples: list[dict[str, Any]], label: str) -> dict[str, float]:
+    return {s["metric"][label]: float(s["value"][1]) for s in samples}
+
+
+def test_arrival_skew_across_nodes(hang: Hang) -> None:
+    # Rank 1 enters each step's collectives 10 % of a step late; every group spans two sidecars,
+    # so no sidecar has a skew of its own: the rules join the held samples, one collective per
+    # group and period. A period in which a boundary fell between two ranks' enqueue times of one
+    # collective (about 10 % of them here) gives no figure: hence figures over the job's life
+    # (the periods before the stall, and the one the stall froze).
+    for address in hang.sidecars:
+        assert not scrape(f"http://{address}", "mfuscope_collective_arrival_skew_seconds")
+        assert scrape(f"http://{address}", "mfuscope_collective_arrival_enqueued_seconds")
+    skew = 'max_over_time(job_axis_tier:mfuscope_collective_arrival_skew:seconds{axis="tp"}[5m])'
+    late = "avg_over_time(job_rank:mfuscope_collective_arrival_lateness:seconds[5m])"
+    wait_for(lambda: len(hang.prometheus.samples(late)) == NODES, 60, "the arrival rules")
+    # The tp group {0, 1}: rank 1 arrives LATE_S after rank 0 (plus scheduling noise).
+    (tp,) = hang.prometheus.samples(skew)
+    assert LATE_S * 0.75 <= float(tp["value"][1]) <= LATE_S * 10, tp
+    # Rank 1 is late in both its groups (half the spread behind a two-rank median); rank 0 is
+    # early in tp and late in dp (it waited for rank 1 in tp): about 0 on average.
+    lateness = _by_label(hang.prometheus.samples(late), "rank")
+    assert max(lateness, key=lateness.__getitem__) == str(LATE_RANK), lateness
+    assert lateness[str(LATE_RANK)] >= LATE_S * 0.3, lateness
+    # The same on VictoriaMetrics (vmalert's recorded series).
+    query = urllib.parse.urlencode({"query": late})
+    wait_for(
+        lambda: len(_get(f"{hang.vm.url}/api/v1/query?{query}")["data"]["result"]) == NODES,
+        30,
+        "vmalert's arrival rules",
+    )
+    on_vm = _by_label(_get(f"{hang.vm.url}/api/v1/query?{query}")["data"]["result"], "rank")
+    assert max(on_vm, key=on_vm.__getitem__) == str(LATE_RANK), on_vm
+
+
+def test_a_normal_end_pages_nobody(hang: Hang) -> None:
+    hang.resume.write_text("go")
+    assert hang.job.wait(timeout=120) == 0, hang.log()
+
+    def quiet() -> bool:
+        return not _prometheus_alerts(hang) and not _vmalert_alerts(hang)
+
+    wait_for(quiet, 30, "every alert of the job to resolve")
+    # Closed agents wait for nothing and are overdue for nothing: no hang series anywhere.
+    for address in hang.sidecars:
+        for name in ("group_entered_seq", "group_waiting_seq", "blocked_ranks"):
+            assert not scrape(f"http://{address}", f"mfuscope_collective_{name}"), name
+    assert not hang.prometheus.samples(SUSPECTS)
+    # A few more evaluations after the end: still nobody paged.
+    time.sleep(3)
+    assert quiet()
+    assert not hang.prometheus.samples(f'ALERTS{{job="{JOB}", alertstate="firing"}}')
+    # The step rate fell at the stall and at the end: a ratio whose numerator vmalert read from
+    # its previous evaluation rose above 1 there (docs/fleet.md#metricsql-and-the-rules). Over the
+    # whole job, on VictoriaMetrics, step goodput stays at most 1 (nothing was redone: exactly 1).
+    query = urllib.parse.urlencode(
+        {"query": f'max_over_time(job:mfuscope_useful_steps:ratio_rate5m{{job="{JOB}"}}[10m])'}
+    )
+    (goodput,) = _get(f"{hang.vm.url}/api/v1/query?{query}")["data"]["result"]
+    assert float(goodput["value"][1]) <= 1.0, goodput
