@@ -234,10 +234,22 @@ mfuscope_straggler_ratio{host="node-0",job="train",node="node-0",rank="1"} 1.28
 # TYPE mfuscope_collective_hang_suspect_seconds gauge
 # HELP mfuscope_collective_hang_suspects ranks the blocked ranks wait for (all of them; the suspect series lists the first)
 # TYPE mfuscope_collective_hang_suspects gauge
+# HELP mfuscope_collective_group_waiting_seq sequence number of the collective this collector's blocked ranks wait in, per process group (the rules join it with the entered sequence numbers of every collector's ranks)
+# TYPE mfuscope_collective_group_waiting_seq gauge
+# HELP mfuscope_collective_group_waiting_seconds longest wait of this collector's blocked ranks in that collective, seconds
+# TYPE mfuscope_collective_group_waiting_seconds gauge
+# HELP mfuscope_collective_group_entered_seq highest collective sequence number a rank that is not blocked entered in a process group, while its step is overdue or a rank of this collector is blocked
+# TYPE mfuscope_collective_group_entered_seq gauge
 # HELP mfuscope_collective_arrival_skew_seconds smoothed spread of the ranks' enqueue times of one collective, seconds (across hosts it includes their clock offset)
 # TYPE mfuscope_collective_arrival_skew_seconds gauge
 # HELP mfuscope_collective_arrival_lateness_seconds smoothed time the latest-arriving ranks enter collectives after their groups' median, seconds
 # TYPE mfuscope_collective_arrival_lateness_seconds gauge
+# HELP mfuscope_collective_arrival_seq sequence number of the collective of the rank's held arrival sample, for groups whose ranks report to several collectors
+# TYPE mfuscope_collective_arrival_seq gauge
+# HELP mfuscope_collective_arrival_enqueued_seconds when the rank enqueued that collective, by its host's wall clock, seconds since the epoch
+# TYPE mfuscope_collective_arrival_enqueued_seconds gauge
+# HELP mfuscope_collective_group_size ranks in a process group whose ranks report to several collectors
+# TYPE mfuscope_collective_group_size gauge
 # HELP mfuscope_collective_records_lost_total flight-recorder entries overwritten before an agent read them (missing from the collective counters)
 # TYPE mfuscope_collective_records_lost_total counter
 mfuscope_collective_records_lost_total{job="train"} 0.0
