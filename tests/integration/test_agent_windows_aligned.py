@@ -48,6 +48,11 @@ def test_every_rank_profiles_the_same_steps(tmp_path: Path) -> None:
         # a 50% budget: the measured window costs (rank 1's 0.2 s higher) set the gaps
         "--option", "profile_max_overhead_ratio=0.5",
         "--burn-analysis-s", "0.2",
+        # Steps of a few ms leave a follower one step to fetch each decision off its training
+        # thread; on a loaded 2-core machine its thread can wait longer than that to run, and the
+        # rank then rightly skips that window (the late path is unit-tested). Steps of 50 ms or
+        # more, like any real training step, give the fetch its time.
+        "--step-sleep-s", "0.05",
         "--option", "calibrate_cpu_peak=0",
         "--option", "peak_flops=1e12",
         "--option", "flush_interval_s=0.5",

@@ -97,6 +97,9 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, help="run about this long, not --steps")
     parser.add_argument("--slow-after-s", type=float, help="slow every step down from here on")
     parser.add_argument("--slow-factor", type=float, default=1.0)
+    parser.add_argument(
+        "--step-sleep-s", type=float, default=0.0, help="sleep this long in every step (s)"
+    )
     parser.add_argument("--burn-analysis-s", type=float, default=0.0, help="rank 1 analyses")
     args = parser.parse_args()
 
@@ -132,7 +135,7 @@ def main() -> None:
         started = time.perf_counter()
         with agent.step():
             train_step(model, optimizer, step)
-            time.sleep(sleep_s)
+            time.sleep(sleep_s + args.step_sleep_s)
         times.append(time.perf_counter() - started)
     # The agent's own threads (Python threads started since it was built), before close.
     threads = sorted(t.name for t in threading.enumerate() if t not in before and t.is_alive())
