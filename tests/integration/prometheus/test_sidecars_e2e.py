@@ -235,6 +235,7 @@ def hang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hang]:
                 job.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 job.kill()
+                job.wait(timeout=60)
         log.close()
         for server in reversed(servers):
             stop(server.process)
