@@ -17,16 +17,12 @@ import math
 import sys
 from pathlib import Path
 
+from mfuscope.cli.report import add_trace_arguments, trace_options
+
 __all__ = ["EXIT_BAD_INPUT", "EXIT_REGRESSION", "add_arguments", "run"]
 
 EXIT_BAD_INPUT = 2
 EXIT_REGRESSION = 3
-
-
-def _quantity(text: str) -> float:
-    from mfuscope.cli._args import positive_quantity
-
-    return positive_quantity(text)
 
 
 def _percent(text: str) -> float:
@@ -65,56 +61,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also write DIR/compare.html: the deltas and the report's plots of both sides",
     )
     parser.add_argument("--job", default=None, help="job to compare when an input holds several")
-    traces = parser.add_argument_group("trace input (as for mfuscope analyze; both sides)")
-    traces.add_argument(
-        "--model-flops-per-step",
-        type=_quantity,
-        default=None,
-        metavar="F",
-        help="model FLOPs per step per rank (for MFU and the waterfall)",
-    )
-    traces.add_argument(
-        "--recompute-flops-per-step",
-        type=_quantity,
-        default=None,
-        metavar="F",
-        help="activation-recomputation FLOPs per step per rank (for HFU)",
-    )
-    traces.add_argument(
-        "--peak-flops",
-        type=_quantity,
-        default=None,
-        metavar="P",
-        help="dense peak FLOP/s per device (default: the trace's device in the datasheet table)",
-    )
-    traces.add_argument(
-        "--dtype",
-        default="bf16",
-        help="training dtype for the datasheet peak (bf16, fp16, fp8, tf32, fp32; default bf16)",
-    )
-    traces.add_argument(
-        "--gpus-per-node",
-        type=int,
-        default=None,
-        metavar="N",
-        help="ranks per host, for the intra/inter-node tiers (default: 8 on GPU traces)",
+    add_trace_arguments(
+        parser, "trace input (as for mfuscope analyze; both sides)", "for MFU and the waterfall"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from mfuscope.cli.compare._render import render_json, render_text
     from mfuscope.cli.compare._sides import load_side
-    from mfuscope.cli.report.writer import TraceOptions
     from mfuscope.core.errors import InputError, TraceError
     from mfuscope.core.run_summary.comparison import comparable, compare
 
-    options = TraceOptions(
-        model_flops_per_step=args.model_flops_per_step,
-        recompute_flops_per_step=args.recompute_flops_per_step,
-        peak_flops=args.peak_flops,
-        gpus_per_node=args.gpus_per_node,
-        dtype=args.dtype,
-    )
+    options = trace_options(args)
     paths = (str(args.baseline), str(args.candidate))
     try:
         if args.gpus_per_node is not None and args.gpus_per_node < 1:

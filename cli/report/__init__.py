@@ -6,8 +6,19 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["DEFAULT_OUT_NAME", "add_arguments", "default_out_dir", "run"]
+if TYPE_CHECKING:
+    from mfuscope.cli.report.writer import TraceOptions
+
+__all__ = [
+    "DEFAULT_OUT_NAME",
+    "add_arguments",
+    "add_trace_arguments",
+    "default_out_dir",
+    "run",
+    "trace_options",
+]
 
 DEFAULT_OUT_NAME = "mfuscope-report"
 
@@ -36,13 +47,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--job", default=None, help="job to report when the input holds several")
     parser.add_argument("--no-png", action="store_true", help="write only the HTML file")
-    traces = parser.add_argument_group("trace input (what a trace cannot say by itself)")
+    add_trace_arguments(
+        parser, "trace input (what a trace cannot say by itself)", "for the MFU plots"
+    )
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser, title: str, flops_for: str) -> None:
+    """The flags for what a trace cannot say by itself (those of `mfuscope analyze`), read back
+    by `trace_options`; `flops_for` says what the model FLOPs are used for."""
+    traces = parser.add_argument_group(title)
     traces.add_argument(
         "--model-flops-per-step",
         type=_quantity,
         default=None,
         metavar="F",
-        help="model FLOPs per step per rank (for the MFU plots)",
+        help=f"model FLOPs per step per rank ({flops_for})",
     )
     traces.add_argument(
         "--recompute-flops-per-step",
@@ -73,6 +92,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def trace_options(args: argparse.Namespace) -> TraceOptions:
+    """The `TraceOptions` of the flags `add_trace_arguments` added."""
+    from mfuscope.cli.report.writer import TraceOptions
+
+    return TraceOptions(
+        model_flops_per_step=args.model_flops_per_step,
+        recompute_flops_per_step=args.recompute_flops_per_step,
+        peak_flops=args.peak_flops,
+        gpus_per_node=args.gpus_per_node,
+        dtype=args.dtype,
+    )
+
+
 def default_out_dir(cwd: Path | None = None) -> Path:
     """`mfuscope-report/` in the current directory (`cwd`): never inside the inputs, which may be
     read-only or shared."""
@@ -81,16 +113,10 @@ def default_out_dir(cwd: Path | None = None) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from mfuscope.cli.report.summary import describe_run
-    from mfuscope.cli.report.writer import TraceOptions, load_run, write_report
+    from mfuscope.cli.report.writer import load_run, write_report
     from mfuscope.core.errors import ReportInputError
 
-    options = TraceOptions(
-        model_flops_per_step=args.model_flops_per_step,
-        recompute_flops_per_step=args.recompute_flops_per_step,
-        peak_flops=args.peak_flops,
-        gpus_per_node=args.gpus_per_node,
-        dtype=args.dtype,
-    )
+    options = trace_options(args)
     try:
         loaded = load_run(args.paths, job=args.job, trace_options=options)
     except (ReportInputError, ValueError, OSError) as exc:
