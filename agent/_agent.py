@@ -87,9 +87,6 @@ class Agent:
     its Agent (one `all_gather_object` of host names).
     """
 
-    # Slots: `step()` reads `_scope` (the base's field) from the agent object itself on every
-    # step (an instance dictionary would be one more memory line to fetch, and a cold one after
-    # a training step).
     # Slots: `step()` reads `_scope` from the agent object itself on every step (an instance
     # dictionary would be one more memory line to fetch, and a cold one after a training step).
     __slots__ = (

@@ -19,7 +19,15 @@ from pathlib import Path
 
 from tests.support.processes import free_port, http_ready, spawn, stop
 
-__all__ = ["VM_BINARIES", "Server", "flushing", "force_flush", "missing_binaries", "start_server"]
+__all__ = [
+    "VM_BINARIES",
+    "Server",
+    "flushing",
+    "force_flush",
+    "missing_binaries",
+    "start_server",
+    "start_victoria_metrics",
+]
 
 # The binaries the fleet layout runs, and the Debian package that has each.
 VM_BINARIES = {
@@ -76,6 +84,22 @@ def start_server(
             time.sleep(0.1)
         stop(process)
     raise RuntimeError(f"{name} did not start: {log.read_text(errors='replace')[-2000:]}")
+
+
+def start_victoria_metrics(home: Path) -> Server:
+    """A single-node VictoriaMetrics storing under `home/data` that shows the newest samples at
+    once (by default queries hide the last 30 s)."""
+    return start_server(
+        "victoria-metrics",
+        lambda address: [
+            "victoria-metrics",
+            f"-storageDataPath={home / 'data'}",
+            f"-httpListenAddr={address}",
+            "-search.latencyOffset=0",
+            "-loggerLevel=WARN",
+        ],
+        home,
+    )
 
 
 def force_flush(store_url: str) -> None:

@@ -50,6 +50,7 @@ from tests.support.victoriametrics import (
     flushing,
     missing_binaries,
     start_server,
+    start_victoria_metrics,
 )
 
 pytestmark = pytest.mark.slow
@@ -123,17 +124,7 @@ def _vm_stack(home: Path, targets: list[str]) -> list[Server]:
     )
     assert generated.returncode == 0, generated.stderr
     servers = []
-    vm = start_server(
-        "victoria-metrics",
-        lambda address: [
-            "victoria-metrics",
-            f"-storageDataPath={home / 'data'}",
-            f"-httpListenAddr={address}",
-            "-search.latencyOffset=0",  # show the newest samples (by default 30 s later)
-            "-loggerLevel=WARN",
-        ],
-        home,
-    )
+    vm = start_victoria_metrics(home)
     servers.append(vm)
     config: dict[str, Any] = yaml.safe_load((VM_DIR / "vmagent-scrape.yml").read_text())
     config["global"]["scrape_interval"] = "1s"

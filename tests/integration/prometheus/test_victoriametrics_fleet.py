@@ -53,6 +53,7 @@ from tests.support.victoriametrics import (
     flushing,
     missing_binaries,
     start_server,
+    start_victoria_metrics,
 )
 
 pytestmark = pytest.mark.slow
@@ -177,17 +178,7 @@ def stack(
     )
     servers: list[Server] = []
     try:
-        vm = start_server(
-            "victoria-metrics",
-            lambda address: [
-                "victoria-metrics",
-                f"-storageDataPath={home / 'data'}",
-                f"-httpListenAddr={address}",
-                "-search.latencyOffset=0",  # show the newest samples (by default 30 s later)
-                "-loggerLevel=WARN",
-            ],
-            home,
-        )
+        vm = start_victoria_metrics(home)
         servers.append(vm)
         vmalert = start_server(
             "vmalert",

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from mfuscope.core.schema import (
     CollectiveSample,
     ReportBatch,
+    StepReport,
     batch_from_json,
     batch_to_json,
 )
@@ -79,18 +80,7 @@ def test_a_profiled_step_keeps_its_measured_seconds_and_the_rest_is_instrumentat
     )
     seconds = {(c.component, c.axis): c.seconds for c in report.components}
     assert math.isclose(math.fsum(seconds.values()), wall_s, rel_tol=1e-12)
-    batch = ReportBatch(
-        job="j",
-        rank=0,
-        world_size=1,
-        host="h",
-        device="cpu",
-        peak_flops=1e12,
-        peak_source="measured",
-        sent_unix_ns=1,
-        reports=(report,),
-    )
-    assert batch_from_json(batch_to_json(batch)).reports[0].components == report.components
+    assert _through_the_wire(report).components == report.components
     if measured_s < wall_s:  # the window on the trace in seconds as measured; the rest is ours
         assert seconds[("instrumentation", "")] == pytest.approx(wall_s - measured_s)
         assert seconds[("compute", "")] == pytest.approx(0.6 * measured_s)
@@ -251,18 +241,7 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
         return
     assert math.isclose(math.fsum(c.seconds for c in report.components), wall, rel_tol=1e-9)
     assert all(c.seconds >= 0 for c in report.components)
-    batch = ReportBatch(
-        job="j",
-        rank=0,
-        world_size=1,
-        host="h",
-        device="cpu",
-        peak_flops=1e12,
-        peak_source="measured",
-        sent_unix_ns=1,
-        reports=(report,),
-    )
-    assert batch_from_json(batch_to_json(batch)).reports[0].components == report.components
+    assert _through_the_wire(report).components == report.components
 
 
 @given(st.permutations(list(range(6))))
@@ -306,3 +285,19 @@ def test_compute_classes_from_an_engine_result_reach_the_report() -> None:
     # A fake decomposition without a class split gives none (never a partial split).
     plain = breakdown_from_steps([_step()], 1)
     assert plain is not None and plain.class_fractions == ()
+
+
+def _through_the_wire(report: StepReport) -> StepReport:
+    """`report` encoded in a batch and decoded again, as the collector receives it."""
+    batch = ReportBatch(
+        job="j",
+        rank=0,
+        world_size=1,
+        host="h",
+        device="cpu",
+        peak_flops=1e12,
+        peak_source="measured",
+        sent_unix_ns=1,
+        reports=(report,),
+    )
+    return batch_from_json(batch_to_json(batch)).reports[0]
