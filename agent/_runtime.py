@@ -41,6 +41,7 @@ from mfuscope.agent.recompute import wrap_checkpoint
 from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
 from mfuscope.agent.step_flops import CountSession, FlopsTracker
 from mfuscope.agent.step_timer import DeviceEventStepTimer, StepTimer
+from mfuscope.agent.thread_clock import open_run_delay
 from mfuscope.agent.topology import (
     RankTopology,
     _env_int,
@@ -508,7 +509,15 @@ def build_runtime(
             lambda: torch.cuda.Event(enable_timing=True),
             close_wait_s=min(config.close_timeout_s * 0.25, 2.0),
         )
-    recorder = StepRecorder(first_step=config.first_step, timer=timer, health=health, log=log)
+    # On the training thread (it makes the agent): the schedstat file names the opening thread.
+    thread_clock = None if timer is not None else (seams.thread_clock or open_run_delay)()
+    recorder = StepRecorder(
+        first_step=config.first_step,
+        timer=timer,
+        health=health,
+        log=log,
+        thread_clock=thread_clock,
+    )
     given = None
     if config.flops_per_step is not None:
         given = (config.flops_per_step, config.recompute_flops_per_step or 0.0)

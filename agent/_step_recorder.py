@@ -13,7 +13,10 @@ steady ones), `StepRecorder.__enter__` and `__exit__` together may only:
   path is due (`slow_from`), the count of the step's forwards that matched the steady shapes
   (`forwards_matched`, kept by the model's forward pre-hook, `step_flops.FlopsTracker`);
 - on a GPU, record a CUDA event at each boundary (`step_timer.DeviceEventStepTimer`: a pooled
-  event and a deque append; never a synchronisation).
+  event and a deque append; never a synchronisation);
+- on a CPU timeline (no device timer), also store the thread's CPU time and its schedstat line
+  in two more ring slots (`thread_clock`: one `clock_gettime` and one `pread`, about 1.3 us
+  together here), from which the periodic thread works out how long the step was blocked.
 
 Nothing else: no lock, no allocation besides the clock's int, no logging call, no dictionary, no
 report, no call into the rest of the agent. The agent's periodic thread (`_step_reports`) turns the
@@ -50,13 +53,16 @@ are not supported.
 from __future__ import annotations
 
 import collections
-from time import perf_counter_ns
+from collections.abc import Callable
+from threading import get_ident
+from time import perf_counter_ns, thread_time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.step_flops import NO_STEADY, OUTSIDE, RECORDING, StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer
+from mfuscope.agent.thread_clock import RunDelayReader
 
 if TYPE_CHECKING:
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
@@ -86,15 +92,20 @@ class StepRecorder:
         "_log",
         "_windows",
         "begun",
+        "clock_thread",
         "closed",
+        "cpu_starts",
         "depth",
         "first_step",
         "flops_log",
         "forwards_matched",
         "last_end_ns",
+        "read_run_delay",
+        "run_delay_starts",
         "slow_from",
         "starts",
         "steady_forwards",
+        "thread_clock",
         "timer",
         "window_results",
         "window_steps",
@@ -108,6 +119,13 @@ class StepRecorder:
     starts: list[int]  # perf_counter_ns at each step's start (the ring)
     steady_forwards: int
     timer: StepTimer | None  # device timer (GPU), None on CPU
+    # CPU timelines: the training thread's CPU time (ns) and schedstat line at each step's start
+    # (rings beside `starts`); `read_run_delay` None: not read (GPU, or no schedstat here).
+    thread_clock: RunDelayReader | None
+    read_run_delay: Callable[[], bytes] | None
+    clock_thread: int  # the thread that made the recorder (and opened `thread_clock`)
+    cpu_starts: list[int]
+    run_delay_starts: list[bytes]
     closed: bool
     flops_log: collections.deque[FlopsEntry]
     window_steps: collections.deque[int]
@@ -124,7 +142,10 @@ class StepRecorder:
         timer: StepTimer | None,
         health: HealthCounters,
         log: RateLimitedLog,
+        thread_clock: RunDelayReader | None = None,
     ) -> None:
+        """`thread_clock`: the training thread's schedstat reader (`thread_clock.open_run_delay`,
+        opened on that thread; CPU timelines only), None: the thread's clock is not read."""
         self.forwards_matched = OUTSIDE
         self.steady_forwards = NO_STEADY
         self.begun = 0
@@ -133,6 +154,11 @@ class StepRecorder:
         self.depth = 0
         self.slow_from = 0  # the first step is slow (FLOPs counted, first window decision)
         self.timer = timer
+        self.thread_clock = thread_clock
+        self.read_run_delay = None if thread_clock is None else thread_clock.read
+        self.clock_thread = get_ident()
+        self.cpu_starts = [0] * CAPACITY
+        self.run_delay_starts = [b""] * CAPACITY
         self.first_step = first_step
         self.closed = False
         # Passed on to the periodic thread by slow steps only (deques: see the module docstring).
@@ -159,6 +185,12 @@ class StepRecorder:
         self.starts[n & 4095] = start  # CAPACITY - 1 as a literal: no global lookup
         if self.timer is not None:
             self._device_mark(self.first_step + n, True)
+        elif self.read_run_delay is not None:
+            try:  # free unless it raises (CPython 3.11+)
+                self.cpu_starts[n & 4095] = thread_time_ns()
+                self.run_delay_starts[n & 4095] = self.read_run_delay()
+            except OSError as exc:
+                self._thread_clock_failed(exc)
         self.begun = n + 1
         return self
 
@@ -191,6 +223,17 @@ class StepRecorder:
         """The number the next step will have."""
         return self.first_step + self.begun
 
+    def _thread_clock_failed(self, exc: BaseException) -> None:
+        """Stop reading the thread's clock (steps from here on carry the window's shares)."""
+        self.read_run_delay = None
+        self.thread_clock = None
+        self._log.warning(
+            "thread-clock",
+            "mfuscope: the training thread's clock is not read any more (%s); steps between "
+            "profiled windows carry the window's shares",
+            exc,
+        )
+
     def _device_mark(self, step: int, begin: bool) -> None:
         """Mark a step boundary on the device (GPU only: a CUDA event record)."""
         timer = self.timer
@@ -214,12 +257,21 @@ class StepRecorder:
             return
         n = self.begun
         step = self.first_step + n
+        if self.thread_clock is not None and get_ident() != self.clock_thread:
+            # Steps moved to another thread: the file names the thread that opened it.
+            self._thread_clock_failed(RuntimeError("steps moved to another thread"))
         self.starts[n & _MASK] = perf_counter_ns()
         self.forwards_matched = RECORDING  # this step ends on the slow path too
         flops, windows = self._flops, self._windows
         assert flops is not None and windows is not None
         if self.timer is not None:
             self._device_mark(step, True)
+        elif self.read_run_delay is not None:
+            try:
+                self.cpu_starts[n & _MASK] = thread_time_ns()
+                self.run_delay_starts[n & _MASK] = self.read_run_delay()
+            except OSError as exc:
+                self._thread_clock_failed(exc)
         try:
             # Never count FLOPs inside a profiled window: the counter would distort the trace
             # (a count due at an agreed window's first step waits, the window does not).

@@ -26,6 +26,7 @@ from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer, TimedStep
+from mfuscope.agent.thread_clock import run_delay_ns
 from mfuscope.core.schema import MIN_STEP_SECONDS, StepReport
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ MIN_INTERVAL_S = 0.005
 RING_SHARE = 0.25
 
 _UNKNOWN = StepFlopsValue(0.0, 0.0, "unknown")
+_NONE: tuple[None, None] = (None, None)  # a step whose thread clock was not read
 
 
 class StepReporter:
@@ -171,10 +173,13 @@ class StepReporter:
         if begun - n > CAPACITY:  # a whole ring behind: those slots are rewritten already
             self._count_lost(begun - CAPACITY - n)
             n = begun - CAPACITY
+        clocked = recorder.read_run_delay is not None
         while n + 1 < begun:
             start = starts[n & (CAPACITY - 1)]
             following = starts[(n + 1) & (CAPACITY - 1)]
-            done.append(TimedStep(first + n, start + offset_ns, _period_s(start, following)))
+            period_s = _period_s(start, following)
+            blocked_s, run_delay_s = self._thread_times(n, following - start) if clocked else _NONE
+            done.append(TimedStep(first + n, start + offset_ns, period_s, blocked_s, run_delay_s))
             n += 1
         if final and n < begun:
             start = starts[n & (CAPACITY - 1)]
@@ -183,6 +188,23 @@ class StepReporter:
             n += 1
         self._timed = n
         return self._still_in_ring(done)
+
+    def _thread_times(self, n: int, period_ns: int) -> tuple[float | None, float | None]:
+        """(blocked, run delay) of the training thread in the step in slot n (s): the run delay
+        is the time it waited for a CPU, the blocked time its period less that and its CPU time
+        (`thread_clock`); None when the clock was not read at both ends."""
+        recorder = self._recorder
+        first, following = n & (CAPACITY - 1), (n + 1) & (CAPACITY - 1)
+        raw_first = recorder.run_delay_starts[first]
+        raw_following = recorder.run_delay_starts[following]
+        if not raw_first or not raw_following:
+            return _NONE
+        try:
+            waited_ns = max(run_delay_ns(raw_following) - run_delay_ns(raw_first), 0)
+        except ValueError:
+            return _NONE
+        cpu_ns = recorder.cpu_starts[following] - recorder.cpu_starts[first]
+        return max(period_ns - cpu_ns - waited_ns, 0) / 1e9, waited_ns / 1e9
 
     def _wall_offset_ns(self) -> int:
         """Wall clock minus the recorder's clock, now (ns): read at every drain, so a wall clock

@@ -44,11 +44,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TimedStep:
-    """One finished step: its number, host wall-clock start (ns since epoch), period (s)."""
+    """One finished step: its number, host wall-clock start (ns since epoch), period (s), and
+    on CPU timelines the time the training thread was blocked in it and the time it waited for
+    a CPU (s; `thread_clock`)."""
 
     step: int
     start_unix_ns: int
     wall_s: float
+    blocked_s: float | None = None
+    run_delay_s: float | None = None
 
 
 class StepTimer(Protocol):

@@ -20,6 +20,7 @@ training thread, the `instrumentation` component (docs/definitions.md#instrument
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -28,13 +29,16 @@ from mfuscope.core.schema import ClassShare, CollectiveSample, ComponentShare, S
 from mfuscope.core.vocabulary import COLLECTIVE_OPS, KERNEL_CLASSES, TIERS
 
 __all__ = [
+    "BlockedSample",
     "Breakdown",
     "CollectiveLike",
     "DecompositionLike",
     "ExposedCommLike",
     "Share",
+    "blocked_elsewhere_s",
     "breakdown_from_steps",
     "carried_breakdown",
+    "carried_components",
     "collective_samples",
     "components_for",
     "make_report",
@@ -112,12 +116,17 @@ class Share:
 @dataclass(frozen=True)
 class Breakdown:
     """Bucket fractions of a profiled window; `step` is the window step it is named after.
-    `class_fractions`: (kernel class, fraction of the window) splitting the compute share."""
+    `class_fractions`: (kernel class, fraction of the window) splitting the compute share.
+    `blocked_elsewhere_s`: on a CPU timeline whose training thread's blocked time was read, the
+    seconds per step it was blocked outside exposed communication (`blocked_elsewhere_s`), from
+    which the steps after the window carry their exposed communication; None: they carry the
+    shares."""
 
     step: int
     shares: tuple[Share, ...]
     overlapped_fraction: float
     class_fractions: tuple[tuple[str, float], ...] = ()
+    blocked_elsewhere_s: float | None = None
 
 
 class _ClassSecondsLike(Protocol):
@@ -212,6 +221,70 @@ def carried_breakdown(steps: Sequence[DecompositionLike], breakdown_step: int) -
     return breakdown_from_steps(ordered[1:] if len(ordered) > 1 else ordered, breakdown_step)
 
 
+@dataclass(frozen=True)
+class BlockedSample:
+    """One profiled step on a CPU timeline: how long the training thread was blocked, and how
+    long it waited for a CPU (run delay), over its whole period; its exposed communication and
+    idle seconds as measured on the trace."""
+
+    blocked_s: float
+    run_delay_s: float
+    exposed_comm_s: float
+    idle_s: float
+
+
+def blocked_elsewhere_s(samples: Sequence[BlockedSample]) -> float | None:
+    """Seconds per step the training thread is blocked outside exposed communication, from
+    profiled steps (docs/definitions.md#carried-breakdowns); None when there is no sample.
+
+    Per step: its blocked time less its exposed communication, bounded by 0 and by its idle time
+    (blocked time outside communication is a sleep, a queue, a wait for data: idle on the trace).
+    Where the thread waited for a CPU in the step, the trace counts that wait in whatever it
+    interrupted, often the collective it was woken from, while the thread clock counts it apart:
+    the step's figure lies between the bounded value without its run delay and the bounded value
+    with it, and the midpoint is taken. The median over the steps then leaves out the steps whose
+    two figures disagree most (the profiler's own start and stop on a window's first and last
+    steps block on threads and files).
+    """
+    values = []
+    for sample in samples:
+        idle, comm = _finite(sample.idle_s), _finite(sample.exposed_comm_s)
+        low = min(max(_finite(sample.blocked_s) - comm, 0.0), idle)
+        high = min(max(_finite(sample.blocked_s) + _finite(sample.run_delay_s) - comm, 0.0), idle)
+        values.append((low + high) / 2)
+    return statistics.median(values) if values else None
+
+
+def carried_components(
+    breakdown: Breakdown, wall_s: float, blocked_s: float | None
+) -> tuple[ComponentShare, ...]:
+    """The components a step of `wall_s` seconds after the window carries.
+
+    On a CPU timeline (`breakdown.blocked_elsewhere_s` and the step's `blocked_s` known) whose
+    window saw exposed communication: the step's exposed communication is its own blocked time
+    less the window's blocked time elsewhere (0 to `wall_s`), split over axes and tiers as in the
+    window; the other buckets share the rest as in the window. Otherwise `components_for`.
+    """
+    elsewhere = breakdown.blocked_elsewhere_s
+    comm = [s for s in breakdown.shares if s.component == "exposed_comm"]
+    rest = [s for s in breakdown.shares if s.component != "exposed_comm"]
+    comm_fraction = math.fsum(s.fraction for s in comm)
+    rest_fraction = math.fsum(s.fraction for s in rest)
+    if elsewhere is None or blocked_s is None or comm_fraction <= 0 or wall_s <= 0:
+        return components_for(breakdown, wall_s)
+    comm_s = min(max(blocked_s - elsewhere, 0.0), wall_s)
+    if rest_fraction <= 0:
+        comm_s = wall_s
+    comm_scale, rest_scale = comm_s / wall_s / comm_fraction, 0.0
+    if rest_fraction > 0:
+        rest_scale = (wall_s - comm_s) / wall_s / rest_fraction
+    shares = [Share(s.component, s.fraction * comm_scale, s.axis, s.tier) for s in comm]
+    shares += [Share(s.component, s.fraction * rest_scale) for s in rest]
+    return components_for(
+        Breakdown(breakdown.step, tuple(s for s in shares if s.fraction > 0), 0.0), wall_s
+    )
+
+
 def components_for(breakdown: Breakdown, wall_s: float) -> tuple[ComponentShare, ...]:
     """`breakdown` scaled to a step of `wall_s` seconds; the seconds sum to `wall_s` exactly.
 
@@ -283,11 +356,14 @@ def make_report(
     breakdown: Breakdown | None,
     collectives: tuple[CollectiveSample, ...] = (),
     measured_s: float | None = None,
+    blocked_s: float | None = None,
 ) -> StepReport:
     """One schema step report; components are `breakdown` scaled to `wall_s` (empty if None).
 
     `measured_s`: the step's profiled window on the trace (s), when `breakdown` is its own: the
-    breakdown is scaled to it and the rest of `wall_s` is `instrumentation`.
+    breakdown is scaled to it and the rest of `wall_s` is `instrumentation`. Else the step
+    carries a window's breakdown (`carried_components`; `blocked_s`: the time its training
+    thread was blocked, on CPU timelines).
     """
     if breakdown is None:
         components: tuple[ComponentShare, ...] = ()
@@ -296,8 +372,10 @@ def make_report(
             *components_for(breakdown, measured_s),
             ComponentShare(component="instrumentation", seconds=wall_s - measured_s),
         )
-    else:
+    elif measured_s is not None:
         components = components_for(breakdown, wall_s)
+    else:
+        components = carried_components(breakdown, wall_s, blocked_s)
     measured = wall_s if measured_s is None or not 0 < measured_s < wall_s else measured_s
     return StepReport(
         step=step,

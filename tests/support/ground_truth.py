@@ -156,22 +156,12 @@ def _windows(reports: dict[int, StepReport]) -> dict[int, list[tuple[float, floa
     return windows
 
 
-def all_steps_share(parts: Sequence[tuple[float, float]]) -> float | None:
-    """The carried share before the first window step was left out: every step, by time."""
-    measured = math.fsum(m for _, m in parts)
-    return math.fsum(e for e, _ in parts) / measured if measured > 0 else None
-
-
-def per_step_share(parts: Sequence[tuple[float, float]]) -> float | None:
-    """Another rule: the mean of the window's steps' own shares, every step weighing the same."""
-    shares = [e / m for e, m in parts if m > 0]
-    return statistics.fmean(shares) if shares else None
-
-
 def report_errors_with(
     run_: Run, rank: int, carry: Callable[[Sequence[tuple[float, float]]], float | None]
 ) -> Errors:
-    """`report_errors` had the carried steps carried `carry(window's exposed_parts)` instead."""
+    """`report_errors` had the carried steps carried the share `carry(window's exposed_parts)`
+    instead (`window_exposed_share`: the window's share, as steps carried it before they took
+    their exposed comm from their own blocked time)."""
     return _errors(run_.reports(rank), run_.comm_s(rank), carry)
 
 

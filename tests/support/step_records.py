@@ -19,6 +19,7 @@ from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.step_flops import FlopsTracker, StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
+from mfuscope.agent.thread_clock import RunDelayReader
 
 __all__ = [
     "CollectingAssembler",
@@ -111,13 +112,17 @@ def reporter_for(
     wall_offset_ns: int = 0,
     health: HealthCounters | None = None,
     collectives: Any = None,
+    thread_clock: RunDelayReader | None = None,
 ) -> tuple[StepRecorder, StepReporter, list[TimedStep]]:
     """A bound recorder (first step 0), its reporter, and the list of `TimedStep`s it hands on.
     `clock`: perf_counter_ns as the recorder sees it; the wall clock is `clock` + offset.
-    `collectives`: anything with `step_began(step, start_unix_ns)`."""
+    `collectives`: anything with `step_began(step, start_unix_ns)`. `thread_clock`: the
+    training thread's schedstat reader (None: not read)."""
     health = health or HealthCounters()
     log = RateLimitedLog(60.0)
-    recorder = StepRecorder(first_step=0, timer=None, health=health, log=log)
+    recorder = StepRecorder(
+        first_step=0, timer=None, health=health, log=log, thread_clock=thread_clock
+    )
     flops, windows = FakeWindows.flops_and_windows(recorder)
     recorder.bind(flops, windows)
     assembler = CollectingAssembler()

@@ -223,7 +223,11 @@ def test_window_breakdown_attaches_to_later_steps(tmp_path: Path) -> None:
         profile=True,
         profile_first_step=2,
         profile_steps=2,
-        seams=Seams(profiler_factory=FakeProfiler, analyse=analyse, timer=None),
+        # the thread clock not read: steps carry the window's shares (how GPU timelines carry
+        # them; test_report_assembly has CPU steps carrying their own blocked time)
+        seams=Seams(
+            profiler_factory=FakeProfiler, analyse=analyse, timer=None, thread_clock=lambda: None
+        ),
     )
     for _ in range(4):
         with agent.step():

@@ -3,6 +3,7 @@ asynchronously by the report thread (never synchronised, also not at close)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
+from mfuscope.agent.thread_clock import open_run_delay
 from mfuscope.core.schema import batch_from_json
 
 from tests.support.agent_fakes import FakeProfiler
@@ -230,3 +232,36 @@ def test_recorder_slots_and_hot_path_names_match() -> None:
     with recorder:
         pass
     assert not hasattr(recorder, "__dict__")
+
+
+def test_on_cpu_a_step_is_blocked_while_its_thread_sleeps_not_while_it_computes() -> None:
+    # the real thread clock (Linux schedstat): a sleeping step is blocked for its sleep; a
+    # step that spins is not, whatever the machine's load (waiting for a CPU is run delay)
+    reader = open_run_delay()
+    if reader is None:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    recorder, reporter, timed = reporter_for(time.perf_counter_ns, thread_clock=reader)
+    with recorder:
+        time.sleep(0.03)
+    with recorder:
+        spin_until = time.thread_time() + 0.03  # 30 ms of this thread's own CPU time
+        while time.thread_time() < spin_until:
+            pass
+    with recorder:
+        pass
+    reporter.drain()
+    sleeping, spinning = timed[0], timed[1]
+    assert sleeping.blocked_s is not None and spinning.blocked_s is not None
+    assert 0.025 <= sleeping.blocked_s <= sleeping.wall_s
+    assert spinning.blocked_s < 0.01 < 0.03 <= spinning.wall_s
+
+
+def test_without_a_thread_clock_steps_have_no_blocked_time(clock: FakeClock) -> None:
+    assert open_run_delay("/nonexistent/schedstat") is None
+    recorder, reporter, timed = reporter_for(clock)
+    with recorder:
+        clock.advance(0.5)
+    with recorder:
+        clock.advance(0.5)
+    reporter.drain()
+    assert timed == [TimedStep(0, 10_000_000_000, 0.5, None)]

@@ -10,7 +10,7 @@ from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
 from mfuscope.core.schema import ComponentShare, batch_from_json
 
-from tests.support.agent_fakes import Decomposition, Record
+from tests.support.agent_fakes import Decomposition, Exposed, Record
 
 _HEADER = BatchHeader(
     job="unit",
@@ -110,3 +110,60 @@ def test_batches_carry_the_run_key_once_flops_are_known() -> None:
     assert batch_from_json(assembler.encode(unknown)).run_key == key  # kept from then on
     users = ReportAssembler(replace(header, run_key="llama nightly"), HealthCounters())
     assert batch_from_json(users.encode(unknown)).run_key == "llama nightly"
+
+
+def _cpu_window(steps: tuple[int, ...], comm_s: tuple[float, ...]) -> WindowResult:
+    """A window of 10 ms CPU steps: 4 ms compute, 4 ms idle (a sleep), `comm_s` exposed."""
+    return WindowResult(
+        steps,
+        tuple(
+            Decomposition(
+                s,
+                wall_s=0.008 + c,
+                compute_s=0.004,
+                bubble_idle_s=0.004,
+                exposed_comm_s=c,
+                exposed_comm=(Exposed("dp", "intra_node", c),),
+            )
+            for s, c in zip(steps, comm_s, strict=True)
+        ),
+    )
+
+
+def _blocked(step: int, wall_s: float, blocked_s: float | None) -> TimedStep:
+    return TimedStep(step, step * 10**7, wall_s, blocked_s, None if blocked_s is None else 0.0)
+
+
+def test_carried_cpu_steps_take_their_comm_from_their_blocked_time() -> None:
+    assembler = ReportAssembler(_HEADER, HealthCounters())
+    # window steps blocked 4 ms beyond their exposed comm (the sleep), one of them 2 ms less
+    # (its wait for a CPU counted inside the collective on the trace)
+    for step, comm in ((1, 0.002), (2, 0.003), (3, 0.001)):
+        blocked = 0.004 + comm - (0.002 if step == 3 else 0.0)
+        assert assembler.step_finished(_blocked(step, 0.008 + comm, blocked), hold=True) == []
+    assembler.window_finished(_cpu_window((1, 2, 3), (0.002, 0.003, 0.001)))
+    # a later step of 15 ms, blocked 10 ms: 6 ms of comm; compute and idle share 9 ms 1:1
+    later = assembler.step_finished(_blocked(4, 0.015, 0.010), hold=False)[0]
+    assert later.breakdown_step == 3
+    assert _seconds(later.components) == pytest.approx(
+        {"exposed_comm": 0.006, "compute": 0.0045, "bubble_idle": 0.0045}
+    )
+    # a step the thread clock did not read carries the window's shares
+    unclocked = assembler.step_finished(_blocked(5, 0.015, None), hold=False)[0]
+    assert _seconds(unclocked.components)["exposed_comm"] == pytest.approx(0.015 * 0.2 / 1.0)
+
+
+def test_the_blocked_time_elsewhere_pools_the_last_windows() -> None:
+    assembler = ReportAssembler(_HEADER, HealthCounters())
+    windows = ((1, 2), (11, 12), (21, 22), (31, 32))
+    elsewhere = (0.004, 0.004, 0.001, 0.001)  # the job's sleep shrinks at the third window
+    for (a, b), sleep in zip(windows, elsewhere, strict=True):
+        for step in (a, b):
+            assembler.step_finished(_blocked(step, 0.01, sleep + 0.002), hold=True)
+        assembler.window_finished(_cpu_window((a, b), (0.002, 0.002)))
+        assert assembler.breakdown is not None
+        if a == 21:  # median of 4 steps at 4 ms and 2 at 1 ms
+            assert assembler.breakdown.blocked_elsewhere_s == pytest.approx(0.004)
+    # the first window has left the pool: 2 steps at 4 ms and 4 at 1 ms
+    assert assembler.breakdown is not None
+    assert assembler.breakdown.blocked_elsewhere_s == pytest.approx(0.001)

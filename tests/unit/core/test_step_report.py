@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -9,14 +10,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mfuscope.core.schema import (
     CollectiveSample,
+    ComponentShare,
     ReportBatch,
     StepReport,
     batch_from_json,
     batch_to_json,
 )
 from mfuscope.core.step_report import (
+    BlockedSample,
+    Breakdown,
+    Share,
+    blocked_elsewhere_s,
     breakdown_from_steps,
     carried_breakdown,
+    carried_components,
     collective_samples,
     components_for,
     make_report,
@@ -98,6 +105,81 @@ def test_the_carried_breakdown_leaves_out_the_window_step_the_profiler_starts_in
     assert carried == breakdown_from_steps([steps[0], steps[2]], 9)
     assert carried_breakdown([started], 7) == breakdown_from_steps([started], 7)  # all there is
     assert carried_breakdown([], 7) is None
+
+
+def test_blocked_time_elsewhere_is_the_median_of_the_bounded_window_steps() -> None:
+    # per step: blocked - exposed comm, at least 0 and at most the step's idle time; with run
+    # delay, the midpoint between that bounded value without it and with it
+    samples = [
+        BlockedSample(blocked_s=0.010, run_delay_s=0.0, exposed_comm_s=0.006, idle_s=0.0045),
+        # 0.004
+        BlockedSample(blocked_s=0.004, run_delay_s=0.0, exposed_comm_s=0.007, idle_s=0.0045),
+        # -0.003 -> 0
+        BlockedSample(blocked_s=0.020, run_delay_s=0.0, exposed_comm_s=0.002, idle_s=0.0045),
+        # 0.018 -> 0.0045
+        BlockedSample(blocked_s=0.0081, run_delay_s=0.0, exposed_comm_s=0.0042, idle_s=0.0045),
+        # 0.0039
+        BlockedSample(blocked_s=math.nan, run_delay_s=0.0, exposed_comm_s=0.001, idle_s=0.0045),
+        # nan -> 0
+    ]
+    assert blocked_elsewhere_s(samples) == pytest.approx(0.0039)
+    assert blocked_elsewhere_s(samples[:1]) == pytest.approx(0.004)
+    assert blocked_elsewhere_s([]) is None
+    # a woken thread that waited 3 ms for a CPU inside the collective: the trace's 6 ms of comm
+    # hold it, the 7 ms blocked do not; the midpoint of 1 ms (without it) and 4 ms (with it)
+    woken = BlockedSample(blocked_s=0.007, run_delay_s=0.003, exposed_comm_s=0.006, idle_s=0.005)
+    assert blocked_elsewhere_s([woken]) == pytest.approx(0.0025)
+    # the upper value is bounded by the idle time too: midpoint of 1 ms and 2 ms
+    short = BlockedSample(blocked_s=0.007, run_delay_s=0.003, exposed_comm_s=0.006, idle_s=0.002)
+    assert blocked_elsewhere_s([short]) == pytest.approx(0.0015)
+
+
+def _cpu_window(elsewhere: float | None) -> Breakdown:
+    # compute 50 %, idle 30 %, exposed comm 20 % (dp 3/4, tp 1/4)
+    return Breakdown(
+        step=12,
+        shares=(
+            Share("compute", 0.5),
+            Share("bubble_idle", 0.3),
+            Share("exposed_comm", 0.15, "dp", "inter_node"),
+            Share("exposed_comm", 0.05, "tp", "intra_node"),
+        ),
+        overlapped_fraction=0.0,
+        blocked_elsewhere_s=elsewhere,
+    )
+
+
+def _seconds(components: tuple[ComponentShare, ...]) -> dict[tuple[str, str], float]:
+    return {(c.component, c.axis): c.seconds for c in components}
+
+
+def test_a_carried_cpu_step_takes_its_exposed_comm_from_its_own_blocked_time() -> None:
+    # a 10 ms step blocked 7 ms, 4 ms of which the window found blocked elsewhere: 3 ms of comm,
+    # split 3:1 over dp and tp as in the window; compute and idle share the other 7 ms 5:3
+    seconds = _seconds(carried_components(_cpu_window(0.004), 0.010, 0.007))
+    assert seconds[("exposed_comm", "dp")] == pytest.approx(0.00225)
+    assert seconds[("exposed_comm", "tp")] == pytest.approx(0.00075)
+    assert seconds[("compute", "")] == pytest.approx(0.007 * 5 / 8)
+    assert seconds[("bubble_idle", "")] == pytest.approx(0.007 * 3 / 8)
+    assert math.fsum(seconds.values()) == pytest.approx(0.010, rel=1e-12)
+    # with the same window, a step blocked less than the time elsewhere carries no comm ...
+    less = _seconds(carried_components(_cpu_window(0.004), 0.010, 0.003))
+    assert ("exposed_comm", "dp") not in less
+    assert less[("compute", "")] == pytest.approx(0.010 * 5 / 8)
+    # ... and one blocked all along (a rank waiting for a stalled peer) is all comm
+    waiting = _seconds(carried_components(_cpu_window(0.004), 0.010, 0.5))
+    assert waiting == pytest.approx(
+        {("exposed_comm", "dp"): 0.0075, ("exposed_comm", "tp"): 0.0025}
+    )
+
+
+def test_without_a_thread_clock_or_window_comm_a_step_carries_the_shares() -> None:
+    shares = components_for(_cpu_window(None), 0.010)
+    assert carried_components(_cpu_window(None), 0.010, 0.007) == shares  # GPU, or no clock
+    assert carried_components(_cpu_window(0.004), 0.010, None) == shares  # step not clocked
+    quiet = Breakdown(12, (Share("compute", 0.6), Share("bubble_idle", 0.4)), 0.0, (), 0.001)
+    # blocked time is no evidence of communication where the window saw none
+    assert carried_components(quiet, 0.010, 0.008) == components_for(quiet, 0.010)
 
 
 def test_unattributed_exposed_time_keeps_an_unknown_axis() -> None:
@@ -204,6 +286,8 @@ bucket = st.floats(min_value=0.0, max_value=5.0, allow_nan=False)
         max_size=4,
     ),
     wall=st.floats(min_value=1e-6, max_value=86_000.0),
+    blocked=st.none() | st.floats(min_value=0.0, max_value=1e5),
+    elsewhere=st.floats(min_value=0.0, max_value=1e5),
 )
 def test_components_always_sum_to_the_step_and_pass_the_schema(
     compute: float,
@@ -213,6 +297,8 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
     idle: float,
     exposed: list[tuple[str, str, float]],
     wall: float,
+    blocked: float | None,
+    elsewhere: float,
 ) -> None:
     parts = tuple(Exposed(a, t, s) for a, t, s in exposed)
     total_exposed = math.fsum(p.seconds for p in parts)
@@ -228,6 +314,8 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
         exposed_comm=parts,
     )
     breakdown = breakdown_from_steps([step], 5)
+    if breakdown is not None and blocked is not None:  # a CPU window, a carried step
+        breakdown = dataclasses.replace(breakdown, blocked_elsewhere_s=elsewhere)
     report = make_report(
         step=9,
         start_unix_ns=1,
@@ -235,6 +323,7 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
         model_flops=1e12,
         recompute_flops=1e11,
         breakdown=breakdown,
+        blocked_s=blocked,
     )
     if breakdown is None:
         assert report.components == ()
