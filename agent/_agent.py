@@ -33,7 +33,7 @@ from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.profiler_windows import ProfilerLike
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer
-from mfuscope.agent.thread_clock import RunDelayReader
+from mfuscope.agent.thread_clock import ThreadClock
 from mfuscope.agent.transport import Transport
 from mfuscope.core.errors import InputError
 from mfuscope.core.schema import StepReport
@@ -56,8 +56,8 @@ class Seams:
     nvml: Any = None  # an object with pynvml's functions, for the hardware-counter sampler
     sysfs_root: str | None = None  # the directory that plays `/` for NIC counters
     collective_sources: Sequence[Any] | None = None  # flight-recorder `DumpSource`s
-    # opens the training thread's schedstat reader (None: `thread_clock.open_run_delay`)
-    thread_clock: Callable[[], RunDelayReader | None] | None = None
+    # opens the training thread's schedstat reader (None: `thread_clock.open_thread_clock`)
+    thread_clock: Callable[[], ThreadClock | None] | None = None
 
 
 class _NoStep:

@@ -41,7 +41,7 @@ from mfuscope.agent.recompute import wrap_checkpoint
 from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
 from mfuscope.agent.step_flops import CountSession, FlopsTracker
 from mfuscope.agent.step_timer import DeviceEventStepTimer, StepTimer
-from mfuscope.agent.thread_clock import open_run_delay
+from mfuscope.agent.thread_clock import open_thread_clock
 from mfuscope.agent.topology import (
     RankTopology,
     _env_int,
@@ -510,7 +510,9 @@ def build_runtime(
             close_wait_s=min(config.close_timeout_s * 0.25, 2.0),
         )
     # On the training thread (it makes the agent): the schedstat file names the opening thread.
-    thread_clock = None if timer is not None else (seams.thread_clock or open_run_delay)()
+    thread_clock = None
+    if timer is None and config.thread_clock:
+        thread_clock = (seams.thread_clock or open_thread_clock)()
     recorder = StepRecorder(
         first_step=config.first_step,
         timer=timer,

@@ -14,14 +14,15 @@ steady ones), `StepRecorder.__enter__` and `__exit__` together may only:
   (`forwards_matched`, kept by the model's forward pre-hook, `step_flops.FlopsTracker`);
 - on a GPU, record a CUDA event at each boundary (`step_timer.DeviceEventStepTimer`: a pooled
   event and a deque append; never a synchronisation);
-- on a CPU timeline (no device timer), also store the thread's CPU time and its schedstat line
-  in two more ring slots (`thread_clock`: one `clock_gettime` and one `pread`, about 1.3 us
-  together here), from which the periodic thread works out how long the step was blocked.
+- on a CPU timeline (no device timer), also store the thread's schedstat line in a second ring
+  slot (`thread_clock`: one `pread` of /proc, the one system call of the path: about 2 us in one
+  process and 12 us after a gloo DDP step on this VM; its module says why per step), from which
+  the periodic thread works out how long the step was blocked.
 
-Nothing else: no lock, no allocation besides the clock's int, no logging call, no dictionary, no
-report, no call into the rest of the agent. The agent's periodic thread (`_step_reports`) turns the
-ring into periods, FLOPs into reports, encodes and ships them, hands the collective reader its
-step starts and the window coordinator its baseline of step periods.
+Nothing else: no lock, no allocation besides the clock's int and that line, no logging call, no
+dictionary, no report, no call into the rest of the agent. The agent's periodic thread
+(`_step_reports`) turns the ring into periods, FLOPs into reports, encodes and ships them, hands
+the collective reader its step starts and the window coordinator its baseline of step periods.
 
 The hot path is Python. After a DDP step the training thread's caches are cold and every
 Python frame and attribute costs memory lines; in benchmarks/agent_overhead.py the in-agent
@@ -55,14 +56,14 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from threading import get_ident
-from time import perf_counter_ns, thread_time_ns
+from time import perf_counter_ns
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.step_flops import NO_STEADY, OUTSIDE, RECORDING, StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer
-from mfuscope.agent.thread_clock import RunDelayReader
+from mfuscope.agent.thread_clock import ThreadClock
 
 if TYPE_CHECKING:
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
@@ -94,18 +95,17 @@ class StepRecorder:
         "begun",
         "clock_thread",
         "closed",
-        "cpu_starts",
         "depth",
         "first_step",
         "flops_log",
         "forwards_matched",
         "last_end_ns",
-        "read_run_delay",
-        "run_delay_starts",
+        "read_thread_clock",
         "slow_from",
         "starts",
         "steady_forwards",
         "thread_clock",
+        "thread_starts",
         "timer",
         "window_results",
         "window_steps",
@@ -119,13 +119,12 @@ class StepRecorder:
     starts: list[int]  # perf_counter_ns at each step's start (the ring)
     steady_forwards: int
     timer: StepTimer | None  # device timer (GPU), None on CPU
-    # CPU timelines: the training thread's CPU time (ns) and schedstat line at each step's start
-    # (rings beside `starts`); `read_run_delay` None: not read (GPU, or no schedstat here).
-    thread_clock: RunDelayReader | None
-    read_run_delay: Callable[[], bytes] | None
+    # CPU timelines: the training thread's schedstat line at each step's start (a ring beside
+    # `starts`); `read_thread_clock` None: not read (GPU, or no schedstat here).
+    thread_clock: ThreadClock | None
+    read_thread_clock: Callable[[], bytes] | None
     clock_thread: int  # the thread that made the recorder (and opened `thread_clock`)
-    cpu_starts: list[int]
-    run_delay_starts: list[bytes]
+    thread_starts: list[bytes]
     closed: bool
     flops_log: collections.deque[FlopsEntry]
     window_steps: collections.deque[int]
@@ -142,10 +141,10 @@ class StepRecorder:
         timer: StepTimer | None,
         health: HealthCounters,
         log: RateLimitedLog,
-        thread_clock: RunDelayReader | None = None,
+        thread_clock: ThreadClock | None = None,
     ) -> None:
-        """`thread_clock`: the training thread's schedstat reader (`thread_clock.open_run_delay`,
-        opened on that thread; CPU timelines only), None: the thread's clock is not read."""
+        """`thread_clock`: the training thread's clock (`thread_clock.open_thread_clock`, opened
+        on that thread; CPU timelines only), None: the thread's clock is not read."""
         self.forwards_matched = OUTSIDE
         self.steady_forwards = NO_STEADY
         self.begun = 0
@@ -155,10 +154,9 @@ class StepRecorder:
         self.slow_from = 0  # the first step is slow (FLOPs counted, first window decision)
         self.timer = timer
         self.thread_clock = thread_clock
-        self.read_run_delay = None if thread_clock is None else thread_clock.read
+        self.read_thread_clock = None if thread_clock is None else thread_clock.read
         self.clock_thread = get_ident()
-        self.cpu_starts = [0] * CAPACITY
-        self.run_delay_starts = [b""] * CAPACITY
+        self.thread_starts = [b""] * CAPACITY
         self.first_step = first_step
         self.closed = False
         # Passed on to the periodic thread by slow steps only (deques: see the module docstring).
@@ -185,10 +183,9 @@ class StepRecorder:
         self.starts[n & 4095] = start  # CAPACITY - 1 as a literal: no global lookup
         if self.timer is not None:
             self._device_mark(self.first_step + n, True)
-        elif self.read_run_delay is not None:
+        elif self.read_thread_clock is not None:
             try:  # free unless it raises (CPython 3.11+)
-                self.cpu_starts[n & 4095] = thread_time_ns()
-                self.run_delay_starts[n & 4095] = self.read_run_delay()
+                self.thread_starts[n & 4095] = self.read_thread_clock()
             except OSError as exc:
                 self._thread_clock_failed(exc)
         self.begun = n + 1
@@ -225,7 +222,7 @@ class StepRecorder:
 
     def _thread_clock_failed(self, exc: BaseException) -> None:
         """Stop reading the thread's clock (steps from here on carry the window's shares)."""
-        self.read_run_delay = None
+        self.read_thread_clock = None
         self.thread_clock = None
         self._log.warning(
             "thread-clock",
@@ -266,10 +263,9 @@ class StepRecorder:
         assert flops is not None and windows is not None
         if self.timer is not None:
             self._device_mark(step, True)
-        elif self.read_run_delay is not None:
+        elif self.read_thread_clock is not None:
             try:
-                self.cpu_starts[n & _MASK] = thread_time_ns()
-                self.run_delay_starts[n & _MASK] = self.read_run_delay()
+                self.thread_starts[n & _MASK] = self.read_thread_clock()
             except OSError as exc:
                 self._thread_clock_failed(exc)
         try:

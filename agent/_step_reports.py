@@ -26,7 +26,7 @@ from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer, TimedStep
-from mfuscope.agent.thread_clock import run_delay_ns
+from mfuscope.agent.thread_clock import thread_times
 from mfuscope.core.schema import MIN_STEP_SECONDS, StepReport
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class StepReporter:
         if begun - n > CAPACITY:  # a whole ring behind: those slots are rewritten already
             self._count_lost(begun - CAPACITY - n)
             n = begun - CAPACITY
-        clocked = recorder.read_run_delay is not None
+        clocked = recorder.read_thread_clock is not None
         while n + 1 < begun:
             start = starts[n & (CAPACITY - 1)]
             following = starts[(n + 1) & (CAPACITY - 1)]
@@ -193,17 +193,16 @@ class StepReporter:
         """(blocked, run delay) of the training thread in the step in slot n (s): the run delay
         is the time it waited for a CPU, the blocked time its period less that and its CPU time
         (`thread_clock`); None when the clock was not read at both ends."""
-        recorder = self._recorder
-        first, following = n & (CAPACITY - 1), (n + 1) & (CAPACITY - 1)
-        raw_first = recorder.run_delay_starts[first]
-        raw_following = recorder.run_delay_starts[following]
+        ring = self._recorder.thread_starts
+        raw_first, raw_following = ring[n & (CAPACITY - 1)], ring[(n + 1) & (CAPACITY - 1)]
         if not raw_first or not raw_following:
             return _NONE
         try:
-            waited_ns = max(run_delay_ns(raw_following) - run_delay_ns(raw_first), 0)
+            first, following = thread_times(raw_first), thread_times(raw_following)
         except ValueError:
             return _NONE
-        cpu_ns = recorder.cpu_starts[following] - recorder.cpu_starts[first]
+        waited_ns = max(following.run_delay_ns - first.run_delay_ns, 0)
+        cpu_ns = following.cpu_ns - first.cpu_ns
         return max(period_ns - cpu_ns - waited_ns, 0) / 1e9, waited_ns / 1e9
 
     def _wall_offset_ns(self) -> int:

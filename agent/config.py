@@ -65,6 +65,10 @@ class AgentConfig:
     profile_every_s: float = 300.0
     profile_steps: int = 3
     profile_max_overhead_ratio: float = 0.005
+    # On CPU timelines, read the training thread's clock at each step's start (one /proc read):
+    # the steps between windows then carry their own exposed communication
+    # (docs/definitions.md#carried-breakdowns).
+    thread_clock: bool = True
     keep_traces: int = 0
     keep_traces_dir: str | None = None
     keep_traces_max_bytes: int = 1 << 30

@@ -4,19 +4,30 @@ A step's period on the host is the training thread's CPU time, plus the time it 
 CPU while runnable (its *run delay*), plus the time it was blocked: off the CPU and not asking
 for it (a collective it waits on, a sleep, a queue). On a CPU timeline the steps between profiled
 windows carry their exposed communication from that blocked time, step by step
-(docs/definitions.md#carried-breakdowns); this module reads the two figures it takes at each
-step's start:
+(docs/definitions.md#carried-breakdowns). Linux keeps both figures per thread in
+``/proc/thread-self/schedstat``: ``"<CPU time ns> <run delay ns> <timeslices>"``. The training
+thread reads its line at each step's start with one `pread` into a ring slot; the periodic thread
+parses the lines.
 
-- CPU time: `time.thread_time_ns()` (exact for the calling thread);
-- run delay: the second field of Linux's ``/proc/thread-self/schedstat`` (ns). Its first field,
-  the CPU time, lags by up to a scheduler tick for the thread reading its own, hence the first
-  figure; the run delay accrues only while the thread waits to run, so the thread reading it
-  sees it current.
+Why one read per step on the training thread, the only system call of its step path:
+- one file gives both figures (`time.thread_time_ns` would be a second call; the line's CPU time
+  agreed with it to 2 us on all but a few of 20,000 reads here, off by up to a scheduler tick on
+  those);
+- read by another thread at its own pace (tried: the periodic thread several times a second, the
+  steps in between getting a linear share), the per-step figure is smeared over the steps of
+  each interval, and under load a read that lands while the training thread waits for a CPU
+  counts that wait as blocked: beside two busy loops the carried exposed comm was then 2.8
+  points off on average (8 of 10 rank-runs within 4) against 1.3 (10 of 10) read per step;
+- the cost, in `benchmarks/agent_overhead_single.py` and `agent_overhead.py`: about 2 us per step
+  in one process and 12 us after a 2-rank gloo DDP step on this VM (system calls are dear here),
+  on CPU steps of milliseconds. `os.pread` also lets other Python threads take the GIL for its
+  duration, so their work (a flight-recorder read) can land inside the step boundary instead of
+  later in the step. `thread_clock=False` turns the clock off.
 
-The file is opened on the training thread (``thread-self`` names the opener's thread) and read
-with one `pread`; the bytes are parsed later, on the agent's periodic thread. Where the file is
-missing (not Linux, a kernel without schedstats) there is no reader and steps carry the window's
-shares, as on GPU timelines, where the device, not the training thread, spans the wait.
+The file is opened on the training thread (``thread-self`` names the opener's thread). Where it
+is missing (not Linux) or counts nothing (a kernel without scheduler statistics writes
+``0 0 0``) there is no clock, and steps carry the window's shares, as on GPU timelines, where
+the device, not the training thread, spans the wait.
 """
 
 from __future__ import annotations
@@ -24,18 +35,19 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["RunDelayReader", "open_run_delay", "run_delay_ns"]
+__all__ = ["SCHEDSTAT", "ThreadClock", "ThreadTimes", "open_thread_clock", "thread_times"]
 
 SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
-class RunDelayReader:
-    """Reads the opening thread's schedstat line (`read`, raw bytes; parse with `run_delay_ns`).
+class ThreadClock:
+    """Reads the opening thread's schedstat line (`read`, raw bytes; parse with `thread_times`).
 
-    Holds the file open for the reader's life: the hot path calls `read` with no check, so the
+    Holds the file open for the clock's life: the hot path calls `read` with no check, so the
     descriptor is closed only when nothing can call it any more (the recorder that holds both
-    the reader and its `read` is collected)."""
+    the clock and its `read` is collected)."""
 
     __slots__ = ("_fd", "read")
 
@@ -47,23 +59,31 @@ class RunDelayReader:
         os.close(self._fd)
 
 
-def open_run_delay(path: str = SCHEDSTAT) -> RunDelayReader | None:
-    """A reader of the calling thread's run delay, or None where it cannot be read."""
+@dataclass(frozen=True, slots=True)
+class ThreadTimes:
+    """A schedstat line: the thread's CPU time and run delay so far (ns)."""
+
+    cpu_ns: int
+    run_delay_ns: int
+
+
+def open_thread_clock(path: str = SCHEDSTAT) -> ThreadClock | None:
+    """The calling thread's clock, or None where it cannot be read or counts nothing."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    reader = RunDelayReader(fd)
+    clock = ThreadClock(fd)  # closes the file when collected, also on the way out below
     try:
-        run_delay_ns(reader.read())
+        times = thread_times(clock.read())
     except (OSError, ValueError):
-        return None  # the reader closes the file as it goes
-    return reader
+        return None
+    return clock if times.cpu_ns > 0 else None
 
 
-def run_delay_ns(raw: bytes) -> int:
-    """The run delay (ns) in a schedstat line: ``"<cpu ns> <run delay ns> <timeslices>"``."""
+def thread_times(raw: bytes) -> ThreadTimes:
+    """Parse a schedstat line (ValueError if it is not one)."""
     fields = raw.split()
     if len(fields) < 2:
         raise ValueError(f"not a schedstat line: {raw[:64]!r}")
-    return int(fields[1])
+    return ThreadTimes(int(fields[0]), int(fields[1]))

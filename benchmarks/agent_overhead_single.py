@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/agent_overhead_single.py [--rounds 200] [--block 20]
 
 A small model (two 64-wide linear layers, batch 8, SGD; OMP_NUM_THREADS=1) trains in one
-process without torch.distributed. Blocks of steps of four modes are interleaved in a rotating
+process without torch.distributed. Blocks of steps of five modes are interleaved in a rotating
 order every round, so drift hits all modes alike:
 
 - `baseline`: the plain step;
@@ -11,6 +11,8 @@ order every round, so drift hits all modes alike:
   a list (the least any per-step instrumentation can cost);
 - `always-on`: `with agent.step():` of an agent with profiling off (FLOPs counted once from the
   model, reports to a JSONL file);
+- `no-clock`: the same with `thread_clock=False` (the hot path without the thread clock's
+  read, as on GPU timelines less their CUDA event);
 - `default`: an agent with its default sampling (a profiled window at its step 10 and then at
   the default cadence).
 
@@ -31,7 +33,7 @@ from typing import Any
 
 from _floor import IN_AGENT_HEADER, Floor, in_agent_columns
 
-MODES = ("baseline", "floor", "always-on", "default")
+MODES = ("baseline", "floor", "always-on", "no-clock", "default")
 
 
 def main() -> int:
@@ -58,6 +60,9 @@ def main() -> int:
     common: dict[str, Any] = {"job": "bench", "model": model, "peak_flops": 1e12}
     agents = {
         "always-on": Agent(profile=False, jsonl_path=str(out / "on.jsonl"), **common),
+        "no-clock": Agent(
+            profile=False, thread_clock=False, jsonl_path=str(out / "off.jsonl"), **common
+        ),
         "default": Agent(jsonl_path=str(out / "default.jsonl"), **common),
     }
     scopes: dict[str, Any] = {"floor": Floor(), **agents}

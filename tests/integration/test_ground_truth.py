@@ -94,11 +94,11 @@ def test_live_agent_exposed_comm_is_the_time_blocked_in_the_collective(
 def test_carried_steps_take_their_exposed_comm_from_their_own_blocked_time(
     run: ground_truth.Run, rank: int
 ) -> None:
-    # The steps between windows carry their own exposed comm (docs/definitions.md#carried-
-    # breakdowns): over their time it is within 4 points of what the script spent in the
-    # all_reduce (the target, over ~300 steps in benchmarks/ground_truth.py; here
-    # ~45 carried steps per rank). A share carried from the window would miss by up to 10-20
-    # points here, where the wait moves from step to step.
+    # The steps between windows carry their own exposed comm (docs/definitions.md
+    # #carried-breakdowns): over their time within 4 points of what the script spent in the
+    # all_reduce (the target over ~300 steps in benchmarks/ground_truth.py; here ~45 carried
+    # steps per rank). A share carried from the window misses by up to 10-20 points on this
+    # job, whose wait moves from step to step.
     errors = ground_truth.report_errors(run, rank)
     assert len(errors.carried) >= 20, errors.carried
     assert abs(errors.carried_time_weighted) <= 4.0, (errors.carried_time_weighted, errors.carried)

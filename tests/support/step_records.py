@@ -19,7 +19,7 @@ from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.step_flops import FlopsTracker, StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
-from mfuscope.agent.thread_clock import RunDelayReader
+from mfuscope.agent.thread_clock import ThreadClock
 
 __all__ = [
     "CollectingAssembler",
@@ -112,7 +112,7 @@ def reporter_for(
     wall_offset_ns: int = 0,
     health: HealthCounters | None = None,
     collectives: Any = None,
-    thread_clock: RunDelayReader | None = None,
+    thread_clock: ThreadClock | None = None,
 ) -> tuple[StepRecorder, StepReporter, list[TimedStep]]:
     """A bound recorder (first step 0), its reporter, and the list of `TimedStep`s it hands on.
     `clock`: perf_counter_ns as the recorder sees it; the wall clock is `clock` + offset.

@@ -226,7 +226,10 @@ def test_window_breakdown_attaches_to_later_steps(tmp_path: Path) -> None:
         # the thread clock not read: steps carry the window's shares (how GPU timelines carry
         # them; test_report_assembly has CPU steps carrying their own blocked time)
         seams=Seams(
-            profiler_factory=FakeProfiler, analyse=analyse, timer=None, thread_clock=lambda: None
+            profiler_factory=FakeProfiler,
+            analyse=analyse,
+            timer=None,
+            thread_clock=lambda: None,
         ),
     )
     for _ in range(4):

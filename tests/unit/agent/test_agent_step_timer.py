@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mfuscope.agent import Agent
 from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
-from mfuscope.agent.thread_clock import open_run_delay
+from mfuscope.agent.thread_clock import open_thread_clock
 from mfuscope.core.schema import batch_from_json
 
 from tests.support.agent_fakes import FakeProfiler
@@ -237,10 +238,10 @@ def test_recorder_slots_and_hot_path_names_match() -> None:
 def test_on_cpu_a_step_is_blocked_while_its_thread_sleeps_not_while_it_computes() -> None:
     # the real thread clock (Linux schedstat): a sleeping step is blocked for its sleep; a
     # step that spins is not, whatever the machine's load (waiting for a CPU is run delay)
-    reader = open_run_delay()
-    if reader is None:
+    clock = open_thread_clock()
+    if clock is None:
         pytest.skip("no /proc/thread-self/schedstat here")
-    recorder, reporter, timed = reporter_for(time.perf_counter_ns, thread_clock=reader)
+    recorder, reporter, timed = reporter_for(time.perf_counter_ns, thread_clock=clock)
     with recorder:
         time.sleep(0.03)
     with recorder:
@@ -252,12 +253,68 @@ def test_on_cpu_a_step_is_blocked_while_its_thread_sleeps_not_while_it_computes(
     reporter.drain()
     sleeping, spinning = timed[0], timed[1]
     assert sleeping.blocked_s is not None and spinning.blocked_s is not None
+    assert spinning.run_delay_s is not None and spinning.run_delay_s >= 0
     assert 0.025 <= sleeping.blocked_s <= sleeping.wall_s
     assert spinning.blocked_s < 0.01 < 0.03 <= spinning.wall_s
 
 
+class _ScriptedClock:
+    """A thread clock whose lines the test writes: (CPU ns, run delay ns)."""
+
+    def __init__(self) -> None:
+        self.cpu_ns = 1_000
+        self.run_delay_ns = 0
+
+    def read(self) -> bytes:
+        return f"{self.cpu_ns} {self.run_delay_ns} 7\n".encode()
+
+
+def test_each_step_reads_the_thread_clock_at_its_start(clock: FakeClock) -> None:
+    thread = _ScriptedClock()
+    recorder, reporter, timed = reporter_for(clock, thread_clock=thread)  # type: ignore[arg-type]
+    # step 0: 10 ms, 4 ms on the CPU, 1 ms waiting for one, so 5 ms blocked
+    with recorder:
+        clock.advance(0.010)
+        thread.cpu_ns += 4_000_000
+        thread.run_delay_ns += 1_000_000
+    with recorder:  # step 1: 10 ms on the CPU
+        clock.advance(0.010)
+        thread.cpu_ns += 10_000_000
+    with recorder:  # step 2: blocked all along
+        clock.advance(0.010)
+    with recorder:  # step 3: the last, no reading at its end
+        clock.advance(0.010)
+    reporter.drain(final=True)
+    assert [(t.step, t.blocked_s, t.run_delay_s) for t in timed] == [
+        (0, pytest.approx(0.005), pytest.approx(0.001)),
+        (1, pytest.approx(0.0), pytest.approx(0.0)),
+        (2, pytest.approx(0.010), pytest.approx(0.0)),
+        (3, None, None),
+    ]
+
+
+def test_a_clock_that_fails_is_dropped_and_steps_carry_shares(clock: FakeClock) -> None:
+    thread = _ScriptedClock()
+    recorder, reporter, timed = reporter_for(clock, thread_clock=thread)  # type: ignore[arg-type]
+    with recorder:
+        clock.advance(0.010)
+
+    def broken() -> bytes:
+        raise OSError("gone")
+
+    recorder.read_thread_clock = broken
+    with recorder:  # the read fails at this step's start: the step still runs and is timed
+        clock.advance(0.010)
+    with recorder:
+        clock.advance(0.010)
+    reporter.drain(final=True)
+    assert recorder.read_thread_clock is None and recorder.thread_clock is None
+    assert [t.step for t in timed] == [0, 1, 2]
+    assert all(t.blocked_s is None for t in timed) and timed[0].wall_s == pytest.approx(0.010)
+
+
 def test_without_a_thread_clock_steps_have_no_blocked_time(clock: FakeClock) -> None:
-    assert open_run_delay("/nonexistent/schedstat") is None
+    assert open_thread_clock("/nonexistent/schedstat") is None
     recorder, reporter, timed = reporter_for(clock)
     with recorder:
         clock.advance(0.5)
@@ -265,3 +322,30 @@ def test_without_a_thread_clock_steps_have_no_blocked_time(clock: FakeClock) -> 
         clock.advance(0.5)
     reporter.drain()
     assert timed == [TimedStep(0, 10_000_000_000, 0.5, None)]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "env", "read"),
+    [
+        ({}, {}, True),
+        ({"thread_clock": False}, {}, False),
+        ({}, {"MFUSCOPE_THREAD_CLOCK": "0"}, False),
+    ],
+)
+def test_the_thread_clock_is_read_on_cpu_unless_turned_off(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    arguments: dict[str, Any],
+    env: dict[str, str],
+    read: bool,
+) -> None:
+    if open_thread_clock() is None:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    agent = Agent(job="unit", jsonl_path=str(tmp_path / "out.jsonl"), profile=False, **arguments)
+    try:
+        assert agent._recorder is not None
+        assert (agent._recorder.read_thread_clock is not None) is read
+    finally:
+        agent.close()
