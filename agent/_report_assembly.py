@@ -17,7 +17,6 @@ failed window's steps keep the previous breakdown and carry no collectives.
 
 from __future__ import annotations
 
-import collections
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -43,8 +42,6 @@ from mfuscope.core.step_report import (
 __all__ = ["BatchHeader", "ReportAssembler"]
 
 _NO_FLOPS = StepFlopsValue(0.0, 0.0, "unknown")
-# Windows whose steps estimate the blocked time outside communication (`blocked_elsewhere_s`).
-BLOCKED_WINDOWS = 3
 
 
 @dataclass(frozen=True)
@@ -105,11 +102,6 @@ class ReportAssembler:
         self._from_window: dict[int, _FromWindow] = {}
         self._last_finished: int | None = None  # the latest step whose period came in
         self.breakdown: Breakdown | None = None  # the latest window's, carried by later steps
-        # The last windows' blocked samples (CPU timelines): one window's 2 or 3 steps estimate
-        # the blocked time outside communication to ~0.5 ms, several to ~0.2 ms.
-        self._blocked_samples: collections.deque[list[BlockedSample]] = collections.deque(
-            maxlen=BLOCKED_WINDOWS
-        )
         self._run_key = header.run_key
 
     def flops_counted(self, step: int, flops: StepFlopsValue) -> None:
@@ -150,9 +142,12 @@ class ReportAssembler:
             for step in result.steps:
                 self._from_window.setdefault(step, _FromWindow(self.breakdown, ()))
         else:
-            self._blocked_samples.append(self._blocked(result))
-            pooled = [sample for samples in self._blocked_samples for sample in samples]
-            window = replace(window, blocked_elsewhere_s=blocked_elsewhere_s(pooled))
+            # From this window's steps alone: a job whose blocked time elsewhere changed (a
+            # data loader that got slower, a new sleep) is measured again by the next window,
+            # which earlier windows must not outvote (pooling the last 3 kept a slowed job's
+            # new idle time as communication, and its page named the wrong cause).
+            elsewhere = blocked_elsewhere_s(self._blocked(result))
+            window = replace(window, blocked_elsewhere_s=elsewhere)
             self.breakdown = window
             by_step = {d.step: d for d in result.decompositions}
             for step in result.steps:

@@ -95,10 +95,12 @@ def test_carried_steps_take_their_exposed_comm_from_their_own_blocked_time(
     run: ground_truth.Run, rank: int
 ) -> None:
     # The steps between windows carry their own exposed comm (docs/definitions.md
-    # #carried-breakdowns): over their time within 4 points of what the script spent in the
-    # all_reduce (the target over ~300 steps in benchmarks/ground_truth.py; here ~45 carried
-    # steps per rank). A share carried from the window misses by up to 10-20 points on this
-    # job, whose wait moves from step to step.
+    # #carried-breakdowns): over their time within 5 points of what the script spent in the
+    # all_reduce. The target, 4 points over ~300 steps per rank, is benchmarks/ground_truth.py's
+    # (0.5 points mean idle, 1.3 beside two busy loops); this run has ~45 carried steps, where
+    # one step whose thread waited milliseconds for the GIL (the agent's own window analysis
+    # holds it) moves the mean by a point or more under load. A share carried from the window
+    # misses by up to 10-30 points on this job, whose wait moves from step to step.
     errors = ground_truth.report_errors(run, rank)
     assert len(errors.carried) >= 20, errors.carried
-    assert abs(errors.carried_time_weighted) <= 4.0, (errors.carried_time_weighted, errors.carried)
+    assert abs(errors.carried_time_weighted) <= 5.0, (errors.carried_time_weighted, errors.carried)

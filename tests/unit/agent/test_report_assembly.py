@@ -153,17 +153,15 @@ def test_carried_cpu_steps_take_their_comm_from_their_blocked_time() -> None:
     assert _seconds(unclocked.components)["exposed_comm"] == pytest.approx(0.015 * 0.2 / 1.0)
 
 
-def test_the_blocked_time_elsewhere_pools_the_last_windows() -> None:
+def test_each_window_measures_the_blocked_time_elsewhere_anew() -> None:
+    # a job whose sleep grows from 1 ms to 4 ms between windows: the steps after the second
+    # window carry the new sleep as idle, not as communication
     assembler = ReportAssembler(_HEADER, HealthCounters())
-    windows = ((1, 2), (11, 12), (21, 22), (31, 32))
-    elsewhere = (0.004, 0.004, 0.001, 0.001)  # the job's sleep shrinks at the third window
-    for (a, b), sleep in zip(windows, elsewhere, strict=True):
+    for (a, b), sleep in (((1, 2), 0.001), ((11, 12), 0.004)):
         for step in (a, b):
             assembler.step_finished(_blocked(step, 0.01, sleep + 0.002), hold=True)
         assembler.window_finished(_cpu_window((a, b), (0.002, 0.002)))
         assert assembler.breakdown is not None
-        if a == 21:  # median of 4 steps at 4 ms and 2 at 1 ms
-            assert assembler.breakdown.blocked_elsewhere_s == pytest.approx(0.004)
-    # the first window has left the pool: 2 steps at 4 ms and 4 at 1 ms
-    assert assembler.breakdown is not None
-    assert assembler.breakdown.blocked_elsewhere_s == pytest.approx(0.001)
+        assert assembler.breakdown.blocked_elsewhere_s == pytest.approx(sleep)
+    later = assembler.step_finished(_blocked(13, 0.010, 0.006), hold=False)[0]
+    assert _seconds(later.components)["exposed_comm"] == pytest.approx(0.002)
