@@ -270,7 +270,13 @@ def carried_components(
     rest = [s for s in breakdown.shares if s.component != "exposed_comm"]
     comm_fraction = math.fsum(s.fraction for s in comm)
     rest_fraction = math.fsum(s.fraction for s in rest)
-    if elsewhere is None or blocked_s is None or comm_fraction <= 0 or wall_s <= 0:
+    if (
+        elsewhere is None
+        or blocked_s is None
+        or not math.isfinite(blocked_s)
+        or comm_fraction <= 0
+        or wall_s <= 0
+    ):
         return components_for(breakdown, wall_s)
     comm_s = min(max(blocked_s - elsewhere, 0.0), wall_s)
     if rest_fraction <= 0:

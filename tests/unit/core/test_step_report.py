@@ -177,6 +177,7 @@ def test_without_a_thread_clock_or_window_comm_a_step_carries_the_shares() -> No
     shares = components_for(_cpu_window(None), 0.010)
     assert carried_components(_cpu_window(None), 0.010, 0.007) == shares  # GPU, or no clock
     assert carried_components(_cpu_window(0.004), 0.010, None) == shares  # step not clocked
+    assert carried_components(_cpu_window(0.004), 0.010, math.nan) == shares
     quiet = Breakdown(12, (Share("compute", 0.6), Share("bubble_idle", 0.4)), 0.0, (), 0.001)
     # blocked time is no evidence of communication where the window saw none
     assert carried_components(quiet, 0.010, 0.008) == components_for(quiet, 0.010)
