@@ -26,7 +26,7 @@ from mfuscope.agent._report_assembly import ReportAssembler
 from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import StepTimer, TimedStep
-from mfuscope.agent.thread_clock import thread_times
+from mfuscope.agent.thread_clock import ThreadTimes, thread_times
 from mfuscope.core.schema import MIN_STEP_SECONDS, StepReport
 
 if TYPE_CHECKING:
@@ -174,12 +174,15 @@ class StepReporter:
             self._count_lost(begun - CAPACITY - n)
             n = begun - CAPACITY
         clocked = recorder.read_thread_clock is not None
+        times = self._slot_times(n) if clocked else None  # each slot's line parsed once
         while n + 1 < begun:
             start = starts[n & (CAPACITY - 1)]
             following = starts[(n + 1) & (CAPACITY - 1)]
             period_s = _period_s(start, following)
-            blocked_s, run_delay_s = self._thread_times(n, following - start) if clocked else _NONE
-            done.append(TimedStep(first + n, start + offset_ns, period_s, blocked_s, run_delay_s))
+            following_times = self._slot_times(n + 1) if clocked else None
+            thread = _blocked_and_delay(times, following_times, following - start)
+            done.append(TimedStep(first + n, start + offset_ns, period_s, *thread))
+            times = following_times
             n += 1
         if final and n < begun:
             start = starts[n & (CAPACITY - 1)]
@@ -189,21 +192,13 @@ class StepReporter:
         self._timed = n
         return self._still_in_ring(done)
 
-    def _thread_times(self, n: int, period_ns: int) -> tuple[float | None, float | None]:
-        """(blocked, run delay) of the training thread in the step in slot n (s): the run delay
-        is the time it waited for a CPU, the blocked time its period less that and its CPU time
-        (`thread_clock`); None when the clock was not read at both ends."""
-        ring = self._recorder.thread_starts
-        raw_first, raw_following = ring[n & (CAPACITY - 1)], ring[(n + 1) & (CAPACITY - 1)]
-        if not raw_first or not raw_following:
-            return _NONE
+    def _slot_times(self, n: int) -> ThreadTimes | None:
+        """The thread clock's reading at the start of the step in slot n; None if not read."""
+        raw = self._recorder.thread_starts[n & (CAPACITY - 1)]
         try:
-            first, following = thread_times(raw_first), thread_times(raw_following)
+            return thread_times(raw) if raw else None
         except ValueError:
-            return _NONE
-        waited_ns = max(following.run_delay_ns - first.run_delay_ns, 0)
-        cpu_ns = following.cpu_ns - first.cpu_ns
-        return max(period_ns - cpu_ns - waited_ns, 0) / 1e9, waited_ns / 1e9
+            return None
 
     def _wall_offset_ns(self) -> int:
         """Wall clock minus the recorder's clock, now (ns): read at every drain, so a wall clock
@@ -271,3 +266,16 @@ def _period_s(start_ns: int, end_ns: int) -> float:
     """A period in seconds, at least the shortest step the wire schema takes (an empty
     `with agent.step(): pass` lasts less than a microsecond)."""
     return max((end_ns - start_ns) / 1e9, MIN_STEP_SECONDS)
+
+
+def _blocked_and_delay(
+    first: ThreadTimes | None, following: ThreadTimes | None, period_ns: int
+) -> tuple[float | None, float | None]:
+    """(blocked, run delay) of the training thread over a step of `period_ns` between two
+    readings of its clock (s): the run delay is the time it waited for a CPU, the blocked time
+    the period less that and its CPU time (`thread_clock`); None without both readings."""
+    if first is None or following is None:
+        return _NONE
+    waited_ns = max(following.run_delay_ns - first.run_delay_ns, 0)
+    cpu_ns = following.cpu_ns - first.cpu_ns
+    return max(period_ns - cpu_ns - waited_ns, 0) / 1e9, waited_ns / 1e9
