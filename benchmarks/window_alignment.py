@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mfuscope.core.schema import batch_from_json  # noqa: E402
+from mfuscope.core.schema import decode_batch  # noqa: E402
 
 from tests.support import agent_helpers  # noqa: E402
 
@@ -45,7 +45,7 @@ def windows_of(jsonl: Path) -> list[tuple[int, ...]]:
         {
             report.step
             for line in jsonl.read_text().splitlines()
-            for report in batch_from_json(line).reports
+            for report in decode_batch(line).reports
             if report.breakdown_step == report.step
         }
     )

@@ -15,7 +15,7 @@ from mfuscope.core.hardware import PeakLookup
 from mfuscope.core.mfu import StepBuckets, mfu_waterfall
 from mfuscope.core.trace.options import trace_tier_specs
 from mfuscope.core.trace.result import RankAnalysis
-from mfuscope.core.vocabulary import COMPONENTS, SLICE_TITLES
+from mfuscope.core.vocabulary import SLICE_TITLES, TRACE_COMPONENTS
 
 __all__ = ["missing_value_reasons", "of_spec", "peak_words", "waterfall_line"]
 
@@ -97,7 +97,7 @@ def waterfall_line(rank: RankAnalysis) -> str | None:
         return None
     total = math.fsum
     buckets = StepBuckets.of(
-        {c: total(getattr(s, f"{c}_s") for s in rank.steps) for c in COMPONENTS},
+        {c: total(getattr(s, f"{c}_s") for s in rank.steps) for c in TRACE_COMPONENTS},
         elementwise_s=total(
             min(s.compute_classes.elementwise_norm_reduce, s.compute_s)
             for s in rank.steps

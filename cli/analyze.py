@@ -37,7 +37,7 @@ from mfuscope.core.trace.trace_io import (
     gc_paused,
     scan_trace,
 )
-from mfuscope.core.vocabulary import COMPONENTS, SLICE_TITLES
+from mfuscope.core.vocabulary import SLICE_TITLES, TRACE_COMPONENTS
 
 if TYPE_CHECKING:
     from mfuscope.core.hardware import PeakLookup
@@ -299,15 +299,17 @@ def _format_rank(
     if sources != [WINDOW_PROFILER_STEP]:
         out.append(f"  windows: {', '.join(window_words.get(s, s) for s in sources)}")
     # One column per bucket, in the vocabulary's order, each as wide as its title.
-    widths = {c: max(len(SLICE_TITLES[c]), 7) for c in COMPONENTS}
+    widths = {c: max(len(SLICE_TITLES[c]), 7) for c in TRACE_COMPONENTS}
     out.append(
         "  step    wall ms  "
-        + "  ".join(f"{SLICE_TITLES[c]:>{widths[c]}}" for c in COMPONENTS)
+        + "  ".join(f"{SLICE_TITLES[c]:>{widths[c]}}" for c in TRACE_COMPONENTS)
         + "  overlap ms     MFU     HFU"
     )
     for s in rank.steps:
         w = s.wall_s
-        buckets = "  ".join(f"{_pct(getattr(s, f'{c}_s'), w):>{widths[c]}}" for c in COMPONENTS)
+        buckets = "  ".join(
+            f"{_pct(getattr(s, f'{c}_s'), w):>{widths[c]}}" for c in TRACE_COMPONENTS
+        )
         out.append(
             f"  {s.step:>4} {w * 1e3:10.3f}  {buckets}"
             f"  {s.overlapped_comm_s * 1e3:10.3f}  {_ratio(s.mfu)}  {_ratio(s.hfu)}"

@@ -9,12 +9,10 @@ body cannot expand past the limit). The state it is applied to, whole, is behind
 from __future__ import annotations
 
 import zlib
-from typing import Any
 
 from mfuscope.collector._state import IngestResult
 from mfuscope.collector.errors import BadRequest, PayloadTooLarge, UnsupportedVersion
 from mfuscope.core.errors import SchemaError
-from mfuscope.core.moved import warn_moved
 from mfuscope.core.schema import ReportBatch
 from mfuscope.core.schema import decode_batch as decode_batch_body
 
@@ -58,14 +56,3 @@ def decode_batch(body: bytes, *, content_encoding: str = "", max_bytes: int) -> 
         wrong_version = exc.field in _VERSION_FIELDS and exc.message != "missing"
         kind = UnsupportedVersion if wrong_version else BadRequest
         raise kind(exc.field, exc.message) from None
-
-
-def __getattr__(name: str) -> Any:
-    """`Aggregator`, imported from here until it moved to `mfuscope.collector.aggregator`: warns
-    (this old path goes in mfuscope 0.3.0). Imported on use: that module imports this one."""
-    if name == "Aggregator":
-        from mfuscope.collector.aggregator import Aggregator
-
-        warn_moved(f"{__name__}.Aggregator", "mfuscope.collector.aggregator.Aggregator")
-        return Aggregator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

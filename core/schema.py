@@ -79,10 +79,9 @@ fields goes in that record's ``check`` function, which names the field it refuse
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from typing import Annotated, Any
+from typing import Annotated, TypeVar
 
 import msgspec
 from mfuscope.core._fields import Count, Label, Name, UnixNanos, choice, count, number
@@ -127,12 +126,8 @@ __all__ = [
     "StepReport",
     "ThrottleTime",
     "Topology",
-    "batch_from_json",
-    "batch_to_dict",
-    "batch_to_json",
     "decode_batch",
     "encode_batch",
-    "parse_batch",
 ]
 
 SCHEMA_NAME = "mfuscope.report"
@@ -422,6 +417,20 @@ def _check_header(header: _Header) -> None:
         )
 
 
+_T = TypeVar("_T")
+
+
+def _decode(decoder: msgspec.json.Decoder[_T], data: bytes) -> _T:
+    """One msgspec decode, its errors mapped to `SchemaError` (``body`` for text that is not
+    JSON, the field's path for a value of the wrong type)."""
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise from_validation(exc) from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise from_unreadable(data, str(exc)) from None
+
+
 def decode_batch(body: bytes | str) -> ReportBatch:
     """Decode and validate one batch from its JSON body: the field types checked as msgspec
     decodes, then `check_batch`. Raises `SchemaError` naming the bad field (``body`` for text
@@ -429,36 +438,10 @@ def decode_batch(body: bytes | str) -> ReportBatch:
     else is read."""
     data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
     if not (data.startswith(_PREFIX) and _SAME_MAJOR.match(data, len(_PREFIX))):
-        try:
-            header = _HEADER_DECODER.decode(data)
-        except msgspec.ValidationError as exc:
-            raise from_validation(exc) from None
-        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-            raise from_unreadable(data, str(exc)) from None
-        _check_header(header)
-    try:
-        batch = _DECODER.decode(data)
-    except msgspec.ValidationError as exc:
-        raise from_validation(exc) from None
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise from_unreadable(data, str(exc)) from None
+        _check_header(_decode(_HEADER_DECODER, data))
+    batch = _decode(_DECODER, data)
     check_batch(batch)
     return batch
-
-
-def parse_batch(raw: Any) -> ReportBatch:
-    """Validate a decoded JSON value (dicts, lists, numbers, strings) as a batch, by the same
-    decoder as a body. Raises `SchemaError` naming the bad field."""
-    try:
-        text = json.dumps(raw, allow_nan=True)
-    except (TypeError, ValueError) as exc:
-        raise SchemaError("batch", f"not a JSON value: {exc}"[:300]) from None
-    return decode_batch(text)
-
-
-def batch_from_json(text: str | bytes) -> ReportBatch:
-    """Decode and validate one batch. Raises `SchemaError` (also for text that is not JSON)."""
-    return decode_batch(text)
 
 
 # --- encoding ------------------------------------------------------------------------------------
@@ -467,15 +450,6 @@ _HEAD = f'{{"schema":"{SCHEMA_NAME}","version":"{SCHEMA_VERSION}",'.encode()
 
 
 def encode_batch(batch: ReportBatch) -> bytes:
-    """Encode a batch in the wire format (compact JSON, UTF-8): what an agent sends."""
+    """Encode a batch in the wire format (compact JSON, UTF-8): what an agent sends, and what
+    `decode_batch` reads back."""
     return _HEAD + _ENCODER.encode(batch)[1:]
-
-
-def batch_to_json(batch: ReportBatch) -> str:
-    """Encode a batch in the wire format (compact JSON), as text."""
-    return encode_batch(batch).decode("utf-8")
-
-
-def batch_to_dict(batch: ReportBatch) -> dict[str, Any]:
-    body: dict[str, Any] = msgspec.to_builtins(batch)
-    return {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, **body}

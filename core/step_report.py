@@ -23,7 +23,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from mfuscope.core.schema import ClassShare, CollectiveSample, ComponentShare, StepReport
 from mfuscope.core.vocabulary import COLLECTIVE_OPS, KERNEL_CLASSES, TIERS
@@ -39,6 +39,7 @@ __all__ = [
     "breakdown_from_steps",
     "carried_breakdown",
     "carried_components",
+    "carried_steps",
     "collective_samples",
     "components_for",
     "make_report",
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 UNKNOWN = "unknown"
+_T = TypeVar("_T")
 # Exposed time the engine did not attribute to an axis below this is float noise, not a bucket.
 _ATTRIBUTION_SLACK_S = 1e-9
 
@@ -217,8 +219,13 @@ def carried_breakdown(steps: Sequence[DecompositionLike], breakdown_step: int) -
     steps after it. Weighted by time as it is, it swamped the window (measured:
     benchmarks/ground_truth.py, docs/agent.md).
     """
-    ordered = sorted(steps, key=lambda s: s.step)
-    return breakdown_from_steps(ordered[1:] if len(ordered) > 1 else ordered, breakdown_step)
+    return breakdown_from_steps(carried_steps(sorted(steps, key=lambda s: s.step)), breakdown_step)
+
+
+def carried_steps(ordered: Sequence[_T]) -> Sequence[_T]:
+    """The steps of a window (in step order) whose breakdown later steps carry: all but the
+    first when there are several (`carried_breakdown` says why)."""
+    return ordered[1:] if len(ordered) > 1 else ordered
 
 
 @dataclass(frozen=True)

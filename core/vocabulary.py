@@ -31,6 +31,7 @@ __all__ = [
     "TIER_INTER_NODE",
     "TIER_INTRA_NODE",
     "TIER_UNKNOWN",
+    "TRACE_COMPONENTS",
     "WAITING_COMPONENTS",
     "WATERFALL_SLICES",
     "WORLD_AXIS",
@@ -51,6 +52,9 @@ COMPONENTS: tuple[str, ...] = (
     "bubble_idle",
     "instrumentation",
 )
+# The buckets of a trace's own timeline (`mfuscope analyze`): all but `instrumentation`, which only
+# the live agent measures.
+TRACE_COMPONENTS: tuple[str, ...] = tuple(c for c in COMPONENTS if c != "instrumentation")
 # The buckets in which a rank waits on its peers rather than doing its own work (the rest of the
 # step, `bubble_idle` included, is the rank's own time: see `core.stragglers`).
 WAITING_COMPONENTS: frozenset[str] = frozenset({"exposed_comm", "bubble_pipeline"})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mfuscope.core.errors import SchemaError
 from mfuscope.core.run_summary.coverage import Coverage, rank_coverage
-from mfuscope.core.schema import StepReport, batch_from_json
+from mfuscope.core.schema import StepReport, decode_batch
 
 __all__ = ["AgentTail", "BreakdownStatus"]
 
@@ -54,7 +54,7 @@ class AgentTail:
             if not line.strip():
                 continue
             try:
-                batch = batch_from_json(line.decode("utf-8", "replace"))
+                batch = decode_batch(line.decode("utf-8", "replace"))
             except SchemaError:
                 continue  # the report says which lines it skipped; the live view just goes on
             self._steps.setdefault(batch.rank, []).extend(batch.reports)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mfuscope.core.errors import ReportInputError, SchemaError
 from mfuscope.core.run_summary.run_data import RunData, merge_batches
-from mfuscope.core.schema import ReportBatch, batch_from_json
+from mfuscope.core.schema import ReportBatch, decode_batch
 
 __all__ = ["Loaded", "TraceOptions", "find_inputs", "load_run", "read_batches"]
 
@@ -79,7 +79,7 @@ def read_batches(files: Sequence[Path]) -> tuple[list[ReportBatch], list[str]]:
                     if not line.strip():
                         continue
                     try:
-                        batches.append(batch_from_json(line))
+                        batches.append(decode_batch(line))
                     except SchemaError as exc:
                         warnings.append(f"{path}:{number}: skipped: {exc}")
         except (OSError, EOFError, UnicodeDecodeError) as exc:

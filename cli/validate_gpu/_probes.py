@@ -199,7 +199,7 @@ def training(setup: TrainingSetup, out_dir: Path, *, rounds: int, block: int) ->
     debug mode, then `rounds` interleaved blocks of `block` steps with and without the agent."""
     from mfuscope.agent import Agent
     from mfuscope.core.mfu import hfu, mfu
-    from mfuscope.core.schema import batch_from_json
+    from mfuscope.core.schema import decode_batch
 
     jsonl = out_dir / "agent-rank{rank}.jsonl"
     jsonl.parent.mkdir(parents=True, exist_ok=True)
@@ -231,8 +231,8 @@ def training(setup: TrainingSetup, out_dir: Path, *, rounds: int, block: int) ->
     internal_errors = agent.health.internal_errors - errors_before
     agent.close()
     path = Path(str(jsonl).replace("{rank}", "0"))
-    reports = [r for line in path.read_text().splitlines() for r in batch_from_json(line).reports]
-    peak = batch_from_json(path.read_text().splitlines()[-1]).peak_flops
+    reports = [r for line in path.read_text().splitlines() for r in decode_batch(line).reports]
+    peak = decode_batch(path.read_text().splitlines()[-1]).peak_flops
     ordinary = [r for r in reports if r.step >= 5]  # after warm-up and the counting step
     median = sorted(ordinary, key=lambda r: r.wall_s)[len(ordinary) // 2]
     return TrainingProbe(

@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 
 from mfuscope.core.schema import StepReport
+from mfuscope.core.step_report import carried_steps
 
 __all__ = ["SPREAD_WINDOWS", "exposed_parts", "exposed_spread", "window_exposed_share"]
 
@@ -32,7 +33,7 @@ def exposed_parts(step: StepReport) -> tuple[float, float]:
 def window_exposed_share(parts: Sequence[tuple[float, float]]) -> float | None:
     """The exposed-communication share a window's carried breakdown holds, from its steps'
     `exposed_parts` in step order (the first left out when there are several); None if empty."""
-    kept = parts[1:] if len(parts) > 1 else parts
+    kept = carried_steps(parts)
     measured = math.fsum(m for _, m in kept)
     return math.fsum(e for e, _ in kept) / measured if measured > 0 else None
 

@@ -191,9 +191,6 @@ class StepDecomposition(msgspec.Struct, frozen=True):
     window_source: str = WINDOW_PROFILER_STEP
     compute_classes: KernelClassSeconds | None = None
     recompute_classes: KernelClassSeconds | None = None
-    # The profiler's own cost (docs/definitions.md#instrumentation): 0 on a trace, whose step
-    # ranges hold the steps and not the profiler's start and stop; the live agent measures it.
-    instrumentation_s: float = 0.0
     # (kernel family, seconds) of the compute kernels that started in the window, largest first
     # (`kernel_classes.FAMILY_NAMES`; overlapping kernels each count); empty on CPU timelines.
     compute_families: tuple[tuple[str, float], ...] = ()

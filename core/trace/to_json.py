@@ -22,7 +22,7 @@ from mfuscope.core.trace.result import (
     RankAnalysis,
     StepDecomposition,
 )
-from mfuscope.core.vocabulary import COMPONENTS
+from mfuscope.core.vocabulary import TRACE_COMPONENTS
 
 __all__ = ["ANALYSIS_SCHEMA", "analysis_to_json"]
 
@@ -60,7 +60,7 @@ def _waterfall(step: StepDecomposition) -> dict[str, float] | None:
         0.0 if step.compute_classes is None else step.compute_classes.elementwise_norm_reduce
     )
     buckets = StepBuckets.of(
-        {c: getattr(step, f"{c}_s") for c in COMPONENTS},
+        {c: getattr(step, f"{c}_s") for c in TRACE_COMPONENTS},
         elementwise_s=min(elementwise, step.compute_s),
     )
     try:
@@ -82,7 +82,6 @@ def _step(step: StepDecomposition) -> dict[str, Any]:
         "bubble_s": step.bubble_s,
         "bubble_pipeline_s": step.bubble_pipeline_s,
         "bubble_idle_s": step.bubble_idle_s,
-        "instrumentation_s": step.instrumentation_s,
         "overlapped_comm_s": step.overlapped_comm_s,
         "exposed_comm": [_exposed(e) for e in step.exposed_comm],
         "collectives": [_collective(c) for c in step.collectives],

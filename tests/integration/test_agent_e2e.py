@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from mfuscope.core.run_key import fingerprint
-from mfuscope.core.schema import ReportBatch, StepReport, batch_from_json
+from mfuscope.core.schema import ReportBatch, StepReport, decode_batch
 
 from tests.support import agent_helpers as helpers
 
@@ -45,7 +45,7 @@ def test_two_rank_job_reports_live_mfu_and_decomposition(tmp_path: Path) -> None
     finally:
         stub.close()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    file_batches = [batch_from_json(line) for line in jsonl.read_text().splitlines()]
+    file_batches = [decode_batch(line) for line in jsonl.read_text().splitlines()]
     assert stub.errors == []
 
     # Both sinks got every step of both ranks, exactly the same reports.

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from mfuscope.core.schema import batch_from_json
+from mfuscope.core.schema import decode_batch
 
 from tests.support import agent_helpers as helpers
 from tests.support.collector_process import CollectorProcess
@@ -65,7 +65,7 @@ def _kill(launcher: subprocess.Popen[bytes], pid_files: list[Path]) -> None:
 
 
 def _incarnations(paths: list[Path]) -> set[str]:
-    return {batch_from_json(line).incarnation for p in paths for line in p.read_text().splitlines()}
+    return {decode_batch(line).incarnation for p in paths for line in p.read_text().splitlines()}
 
 
 def _post(url: str, body: bytes) -> None:

@@ -9,7 +9,7 @@ import itertools
 from pathlib import Path
 
 import pytest
-from mfuscope.core.schema import batch_from_json
+from mfuscope.core.schema import decode_batch
 
 from tests.support import agent_helpers as helpers
 
@@ -22,7 +22,7 @@ def profiled_steps(jsonl: Path) -> dict[int, list[int]]:
     """Rank -> the steps whose report carries their own decomposition (the profiled steps)."""
     steps: dict[int, set[int]] = {}
     for line in jsonl.read_text().splitlines():
-        batch = batch_from_json(line)
+        batch = decode_batch(line)
         for report in batch.reports:
             if report.breakdown_step == report.step:
                 steps.setdefault(batch.rank, set()).add(report.step)

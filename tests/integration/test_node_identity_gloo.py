@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mfuscope.core.schema import ReportBatch, batch_from_json
+from mfuscope.core.schema import ReportBatch, decode_batch
 
 from tests.support.hw_fakes import ib_port
 
@@ -74,7 +74,7 @@ def _run(
     batches = []
     for rank in range(2):
         lines = (tmp_path / f"rank{rank}.jsonl").read_text().splitlines()
-        batches.append(batch_from_json(lines[-1]))
+        batches.append(decode_batch(lines[-1]))
     return batches, outputs
 
 

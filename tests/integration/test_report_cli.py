@@ -17,7 +17,7 @@ from mfuscope.core.schema import (
     ReportBatch,
     StepReport,
     Topology,
-    batch_to_json,
+    encode_batch,
 )
 
 from tests.support.shared_data import A100_TRACE, require
@@ -88,7 +88,7 @@ def _write_agent_output(directory: Path, steps: int = 12) -> None:
                 health=AgentHealth(windows_analysed_total=1),
                 topology=topology,
             )
-            lines.append(batch_to_json(batch))
+            lines.append(encode_batch(batch).decode())
         (directory / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
 
 
@@ -203,7 +203,7 @@ def test_report_counts_launches_as_the_collector_does(
                 reports=tuple(_step(s, rank) for s in range(first, last)),
                 incarnation=incarnation,
             )
-            lines.append(batch_to_json(batch))
+            lines.append(encode_batch(batch).decode())
     (tmp_path / "agent.jsonl").write_text("\n".join(lines) + "\n")
     out_dir = tmp_path / "out"
     assert main(["report", str(tmp_path / "agent.jsonl"), "--out", str(out_dir), "--no-png"]) == 0

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from mfuscope.cli import SUBCOMMANDS
-from mfuscope.core.schema import ReportBatch, StepReport, batch_to_json
+from mfuscope.core.schema import ReportBatch, StepReport, encode_batch
 
 pytestmark = pytest.mark.slow
 
@@ -301,7 +301,7 @@ def _failures_of_collector(inst: Installed) -> list[str]:
         )
         request = urllib.request.Request(
             f"{url}/v1/reports",
-            data=batch_to_json(batch).encode(),
+            data=encode_batch(batch).decode().encode(),
             headers={"Content-Type": "application/json"},
             method="POST",
         )

@@ -17,7 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from mfuscope.core.schema import ReportBatch, SchemaError, parse_batch
+from mfuscope.core.schema import ReportBatch, SchemaError
+
+from tests.support.wire import decode_value
 
 __all__ = [
     "HangingCollector",
@@ -92,7 +94,7 @@ class StubCollector:
             with self._lock:
                 self.gzip_bodies += 1
         try:
-            batch = parse_batch(json.loads(body))
+            batch = decode_value(json.loads(body))
         except (SchemaError, ValueError) as exc:
             with self._lock:
                 self.errors.append(str(exc))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from mfuscope.core.run_summary.coverage import is_measured
 from mfuscope.core.run_summary.window_spread import exposed_parts
-from mfuscope.core.schema import StepReport, batch_from_json
+from mfuscope.core.schema import StepReport, decode_batch
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "ground_truth_job.py"
@@ -40,7 +40,7 @@ class Run:
 
     def reports(self, rank: int) -> dict[int, StepReport]:
         lines = Path(self.jsonl.replace("{rank}", str(rank))).read_text().splitlines()
-        return {r.step: r for line in lines for r in batch_from_json(line).reports}
+        return {r.step: r for line in lines for r in decode_batch(line).reports}
 
     def comm_s(self, rank: int) -> dict[int, float]:
         """The script's own seconds in the all_reduce until its work completed, per step whose

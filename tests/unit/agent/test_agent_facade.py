@@ -16,7 +16,7 @@ import torch
 from mfuscope.agent import ConfigError, checkpoint_context
 from mfuscope.agent._agent import Seams
 from mfuscope.core.errors import InputError
-from mfuscope.core.schema import ReportBatch, batch_from_json
+from mfuscope.core.schema import ReportBatch, decode_batch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
@@ -50,7 +50,7 @@ def _train(model: nn.Module, batch: int = 4) -> None:
 
 
 def _batches(path: Path) -> list[ReportBatch]:
-    return [batch_from_json(line) for line in path.read_text().splitlines()]
+    return [decode_batch(line) for line in path.read_text().splitlines()]
 
 
 def test_importing_the_package_does_not_import_torch() -> None:

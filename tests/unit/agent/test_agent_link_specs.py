@@ -12,7 +12,7 @@ from mfuscope.agent.config import AgentConfig, ConfigError
 from mfuscope.agent.detect import detect_hardware
 from mfuscope.agent.gpu_identity import GpuRef
 from mfuscope.agent.topology import GroupSpec, build_topology
-from mfuscope.core.schema import batch_from_json
+from mfuscope.core.schema import decode_batch
 
 from tests.support.hw_fakes import CounterNvml, ib_port, net_interface
 
@@ -87,7 +87,7 @@ def test_unknown_specs_travel_on_the_wire_without_a_rate() -> None:
         )
         + "]}}"
     )
-    batch = batch_from_json(body)
+    batch = decode_batch(body)
     assert batch.topology is not None
     assert {(g.link_peak_bytes_per_s, g.link_peak_source) for g in batch.topology.groups} == {
         (None, "unknown")

@@ -14,7 +14,7 @@ from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
 from mfuscope.agent.thread_clock import open_thread_clock
-from mfuscope.core.schema import batch_from_json
+from mfuscope.core.schema import decode_batch
 
 from tests.support.agent_fakes import FakeProfiler
 from tests.support.step_records import FakeClock, FakeWindows, reporter_for
@@ -218,7 +218,7 @@ def test_agent_on_a_device_never_synchronises_and_reports_device_periods(tmp_pat
     assert device.syncs == 0
     assert analysed  # the window was profiled (and its analysis failed: no steps in the trace)
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
-    reports = {r.step: r for line in lines for r in batch_from_json(line).reports}
+    reports = {r.step: r for line in lines for r in decode_batch(line).reports}
     assert sorted(reports) == list(range(12))  # the window's steps (3, 4) came after its result
     # start -> end 10 ms, end -> next start 10 ms; the last step ends at its end
     assert [round(reports[s].wall_s, 6) for s in range(12)] == [0.02] * 11 + [0.01]

@@ -8,7 +8,7 @@ from mfuscope.agent._report_assembly import BatchHeader, ReportAssembler
 from mfuscope.agent._window_coordinator import WindowResult
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
-from mfuscope.core.schema import ComponentShare, batch_from_json
+from mfuscope.core.schema import ComponentShare, decode_batch
 
 from tests.support.agent_fakes import Decomposition, Exposed, Record
 
@@ -85,7 +85,7 @@ def test_close_flushes_held_steps_in_order_and_batches_carry_the_header() -> Non
         assembler.step_finished(_timed(step), hold=True)
     flushed = assembler.flush()
     assert [r.step for r in flushed] == [7, 8]
-    batch = batch_from_json(assembler.encode(flushed))
+    batch = decode_batch(assembler.encode(flushed))
     assert (batch.job, batch.rank, batch.world_size, batch.host) == ("unit", 1, 2, "h0")
     assert [r.step for r in batch.reports] == [7, 8] and batch.peak_source == "user"
     assert batch.incarnation == "launch-7f3a"
@@ -102,14 +102,14 @@ def test_batches_carry_the_run_key_once_flops_are_known() -> None:
     )
     assembler = ReportAssembler(header, HealthCounters())
     unknown = assembler.step_finished(_timed(0), hold=False)  # no FLOPs counted yet
-    assert batch_from_json(assembler.encode(unknown)).run_key == ""
+    assert decode_batch(assembler.encode(unknown)).run_key == ""
     assembler.flops_counted(1, StepFlopsValue(5e9, 0.0, "counted"))
     counted = assembler.step_finished(_timed(1), hold=False)
     key = fingerprint(5e9, 2, [("dp", 2)], "cpu", "fp32")
-    assert batch_from_json(assembler.encode(counted)).run_key == key
-    assert batch_from_json(assembler.encode(unknown)).run_key == key  # kept from then on
+    assert decode_batch(assembler.encode(counted)).run_key == key
+    assert decode_batch(assembler.encode(unknown)).run_key == key  # kept from then on
     users = ReportAssembler(replace(header, run_key="llama nightly"), HealthCounters())
-    assert batch_from_json(users.encode(unknown)).run_key == "llama nightly"
+    assert decode_batch(users.encode(unknown)).run_key == "llama nightly"
 
 
 def _cpu_window(steps: tuple[int, ...], comm_s: tuple[float, ...]) -> WindowResult:

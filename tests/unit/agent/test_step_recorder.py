@@ -14,7 +14,7 @@ import torch
 from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent._health import HealthCounters
 from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
-from mfuscope.core.schema import batch_from_json
+from mfuscope.core.schema import decode_batch
 from torch import nn
 
 from tests.support.agent_fakes import FakeProfiler, jsonl_agent, step_until
@@ -30,7 +30,7 @@ def _model() -> nn.Module:
 
 def _reports(path: Path) -> dict[int, Any]:
     lines = path.read_text().splitlines()
-    return {r.step: r for line in lines for r in batch_from_json(line).reports}
+    return {r.step: r for line in lines for r in decode_batch(line).reports}
 
 
 def _profiled(action: Any) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from mfuscope.core.schema import (
     ComponentShare,
     ReportBatch,
     StepReport,
-    batch_to_json,
+    encode_batch,
 )
 
 from tests.support.collector_fakes import FakeClock
@@ -185,7 +185,7 @@ def _batches(
 def _agent_output(directory: Path, batches: list[ReportBatch]) -> Path:
     directory.mkdir()
     for rank in (0, 1):
-        lines = [batch_to_json(b) for b in batches if b.rank == rank]
+        lines = [encode_batch(b).decode() for b in batches if b.rank == rank]
         (directory / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
     return directory
 
@@ -193,7 +193,7 @@ def _agent_output(directory: Path, batches: list[ReportBatch]) -> Path:
 def _summary(path: Path, batches: list[ReportBatch]) -> Path:
     collector = Aggregator(StateConfig(window_steps=8), clock=FakeClock())
     for batch in batches:
-        collector.ingest(batch_to_json(batch).encode())
+        collector.ingest(encode_batch(batch).decode().encode())
     path.write_text(json.dumps(summary(collector.snapshot())))
     return path
 

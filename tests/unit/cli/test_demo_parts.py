@@ -21,7 +21,7 @@ from mfuscope.cli.demo._live_view import (
 )
 from mfuscope.cli.demo._procs import process_tree
 from mfuscope.cli.demo._services import ServiceError, project_prometheus_dir, prometheus_config
-from mfuscope.core.schema import ComponentShare, ReportBatch, StepReport, batch_to_json
+from mfuscope.core.schema import ComponentShare, ReportBatch, StepReport, encode_batch
 from rich.console import Console
 
 SUMMARY: dict[str, Any] = {
@@ -193,7 +193,7 @@ def _line(rank: int, reports: list[StepReport]) -> str:
         sent_unix_ns=1,
         reports=tuple(reports),
     )
-    return batch_to_json(batch) + "\n"
+    return encode_batch(batch).decode() + "\n"
 
 
 def test_the_agent_tail_tells_measured_from_carried_as_lines_arrive(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import math
 import pytest
 from mfuscope.cli.report._load import TraceOptions
 from mfuscope.cli.report._traces import run_from_analyses, step_report_from_decomposition
-from mfuscope.core.schema import ReportBatch, batch_from_json, batch_to_json
+from mfuscope.core.schema import ReportBatch, decode_batch, encode_batch
 from mfuscope.core.trace import CollectiveRecord, ExposedComm, RankAnalysis, StepDecomposition
 
 
@@ -70,7 +70,7 @@ def test_a_decomposed_step_becomes_a_valid_step_report() -> None:
         sent_unix_ns=0,
         reports=(report,),
     )
-    assert batch_from_json(batch_to_json(batch)).reports == (report,)
+    assert decode_batch(encode_batch(batch)).reports == (report,)
 
 
 def test_ranks_gather_into_one_run_and_flops_knowledge_is_kept() -> None:

@@ -17,6 +17,7 @@ from mfuscope.core.collective_records import (
 from mfuscope.core.errors import SchemaError
 
 from tests.support.collector_fakes import batch_dict
+from tests.support.wire import decode_value
 
 COMM: dict[str, Any] = {
     "source": "flight_recorder",
@@ -52,7 +53,7 @@ COMM: dict[str, Any] = {
 
 
 def test_comm_round_trips_and_closing_defaults_to_false() -> None:
-    batch = s.parse_batch(batch_dict(comm=COMM, closing=True, reports=[]))
+    batch = decode_value(batch_dict(comm=COMM, closing=True, reports=[]))
     assert batch.closing and batch.reports == ()
     assert batch.comm == CommRecords(
         source="flight_recorder",
@@ -87,8 +88,8 @@ def test_comm_round_trips_and_closing_defaults_to_false() -> None:
         ),
         arrivals=(ArrivalSample("3", 4790, 1763700000000000000),),
     )
-    assert s.batch_from_json(s.batch_to_json(batch)) == batch
-    older = s.parse_batch(batch_dict())  # a 1.1 agent's batch: no records, not closing
+    assert s.decode_batch(s.encode_batch(batch)) == batch
+    older = decode_value(batch_dict())  # a 1.1 agent's batch: no records, not closing
     assert older.comm is None and not older.closing
 
 
@@ -118,7 +119,7 @@ def _broken(path: list[Any], value: Any) -> dict[str, Any]:
 )
 def test_bad_records_name_the_field(path: list[Any], value: Any, field: str) -> None:
     with pytest.raises(SchemaError) as info:
-        s.parse_batch(batch_dict(comm=_broken(path, value)))
+        decode_value(batch_dict(comm=_broken(path, value)))
     assert info.value.field == field
 
 
@@ -126,7 +127,7 @@ def test_a_group_twice_is_refused() -> None:
     comm = copy.deepcopy(COMM)
     comm["groups"].append(copy.deepcopy(comm["groups"][0]))
     with pytest.raises(SchemaError, match="twice"):
-        s.parse_batch(batch_dict(comm=comm))
+        decode_value(batch_dict(comm=comm))
     with pytest.raises(SchemaError) as info:
-        s.parse_batch(batch_dict(closing="yes"))
+        decode_value(batch_dict(closing="yes"))
     assert info.value.field == "closing"

@@ -18,6 +18,7 @@ from mfuscope.core.hwcounters import (
 )
 
 from tests.support.collector_fakes import batch_dict
+from tests.support.wire import decode_value
 
 HARDWARE: dict[str, Any] = {
     "memory_busy_ratio": 0.4,
@@ -53,7 +54,7 @@ def test_one_wrap_is_undone(start: int, increase: int) -> None:
 
 
 def test_hardware_round_trip_and_version() -> None:
-    batch = s.parse_batch(batch_dict(hardware=HARDWARE))
+    batch = decode_value(batch_dict(hardware=HARDWARE))
     assert s.SCHEMA_VERSION == "1.3"
     assert batch.hardware == HardwareCounters(
         memory_busy_ratio=0.4,
@@ -64,13 +65,13 @@ def test_hardware_round_trip_and_version() -> None:
         link_peaks=(LinkPeak("nvlink", 4.5e11),),
         throttle=(ThrottleTime("sw_power_cap", 2.0),),
     )
-    assert s.batch_from_json(s.batch_to_json(batch)) == batch
+    assert s.decode_batch(s.encode_batch(batch)) == batch
 
 
 def test_batches_without_hardware_stay_valid() -> None:
     old = batch_dict(version="1.0")
-    assert s.parse_batch(old).hardware is None
-    assert s.parse_batch(batch_dict(hardware={})).hardware == HardwareCounters()
+    assert decode_value(old).hardware is None
+    assert decode_value(batch_dict(hardware={})).hardware == HardwareCounters()
 
 
 def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
@@ -102,5 +103,5 @@ def test_bad_hardware_fields_are_named(path: tuple[Any, ...], value: Any, field:
     if field == "hardware.links":
         raw["hardware"]["links"][1]["direction"] = "tx"  # now (nvlink, tx) appears twice
     with pytest.raises(s.SchemaError) as info:
-        s.parse_batch(raw)
+        decode_value(raw)
     assert info.value.field == field

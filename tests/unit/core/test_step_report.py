@@ -13,8 +13,8 @@ from mfuscope.core.schema import (
     ComponentShare,
     ReportBatch,
     StepReport,
-    batch_from_json,
-    batch_to_json,
+    decode_batch,
+    encode_batch,
 )
 from mfuscope.core.step_report import (
     BlockedSample,
@@ -390,4 +390,4 @@ def _through_the_wire(report: StepReport) -> StepReport:
         sent_unix_ns=1,
         reports=(report,),
     )
-    return batch_from_json(batch_to_json(batch)).reports[0]
+    return decode_batch(encode_batch(batch)).reports[0]

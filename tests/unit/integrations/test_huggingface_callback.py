@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from mfuscope.core.schema import batch_from_json
+from mfuscope.core.schema import decode_batch
 
 transformers = pytest.importorskip("transformers")
 from mfuscope.integrations.huggingface import MfuscopeCallback  # noqa: E402
@@ -36,7 +36,7 @@ def trainer_args(tmp_path: Path, grad_accum: int) -> Any:
 
 
 def reports(path: Path) -> list[Any]:
-    return [r for line in path.read_text().splitlines() for r in batch_from_json(line).reports]
+    return [r for line in path.read_text().splitlines() for r in decode_batch(line).reports]
 
 
 def test_one_step_per_optimizer_step_and_the_models_estimate(tmp_path: Path) -> None:

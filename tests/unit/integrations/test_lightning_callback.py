@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from mfuscope.core.schema import batch_from_json
+from mfuscope.core.schema import decode_batch
 
 pytest.importorskip("lightning")
 from mfuscope.integrations.lightning import MfuscopeCallback
@@ -30,7 +30,7 @@ def test_steps_follow_optimizer_steps_with_a_short_last_cycle(tmp_path: Path) ->
         callback.on_train_batch_end(trainer, module, None, None, batch_idx)
     callback.on_train_end(trainer, module)
     reports: list[Any] = [
-        r for line in path.read_text().splitlines() for r in batch_from_json(line).reports
+        r for line in path.read_text().splitlines() for r in decode_batch(line).reports
     ]
     assert [(r.step, r.model_flops) for r in reports] == [(0, 7.0), (1, 7.0), (2, 7.0)]
 
@@ -47,7 +47,7 @@ def test_an_exception_closes_the_agent_and_an_open_step(tmp_path: Path) -> None:
     callback.on_exception(trainer, None, RuntimeError("boom"))
     assert callback.agent is None
     assert [
-        r.step for line in path.read_text().splitlines() for r in batch_from_json(line).reports
+        r.step for line in path.read_text().splitlines() for r in decode_batch(line).reports
     ] == [0]
 
 

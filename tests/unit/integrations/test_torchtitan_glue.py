@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from mfuscope.core.schema import batch_from_json
+from mfuscope.core.schema import decode_batch
 from mfuscope.integrations import torchtitan as glue
 
 AGENT = {"profile": False, "calibrate_cpu_peak": False, "peak_flops": 1e11}
@@ -50,7 +50,7 @@ class StandInTrainer:
 
 
 def reports(path: Path) -> list[Any]:
-    return [r for line in path.read_text().splitlines() for r in batch_from_json(line).reports]
+    return [r for line in path.read_text().splitlines() for r in decode_batch(line).reports]
 
 
 @pytest.mark.parametrize(("tp", "expected"), [(1, 1000 * 2 * 8 * 3), (2, 1000 * 2 * 8 * 3 / 2)])

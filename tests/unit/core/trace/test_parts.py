@@ -188,7 +188,6 @@ def test_json_document_has_exactly_the_contract_keys() -> None:
         "bubble_s",
         "bubble_pipeline_s",
         "bubble_idle_s",
-        "instrumentation_s",
         "overlapped_comm_s",
         "exposed_comm",
         "collectives",
