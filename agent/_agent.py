@@ -1,11 +1,12 @@
 """The `Agent` facade: one object per training rank, one `with agent.step():` per step.
 
-On the training thread a step costs two clock reads and a few stores into a preallocated ring
-(`_step_recorder`, whose docstring says what that hot path may do); the steps that open or take a
-profiled window, count FLOPs or follow a window decision do more, and are known in advance.
-The agent's own threads are at most three: the periodic thread (`_periodic`: step reports,
-collective records, hardware counters, window agreement), the analyser (`profiler_windows`, from
-the first window on) and the transport's (`transport`, one per sink). No method
+On the training thread a step costs two clock reads and a few stores into a preallocated ring,
+plus on CPU timelines one `pread` of the thread's schedstat line, or on GPU one CUDA event record
+per boundary (`_step_recorder`, whose docstring says what that hot path may do); the steps that
+open or take a profiled window, count FLOPs or follow a window decision do more, and are known in
+advance. The agent's own threads: the periodic thread (`_periodic`: step reports, collective
+records, hardware counters, window agreement), the analyser (`profiler_windows`, from the first
+window on) and one per sink (`transport`: HTTP and/or JSONL), so two to four. No method
 raises into the training loop: telemetry failures are caught, counted, and logged at most once per
 interval. Only constructor misuse (a bad option) and bad `agent.step(flops=...)` arguments raise,
 at once (`ConfigError`, `InputError`).

@@ -4,8 +4,8 @@ Reports (`_step_reports`), flight-recorder reads (`collective_reader`), hardware
 (`hwcounters`) and the window agreement's store calls (`_store_agreement`) each give a `tick`
 that does one round of work and returns the seconds until its next round (None: never again).
 The thread runs whichever task is due first; a task's tick never runs on two threads at once.
-With window analysis (`profiler_windows`) and report shipping (`transport`) that makes three
-agent threads per rank.
+With window analysis (`profiler_windows`, from the first window on) and report shipping
+(`transport`, one thread per sink) that makes two to four agent threads per rank.
 
 A tick that raises is the task's bug: it is logged at most once per interval and the task runs
 again a second later; the thread and the other tasks go on.

@@ -86,13 +86,14 @@ class AgentConfig:
     close_timeout_s: float = 10.0
     analysis_timeout_s: float = 120.0
     log_interval_s: float = 60.0
-    # GPU (NVML) and NIC (sysfs) counters sampled every `hardware_interval_s` on a daemon thread.
+    # GPU (NVML) and NIC (sysfs) counters sampled every `hardware_interval_s` on the agent's
+    # periodic thread.
     hardware_counters: bool = True
     hardware_interval_s: float = 1.0
     # Always-on collective records from PyTorch's flight recorder, read every
-    # `collective_read_interval_s` on a daemon thread (docs/agent.md, "Collective records");
-    # on NCCL, `collective_timing` also turns on the recorder's durations. While no step
-    # completes the agent still sends its status every `status_interval_s` (a blocked rank).
+    # `collective_read_interval_s` on the agent's periodic thread (docs/agent.md, "Collective
+    # records"); on NCCL, `collective_timing` also turns on the recorder's durations. While no
+    # step completes the agent still sends its status every `status_interval_s` (a blocked rank).
     collective_records: bool = True
     collective_timing: bool = True
     collective_read_interval_s: float = 5.0

@@ -14,11 +14,12 @@ query to its watchdog, which can make a watchdog hang likelier (``ProcessGroupNC
 adds an event record per collective: the agent's ``collective_timing=False`` leaves it off.
 
 Dumping. Each dump returns the whole ring. The Python bindings (``_dump_fr_trace``,
-``_dump_nccl_trace`` and their ``_json`` forms) hold the GIL for the whole dump: measured here,
-2,000 entries took 7-16 ms, a stall of the training thread whenever it wanted the GIL meanwhile.
-On Linux x86-64 the agent calls the same C++ functions, ``c10d::dump_fr_trace_json`` and
-``c10d::dump_nccl_trace_json``, through ctypes, which releases the GIL for the call: the dump then
-costs the reader thread's CPU, not the training thread's time. The result (a ``std::string``
+``_dump_nccl_trace`` and their ``_json`` forms) hold the GIL for the whole dump, a stall of the
+training thread whenever it wants the GIL meanwhile (figures: benchmarks/RESULTS.md). On Linux
+x86-64 the agent calls the same C++ functions, ``c10d::dump_fr_trace_json`` and
+``c10d::dump_nccl_trace_json``, through ctypes, which releases the GIL for the dump itself;
+decoding the returned JSON on the periodic thread still holds it, for a time that grows with the
+ring's entries. The result (a ``std::string``
 returned by value: a hidden result pointer in the first argument register under the x86-64 System
 V ABI) is copied out and freed with ``operator delete``. The native path is checked once against
 the binding before use (identical output for a dump without entries); anywhere else, or when the

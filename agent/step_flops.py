@@ -107,7 +107,7 @@ _UNKNOWN = StepFlopsValue(0.0, 0.0, "unknown")
 
 class ForwardCounts(Protocol):
     """What the forward pre-hook and the step recorder share (a `ForwardMatch`, or the agent's
-    step recorder, whose C hot path holds them as plain fields)."""
+    step recorder, which holds them in its slots)."""
 
     forwards_matched: int
     steady_forwards: int

@@ -1,6 +1,7 @@
 """Ships step reports off the training thread: bounded buffer, batching, retries, clean close.
 
-The training thread only calls `submit` (a lock and a deque append, never blocking on I/O). A
+The agent's periodic thread (at close, the closing thread) calls `submit` (a lock and a deque
+append, never blocking on I/O); the training thread never calls into a transport. A
 daemon thread takes up to `max_batch_reports` reports at a time (or whatever accumulated within
 `flush_interval_s`), encodes them with the caller's `encode` (which stamps the batch header and
 the current health counters), and hands the bytes to a `Sink`.
@@ -124,7 +125,7 @@ class Transport:
         )
         self._thread.start()
 
-    # --- training thread ---------------------------------------------------------------------
+    # --- the reporting thread (the agent's periodic thread; at close, the closing thread) ------
 
     def submit(self, report: StepReport) -> None:
         """Queue one report. Never blocks on I/O; drops (and counts) the oldest when full."""
