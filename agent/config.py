@@ -19,7 +19,7 @@ from mfuscope.core.errors import ConfigError
 from mfuscope.core.run_key import check_run_key
 from mfuscope.core.settings import parse_setting_text, pick_settings
 
-__all__ = ["AgentConfig"]
+__all__ = ["OPTION_HELP", "AgentConfig"]
 
 
 @dataclass(frozen=True)
@@ -252,6 +252,128 @@ class AgentConfig:
         if picked is None:
             return fields[name].default
         return _coerce(name, fields[name].type, picked.value, picked.source)
+
+
+# What each option means, one entry per field (a test checks): the reference table
+# docs/reference/agent-options.md is generated from the fields and this (docs/reference/build.py).
+OPTION_HELP: dict[str, str] = {
+    "job": "job name (required)",
+    "collector_url": "`http(s)://host:port`; batches go to `POST /v1/reports`",
+    "first_step": (
+        "number of this process's first step; a job resuming from a checkpoint passes the "
+        "checkpoint's step, so the steps it runs again count as redone (docs/agent.md, 'Restarts')"
+    ),
+    "jsonl_path": "append one batch (wire format) per line; `{rank}` is replaced",
+    "token": "bearer token for the collector",
+    "flops_per_step": "this rank's model FLOPs per step; None: counted",
+    "recompute_flops_per_step": "with `flops_per_step`: recompute FLOPs per step (else 0)",
+    "count_flops": "count FLOPs with `FlopCounterMode` when not given",
+    "max_flop_recounts": (
+        "distinct input-shape sets counted, each on its own step, before reusing the latest count"
+    ),
+    "peak_flops": "dense peak FLOP/s of this rank's device (source `user`)",
+    "dtype": "training dtype for the peak lookup; None: `bf16` on GPU, `fp32` on CPU",
+    "calibrate_cpu_peak": "on CPU, measure a matmul peak at start (0.5 s; source `measured`)",
+    "intra_node_link_bytes_per_s": (
+        "the GPU's intra-node link rate per direction, bytes/s (spec source `user`; "
+        "docs/definitions.md#link-specs)"
+    ),
+    "nic_bytes_per_s": (
+        "one NIC port's rate per direction, bytes/s: inter-node specs become min(ranks on the "
+        "node, NICs) x this (source `user`)"
+    ),
+    "nic_count": (
+        "NIC ports a node has for training traffic; None: one per rank (rail-optimised), or the"
+        " detected ports"
+    ),
+    "profile": "take sampled profiler windows",
+    "profile_first_step": "first window this many steps after `first_step`",
+    "profile_every_steps": "then a window every N steps ...",
+    "profile_every_s": "... or every T seconds, whichever comes first ...",
+    "profile_steps": "steps per window",
+    "profile_max_overhead_ratio": (
+        "... but never sooner than (largest measured window cost of any rank) / ratio"
+    ),
+    "thread_clock": (
+        "on CPU timelines, read the training thread's CPU time and run delay at each step's "
+        "start (one read of `/proc/thread-self/schedstat`): the steps between windows carry "
+        "their own exposed communication (docs/definitions.md#carried-breakdowns); false: they "
+        "carry the window's share"
+    ),
+    "keep_traces": (
+        "keep the Kineto traces of this rank's last N profiled windows (0: none; "
+        "docs/agent.md, 'Kept traces')"
+    ),
+    "keep_traces_dir": "where; None: `mfuscope-traces` in the system temp directory",
+    "keep_traces_max_bytes": (
+        "the kept traces of a rank together stay under this (the newest is always kept)"
+    ),
+    "axis_overrides": (
+        'process-group name, description or DeviceMesh dim name -> axis, e.g. `{"MY_TP_GROUP": '
+        '"tp"}`; in the environment `MFUSCOPE_AXIS_OVERRIDES=MY_TP_GROUP=tp,3=dp`; wins over '
+        "the built-in names (docs/definitions.md#axes)"
+    ),
+    "wrap_checkpoint": (
+        "patch `torch.utils.checkpoint.checkpoint` so every checkpointed region's recomputation"
+        " is marked and counted apart, without passing `context_fn`"
+    ),
+    "flush_interval_s": "longest a report waits before its batch is sent",
+    "max_batch_reports": "reports per batch",
+    "max_queue_reports": (
+        "buffer bound, the batch being retried included; when full the oldest reports are "
+        "dropped (counted). Smaller than `max_batch_reports` logs a warning at start: an outage"
+        " of one flush interval would then drop reports"
+    ),
+    "request_timeout_s": (
+        "deadline of one whole HTTP exchange (connect, send, response), not of each read"
+    ),
+    "max_send_attempts": (
+        "per batch, then it is dropped (counted); 0: keep retrying while the report buffer has "
+        "room (only a full buffer drops, oldest first)"
+    ),
+    "retry_base_s": (
+        "first retry backoff: `min(retry_max_s, retry_base_s * 2^(attempt-1))`; a collector's "
+        "`Retry-After` lengthens it, up to `retry_max_s`"
+    ),
+    "retry_max_s": "longest retry backoff (see `retry_base_s`)",
+    "close_timeout_s": "how long `close()` may take in total",
+    "analysis_timeout_s": "a window analysis slower than this is given up (counted)",
+    "log_interval_s": "each kind of warning is logged at most once per interval",
+    "hardware_counters": (
+        "sample GPU (NVML) and NIC (sysfs) counters on the agent's periodic thread"
+    ),
+    "hardware_interval_s": "seconds between hardware-counter samples (at least 0.05)",
+    "collective_records": (
+        "read PyTorch's flight recorder on the agent's periodic thread: every collective of "
+        "every step counted, hangs attributed (docs/agent.md#collective-records); "
+        "`MFUSCOPE_COLLECTIVE_RECORDS=0` also keeps `import mfuscope.agent` from asking for the"
+        " recorder"
+    ),
+    "collective_timing": (
+        "on NCCL, turn on the recorder's collective durations for the process groups that exist"
+        " (docs/agent.md#collective-records)"
+    ),
+    "collective_read_interval_s": (
+        "longest pause between two reads of the recorder (0.05-60); shorter when collectives "
+        "arrive fast enough to fill a quarter of the ring in that time. Each read copies the "
+        "whole ring (CPU, not the GIL): fewer reads cost less"
+    ),
+    "status_interval_s": (
+        "while nothing else is sent, a status batch (no step reports) goes to the collector "
+        "this often (1-300): a rank blocked in a collective keeps reporting what it waits in"
+    ),
+    "node_name": (
+        "the node this rank runs on, for tiers; in Kubernetes `MFUSCOPE_NODE_NAME` from "
+        "`spec.nodeName`. None: `NODE_NAME`, else the kernel's boot id, else the host name "
+        "(docs/definitions.md#node-identity)"
+    ),
+    "run_key": (
+        "which runs are the same workload, for the live baseline across runs "
+        "(docs/compare.md#the-run-key). None: a fingerprint of this rank's model FLOPs per "
+        "step, world size, layout, device and dtype, sent once the FLOPs are known"
+    ),
+    "enabled": "`MFUSCOPE_ENABLED=0` turns the agent into a no-op",
+}
 
 
 def _coerce(name: str, type_name: object, raw: object, source: str) -> Any:
