@@ -126,7 +126,8 @@ def test_nccl_durations_and_a_duplicate_binding_of_one_ring() -> None:
 def test_arrival_samples_follow_the_steps() -> None:
     t0 = 1_763_700_000_000_000_000
     entries = [nccl_entry(i, i + 1, created_ns=t0 + i * 10) for i in range(6)]
-    clock = iter([t0 - 1, t0 + 25, t0 + 60, t0 + 61, t0 + 62])
+    # Two step starts, the read's dump, then three batches' `records`.
+    clock = iter([t0 - 1, t0 + 25, t0 + 50, t0 + 60, t0 + 61, t0 + 62])
     scripted = ScriptedSource([nccl_dump([]), nccl_dump(entries)], json_form=False)
     reader = _reader(scripted.source(), wall_clock_ns=lambda: next(clock))
     reader.baseline()
