@@ -186,7 +186,7 @@ class CollectiveReader:
         while self.open_entries and self._clock() < deadline:
             time.sleep(0.02)
             self._read_guarded()
-        if not self.open_entries:  # no step begins any more: the last ones are complete too
+        if self.durations and not self.open_entries:  # no step begins any more: all whole
             with self._lock:
                 self._step_seconds.complete_all(list(self._steps))
 

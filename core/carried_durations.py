@@ -114,36 +114,39 @@ def window_seconds(
     recompute_flops: float | None = None,
 ) -> WindowSeconds | None:
     """The per-step means of `steps` (the window's steps a breakdown is carried from); None
-    without steps. A class's span busy time is None when any step lacks the engine's spans."""
+    without steps. A class's span busy time is None unless every step that ran the class has
+    the engine's span for it."""
     n = len(steps)
     if n == 0:
         return None
     exposed: dict[tuple[str, str], float] = {}
-    seconds: dict[ClassKey, list[float]] = {}
-    spans: dict[ClassKey, float] = {}
-    spans_known = True
+    seconds: dict[ClassKey, list[float]] = {}  # [seconds, hidden, span busy, steps, spans]
     for step in steps:
         for part in step.exposed_comm:
             _, axis, tier = class_key("", part.axis, part.tier)
             exposed[(axis, tier)] = exposed.get((axis, tier), 0.0) + _finite(part.seconds) / n
+        ran: set[ClassKey] = set()
         for record in step.collectives:
             key = class_key(record.op, record.axis, record.tier)
             took = _finite(record.seconds)
             ratio = record.overlapped_ratio
             hidden = took * min(max(ratio, 0.0), 1.0) if math.isfinite(ratio) else 0.0
-            entry = seconds.setdefault(key, [0.0, 0.0])
+            entry = seconds.setdefault(key, [0.0, 0.0, 0.0, 0, 0])
             entry[0] += took / n
             entry[1] += hidden / n
-        found: Sequence[_SpanLike] | None = getattr(step, "comm_spans", None)
-        if found is None:
-            spans_known = False
-            continue
-        for span in found:
+            if key not in ran:
+                ran.add(key)
+                entry[3] += 1
+        spans: Sequence[_SpanLike] = getattr(step, "comm_spans", None) or ()
+        for span in spans:
             key = class_key(span.op, span.axis, span.tier)
-            spans[key] = spans.get(key, 0.0) + _finite(span.busy_s) / n
+            if key in ran:
+                entry = seconds[key]
+                entry[2] += _finite(span.busy_s) / n
+                entry[4] += 1
     classes = tuple(
-        CommClass(key, took, hidden, spans.get(key, 0.0) if spans_known else None)
-        for key, (took, hidden) in sorted(seconds.items())
+        CommClass(key, took, hidden, busy if spanned == ran_in else None)
+        for key, (took, hidden, busy, ran_in, spanned) in sorted(seconds.items())
         if _carried(key[0], key[1])
     )
     return WindowSeconds(
@@ -254,6 +257,6 @@ def carried_seconds(
     total = math.fsum(value for *_, value in parts)
     shrink = wall_s / total if total > wall_s > 0 else 1.0
     parts = [(name, axis, tier, value * shrink) for name, axis, tier, value in parts]
-    idle = max(wall_s - math.fsum(value for *_, value in parts), 0.0)
+    idle = 0.0 if shrink < 1 else max(wall_s - math.fsum(value for *_, value in parts), 0.0)
     parts.append(("bubble_idle", "", "", idle))
     return [p for p in parts if p[3] > 0], min(hidden, max(wall_s, 0.0))

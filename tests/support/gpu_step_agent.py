@@ -50,7 +50,14 @@ from tests.support.gpu_step_model import (
     window_trace,
 )
 
-__all__ = ["AgentRun", "CarriedError", "carried_errors", "run_rank", "window_steps"]
+__all__ = [
+    "AgentRun",
+    "CarriedError",
+    "carried_errors",
+    "model_topology",
+    "run_rank",
+    "window_steps",
+]
 
 DEVICE = "NVIDIA H100 80GB HBM3"
 MODEL_FLOPS = 4.0e13  # per step; any positive figure: every step has the same
@@ -138,7 +145,9 @@ class AgentRun:
     durations_seen: bool = False
 
 
-def _topology(rank: int) -> RankTopology:
+def model_topology(rank: int) -> RankTopology:
+    """The model's ranks as the agent's topology discovery names them: one group, axis dp, on
+    one node."""
     view = GroupView(GROUP.name, GROUP.desc, GROUP.ranks, "dp", "intra_node", ("n0",))
     return RankTopology(
         rank=rank,
@@ -168,7 +177,7 @@ def run_rank(
     timing off."""
     profiled = list(windows if windows is not None else window_steps(len(rank.steps)))
     now = [0.0]  # model µs
-    topology = _topology(rank.rank)
+    topology = model_topology(rank.rank)
     log = RateLimitedLog(3600.0, logger=logging.getLogger("mfuscope.gpu-step-model"))
     health = HealthCounters()
     header = BatchHeader(

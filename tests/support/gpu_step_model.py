@@ -64,13 +64,13 @@ class StepShape:
     compute whose five 24 MiB gradient all_reduces of 5 ms each hide under the backward but the
     last one."""
 
-    forward_kernels: int = 12
-    forward_ms: float = 2.0
+    forward_kernels: int = 6
+    forward_ms: float = 4.0
     buckets: int = 5
-    bucket_kernels: int = 6
-    backward_ms: float = 1.6
-    optimizer_kernels: int = 4
-    optimizer_ms: float = 0.5
+    bucket_kernels: int = 3
+    backward_ms: float = 3.2
+    optimizer_kernels: int = 2
+    optimizer_ms: float = 1.0
     bucket_elems: int = 6 << 20  # fp32 elements per gradient bucket
     comm_ms: float = 5.0  # one bucket's all_reduce on a healthy link, no wait
     host_ms: float = 0.4  # host time from the previous step's end to the first launch
