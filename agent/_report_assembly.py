@@ -255,11 +255,11 @@ class ReportAssembler:
     def flush(self) -> list[StepReport]:
         """At close: every report still held or waiting, in step order, with what is known by
         now."""
-        held = [(s, t, None) for s, t in self._held.items()]
-        held += [(s, t, b) for s, (t, b) in self._awaiting.items()]
+        held: list[tuple[TimedStep, Breakdown | None]] = [(t, None) for t in self._held.values()]
+        held += self._awaiting.values()
         self._held.clear()
         self._awaiting.clear()
-        return [self._report(timed, carried) for _, timed, carried in sorted(held)]
+        return [self._report(t, b) for t, b in sorted(held, key=lambda pair: pair[0].step)]
 
     def encode(self, reports: Sequence[StepReport], sink: str = "") -> bytes:
         """The wire batch for `reports` (JSON bytes) for `sink` (each sink gets every arrival

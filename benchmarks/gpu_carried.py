@@ -109,6 +109,20 @@ def _candidate(run: AgentRun, rank: ModelRank, shape: StepShape, rule: Rule) -> 
     )
 
 
+def _stalled_idle(run: AgentRun, rank: ModelRank) -> list[float]:
+    """Carried bubble_idle minus the model's on the carried steps the model has over 10 ms
+    idle (a data stall or a late host before the next step), in points."""
+    errors = []
+    for step, report in sorted(run.reports.items()):
+        truth = rank.steps[step].truth
+        if report.breakdown_step is None or step in run.windows or truth is None:
+            continue
+        if truth.idle_s > 0.01:
+            idle = sum(c.seconds for c in report.components if c.component == "bubble_idle")
+            errors.append(100 * (idle - truth.idle_s) / report.wall_s)
+    return errors
+
+
 def _cell(error: CarriedError) -> str:
     return f"{error.by_time:+5.1f} {error.mean_abs:4.1f} {error.worst:+6.1f}"
 
@@ -126,6 +140,7 @@ def main() -> None:
     print("points of a step: by time, mean |error|, worst step")
     print(f"{'case':46} seed rank | " + " | ".join(f"{c:^17}" for c in columns))
     found: dict[str, list[CarriedError]] = {c: [] for c in columns}
+    stalled: dict[str, list[float]] = {"before": [], "after": []}
     for seed in range(args.seeds):
         for case in CASES:
             for rank in simulate(case, args.steps, seed=seed):
@@ -141,6 +156,8 @@ def main() -> None:
                     _candidate(after, rank, case.shape, _hidden_stays),
                     _candidate(after, rank, case.shape, _exposed_fraction),
                 )
+                stalled["before"] += _stalled_idle(before, rank)
+                stalled["after"] += _stalled_idle(after, rank)
                 for column, error in zip(columns, row, strict=True):
                     found[column].append(error)
                 cells = " | ".join(_cell(e) for e in row)
@@ -154,6 +171,12 @@ def main() -> None:
         largest = max((e.worst for e in errors), key=abs)
         n = len(errors)
         print(f"{column} | {by_time} of {n} | {worst} of {n} | {mean:.2f} | {largest:+.1f}")
+    print()
+    for column, errors in stalled.items():
+        print(
+            f"bubble_idle of the {len(errors)} carried steps the model has over 10 ms idle, "
+            f"{column}: from {min(errors):+.1f} to {max(errors):+.1f} points"
+        )
 
 
 if __name__ == "__main__":

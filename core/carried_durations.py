@@ -1,5 +1,5 @@
 """Steps between profiled windows on GPU timelines: their exposed communication from their own
-collective durations, in seconds (pure; docs/definitions.md#carried-breakdowns, "GPU timelines").
+collective durations, in seconds (pure; docs/definitions.md#carried-gpu-steps).
 
 A profiled window measures what no per-step source does: how much of each collective hid under
 compute. The flight recorder, with NCCL's timing on, measures what no window does: every step's own
@@ -19,7 +19,7 @@ collective durations. A carried step combines the two, per class of collectives 
   when the parts exceed the step they are scaled down to it.
 
 The rule was chosen against a model of GPU steps that knows its own truth
-(benchmarks/gpu_carried.py; docs/agent.md, "Carried GPU steps against a model").
+(benchmarks/gpu_carried.py, docs/agent.md#carried-gpu-steps-against-a-model).
 """
 
 from __future__ import annotations

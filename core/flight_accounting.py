@@ -14,7 +14,7 @@ arrival samples (pure bookkeeping over `FlightEntry`; the agent's reader thread 
 - `StepDurations`: where the backend times ops, per step the seconds of the collectives it
   enqueued per ``(op, axis, tier)``, handed on once every collective of the step is in: what the
   steps between profiled windows carry their exposed communication from
-  (docs/definitions.md#carried-breakdowns).
+  (docs/definitions.md#carried-gpu-steps).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ recompute, M of communication and O of copies/memsets (all sorted disjoint inter
 Beside the buckets, per step and (op, axis, tier) of its collectives, the busy time C ∪ R inside
 the span from the first one's start to the last one's end (`CommSpan`): what the steps between
 profiled windows weigh their own collective durations against
-(docs/definitions.md#carried-breakdowns).
+(docs/definitions.md#carried-gpu-steps).
 
 The per-collective attribution sweeps the collectives' boundaries (few) and measures the busy
 set C ∪ R on each elementary segment in O(log n) with prefix sums, so the cost is one sort of

@@ -147,7 +147,7 @@ class CommSpan(msgspec.Struct, frozen=True):
     one's end (clipped to the step's window): `busy_s` is the compute and recompute time in that
     span, in seconds, the most those collectives could hide under as the step ran. Steps between
     profiled windows weigh their own collective durations against it
-    (docs/definitions.md#carried-breakdowns)."""
+    (docs/definitions.md#carried-gpu-steps)."""
 
     op: str
     axis: str
