@@ -26,7 +26,7 @@ from typing import Any
 
 from mfuscope.agent._announce import ensure_visible, quiet_kineto, startup_line
 from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
-from mfuscope.agent._report_assembly import ReportAssembler
+from mfuscope.agent._report_assembly import DURATIONS_WAIT_S, ReportAssembler
 from mfuscope.agent._runtime import Runtime, build_runtime
 from mfuscope.agent._step_recorder import GivenStep, StepRecorder
 from mfuscope.agent._step_reports import StepReporter
@@ -166,6 +166,9 @@ class Agent:
             self.health,
             hardware=hardware.snapshot if hardware is not None else None,
             comm=collectives.records if collectives is not None else None,
+            timed=collectives is not None and collectives.durations,
+            # Carried steps wait for the reader's next reads, however far apart they are.
+            durations_wait_s=max(DURATIONS_WAIT_S, 3 * self.config.collective_read_interval_s),
         )
         self._transports = runtime.make_transports(self._reports.encode)
         self._reporter = StepReporter(

@@ -13,19 +13,28 @@ seconds as measured on the trace, the rest of its period as the profiler's `inst
 the window's average breakdown becomes the one every later step carries: on a CPU timeline with
 its exposed communication taken from the step's own blocked time (`carried_components`). A
 failed window's steps keep the previous breakdown and carry no collectives.
+
+Where the flight recorder times this rank's collectives (NCCL with timing on), a later step's
+report also waits for the step's own collective durations (`durations_known`, from the
+collective reader's next read: at most `collective_read_interval_s` later) and carries the
+window's seconds with its own exposed communication (`core.carried_durations`); a step whose
+durations do not come within `durations_wait_s` of the steps after it, or are not all known,
+carries the window's shares.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mfuscope.agent._health import HealthCounters
 from mfuscope.agent._window_coordinator import WindowResult
 from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
+from mfuscope.core.carried_durations import ClassKey, window_seconds
 from mfuscope.core.collective_records import CommRecords
+from mfuscope.core.flight_accounting import StepDurationsUpdate
 from mfuscope.core.hwcounters import HardwareCounters
 from mfuscope.core.run_key import fingerprint
 from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topology, encode_batch
@@ -35,6 +44,7 @@ from mfuscope.core.step_report import (
     blocked_elsewhere_s,
     breakdown_from_steps,
     carried_breakdown,
+    carried_steps,
     collective_samples,
     make_report,
 )
@@ -42,6 +52,9 @@ from mfuscope.core.step_report import (
 __all__ = ["BatchHeader", "ReportAssembler"]
 
 _NO_FLOPS = StepFlopsValue(0.0, 0.0, "unknown")
+# How long a carried step's report waits for its collective durations, counted in the time its
+# later steps started (s): past it the recorder is taken to have stopped answering.
+DURATIONS_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,10 @@ class ReportAssembler:
     the hardware sampler's latest counters (`hardware`, thread-safe; None without a sampler) and
     the collective reader's records (`comm`, thread-safe; None without a reader). Once `closing`
     is set (the agent's close), every batch says so.
+
+    `timed`: this rank's collectives have durations (NCCL with timing on), so carried steps wait
+    for theirs (`durations_known`; later updates say it again); `durations_wait_s`: at most how
+    long, in step start times (`DURATIONS_WAIT_S`).
     """
 
     def __init__(
@@ -91,6 +108,9 @@ class ReportAssembler:
         health: HealthCounters,
         hardware: Callable[[], HardwareCounters | None] | None = None,
         comm: Callable[[str], CommRecords | None] | None = None,
+        *,
+        timed: bool = False,
+        durations_wait_s: float = DURATIONS_WAIT_S,
     ) -> None:
         self._header = header
         self._health = health
@@ -103,6 +123,14 @@ class ReportAssembler:
         self._last_finished: int | None = None  # the latest step whose period came in
         self.breakdown: Breakdown | None = None  # the latest window's, carried by later steps
         self._run_key = header.run_key
+        self._timed = timed
+        self._wait_ns = int(durations_wait_s * 1e9)
+        # Steps' collective seconds known and not used yet (None: not all known), and the step
+        # up to which every step's are in.
+        self._durations: dict[int, Mapping[ClassKey, float] | None] = {}
+        self._through: int | None = None
+        # Carried steps waiting for their durations, with the breakdown they carry.
+        self._awaiting: dict[int, tuple[TimedStep, Breakdown]] = {}
 
     def flops_counted(self, step: int, flops: StepFlopsValue) -> None:
         self._flops[step] = flops
@@ -114,8 +142,43 @@ class ReportAssembler:
             self._last_finished = timed.step
         if hold:
             self._held[timed.step] = timed
-            return []
-        return [self._report(timed)]
+            return self._overdue(timed)
+        breakdown = self.breakdown
+        if (
+            self._timed
+            and breakdown is not None
+            and breakdown.seconds is not None
+            and timed.step not in self._from_window
+            and (self._through is None or timed.step > self._through)
+        ):
+            self._awaiting[timed.step] = (timed, breakdown)
+            return self._overdue(timed)
+        return [self._report(timed), *self._overdue(timed)]
+
+    def durations_known(self, update: StepDurationsUpdate) -> list[StepReport]:
+        """Take the collective reader's newly complete steps (their collective seconds) and
+        return the reports of the carried steps they complete."""
+        self._timed = update.timed
+        self._durations.update(update.steps)
+        if update.through is not None and (self._through is None or update.through > self._through):
+            self._through = update.through
+        through = self._through
+        ready = sorted(s for s in self._awaiting if through is not None and s <= through)
+        if not self._timed:  # no durations will come: nothing waits
+            ready = sorted(self._awaiting)
+        reports = [self._report(*self._awaiting.pop(s)) for s in ready]
+        done = self._last_finished
+        if done is not None:  # steps reported already use none (they come in order)
+            for step in [s for s in self._durations if s <= done and s not in self._awaiting]:
+                del self._durations[step]
+        return reports
+
+    def _overdue(self, latest: TimedStep) -> list[StepReport]:
+        """The waiting steps that started more than the wait before `latest`: they carry the
+        window's shares."""
+        limit = latest.start_unix_ns - self._wait_ns
+        late = sorted(s for s, (t, _) in self._awaiting.items() if t.start_unix_ns < limit)
+        return [self._report(*self._awaiting.pop(s)) for s in late]
 
     def resolved(self, step: int) -> bool:
         """Whether `step`'s window result is in already (its report need not be held)."""
@@ -147,7 +210,9 @@ class ReportAssembler:
             # which earlier windows must not outvote (pooling the last 3 kept a slowed job's
             # new idle time as communication, and its page named the wrong cause).
             elsewhere = blocked_elsewhere_s(self._blocked(result))
-            window = replace(window, blocked_elsewhere_s=elsewhere)
+            chosen = carried_steps(sorted(result.decompositions, key=lambda s: s.step))
+            seconds = window_seconds(chosen, *self._window_flops([d.step for d in chosen]))
+            window = replace(window, blocked_elsewhere_s=elsewhere, seconds=seconds)
             self.breakdown = window
             by_step = {d.step: d for d in result.decompositions}
             for step in result.steps:
@@ -177,9 +242,24 @@ class ReportAssembler:
             )
         return samples
 
+    def _window_flops(self, steps: Sequence[int]) -> tuple[float | None, float | None]:
+        """The mean model and recompute FLOPs of the window's `steps` (None: none known)."""
+        known = [f for s in steps if (f := self._flops.get(s)) is not None and f.model_flops > 0]
+        if not known:
+            return None, None
+        return (
+            sum(f.model_flops for f in known) / len(known),
+            sum(f.recompute_flops for f in known) / len(known),
+        )
+
     def flush(self) -> list[StepReport]:
-        """At close: every report still held, in step order, with what is known by now."""
-        return [self._report(self._held.pop(step)) for step in sorted(self._held)]
+        """At close: every report still held or waiting, in step order, with what is known by
+        now."""
+        held: list[tuple[TimedStep, Breakdown | None]] = [(t, None) for t in self._held.values()]
+        held += self._awaiting.values()
+        self._held.clear()
+        self._awaiting.clear()
+        return [self._report(t, b) for t, b in sorted(held, key=lambda pair: pair[0].step)]
 
     def encode(self, reports: Sequence[StepReport], sink: str = "") -> bytes:
         """The wire batch for `reports` (JSON bytes) for `sink` (each sink gets every arrival
@@ -219,7 +299,9 @@ class ReportAssembler:
                 self._run_key = fingerprint(flops, h.world_size, layout, h.device, h.dtype)
         return self._run_key
 
-    def _report(self, timed: TimedStep) -> StepReport:
+    def _report(self, timed: TimedStep, carried: Breakdown | None = None) -> StepReport:
+        """`carried`: the breakdown a step that waited for its durations carries (else the
+        latest)."""
         flops = self._flops.pop(timed.step, None) or _NO_FLOPS
         own = self._from_window.pop(timed.step, None)
         return make_report(
@@ -228,8 +310,9 @@ class ReportAssembler:
             wall_s=timed.wall_s,
             model_flops=flops.model_flops,
             recompute_flops=flops.recompute_flops,
-            breakdown=own.breakdown if own is not None else self.breakdown,
+            breakdown=own.breakdown if own is not None else carried or self.breakdown,
             collectives=own.collectives if own is not None else (),
             measured_s=own.measured_s if own is not None else None,
             blocked_s=timed.blocked_s,
+            durations=self._durations.pop(timed.step, None) if own is None else None,
         )

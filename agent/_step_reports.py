@@ -5,8 +5,9 @@ records slow steps pass on; see `_step_recorder` for why no lock is needed) and,
 works out its period (host clock; on GPU the `DeviceEventStepTimer` it polls), gives the
 collective reader the step's start (wall clock), the window coordinator the period (its cost
 baseline), takes the step's FLOPs (the steady ones unless the step logged its own), has the
-`ReportAssembler` build the report (held while the step's window is analysed) and ships it to
-every transport. It runs on the agent's periodic thread (`_periodic`) every `interval_s`, sooner
+`ReportAssembler` build the report (held while the step's window is analysed, or until the
+collective reader has the step's collective durations) and ships it to every transport. It runs
+on the agent's periodic thread (`_periodic`) every `interval_s`, sooner
 when steps come fast enough to fill a quarter of the ring in that time; the collective reader
 also asks it to catch up before each read, and the agent's `close()` drains it one last time on
 the closing thread.
@@ -158,6 +159,8 @@ class StepReporter:
             reports.extend(assembler.step_finished(step, hold=hold))
         while final and results:  # at close: every result, after every step
             reports.extend(assembler.window_finished(results.popleft()[1]))
+        if self._collectives is not None:  # the steps whose collective durations are all in
+            reports.extend(assembler.durations_known(self._collectives.step_durations()))
         self._prune_flops_log(begun)
         if reports:
             self._ship(reports)

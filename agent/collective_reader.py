@@ -4,7 +4,9 @@ Every `interval_s` (shorter when ops arrive fast enough to fill a quarter of the
 time) the periodic thread (`_periodic`) dumps each recorder (`flight_recorder.dump_sources`),
 takes the entries that completed since the last dump (`core.flight_records.RecordTracker`) and
 adds them up (`core.flight_accounting`): traffic per (op, axis, tier, group size), progress per
-process group, and an arrival sample per group and step. The step starts come from the agent's
+process group, an arrival sample per group and step and, where the backend times ops (NCCL with
+timing on), each step's collective seconds per (op, axis, tier), which the step reports take
+(`step_durations`) for the steps between profiled windows. The step starts come from the agent's
 step reports (`step_began`, from the start times the training thread notes in its step
 recorder); before each read the reader asks for the latest ones (`follow_steps`). The training
 thread calls nothing here; the transport thread calls `records` when it encodes a batch.
@@ -19,6 +21,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from mfuscope.agent._fr_json import entries_from
 from mfuscope.agent._health import RateLimitedLog
@@ -38,6 +41,8 @@ from mfuscope.core.flight_accounting import (
     ArrivalSampler,
     GroupNames,
     ProgressTracker,
+    StepDurations,
+    StepDurationsUpdate,
     TrafficTotals,
 )
 from mfuscope.core.flight_records import (
@@ -91,6 +96,7 @@ class CollectiveReader:
         self._traffic = TrafficTotals()
         self._progress = ProgressTracker()
         self._arrivals = ArrivalSampler()
+        self._step_seconds = StepDurations()
         self._steps: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
         self._latest_steps: Callable[[], object] | None = None  # see `follow_steps`
         self._lock = threading.Lock()
@@ -180,6 +186,9 @@ class CollectiveReader:
         while self.open_entries and self._clock() < deadline:
             time.sleep(0.02)
             self._read_guarded()
+        if self.durations and not self.open_entries:  # no step begins any more: all whole
+            with self._lock:
+                self._step_seconds.complete_all(list(self._steps))
 
     # --- reading (periodic thread; at close the closing thread) -------------------------------
 
@@ -216,6 +225,7 @@ class CollectiveReader:
     def read_once(self) -> int:
         """Dump every source and take what completed; returns the entries taken."""
         cpu_start = time.thread_time()
+        dumped_ns = self._wall_clock_ns()  # every op enqueued before this is in the dumps
         done: list[FlightEntry] = []
         still_open: list[FlightEntry] = []
         lost = 0
@@ -228,20 +238,25 @@ class CollectiveReader:
         if self._latest_steps is not None:
             self._latest_steps()  # every step begun before this dump, at least
         steps = list(self._steps)
+        # Durations appear where the backend times ops (NCCL with timing on).
+        timed = self.durations or any(e.duration_s is not None for e in done)
         for start in range(0, len(done), ACCOUNT_CHUNK):  # GIL offered between chunks
             part = done[start : start + ACCOUNT_CHUNK]
             held_from = time.perf_counter()
             with self._lock:
                 self._traffic.add(part, self._names)
                 self._arrivals.observe(part, steps)
+                if timed:
+                    self._step_seconds.add(part, steps, self._names)
             self._held(time.perf_counter() - held_from)
             time.sleep(0)
         held_from = time.perf_counter()
         with self._lock:
             self._progress.observe(done, still_open)
             self._lost += lost
-            # Durations appear where the backend times ops (NCCL with timing on).
-            self.durations = self.durations or any(e.duration_s is not None for e in done)
+            if timed:
+                self._step_seconds.advance(still_open, steps, dumped_ns, lost)
+            self.durations = timed
             self.reads += 1
             self.taken += len(done)
             self.open_entries = len(still_open)
@@ -284,6 +299,15 @@ class CollectiveReader:
     def _held(self, seconds: float) -> None:
         """Note a stretch of Python work between two offers of the GIL (benchmarks read it)."""
         self.longest_hold_s = max(self.longest_hold_s, seconds)
+
+    # --- what the step reports take (the periodic thread; at close the closing thread) --------
+
+    def step_durations(self) -> StepDurationsUpdate:
+        """The steps whose collectives are all in since the last call, with their seconds per
+        (op, axis, tier) (`StepDurations`); `timed` whether this rank's ops have durations."""
+        with self._lock:
+            update = self._step_seconds.take()
+            return replace(update, timed=update.timed or self.durations)
 
     # --- what the batches carry (transport thread) ------------------------------------------
 

@@ -351,7 +351,8 @@ OPTION_HELP: dict[str, str] = {
     ),
     "collective_timing": (
         "on NCCL, turn on the recorder's collective durations for the process groups that exist"
-        " (docs/agent.md#collective-records)"
+        " (docs/agent.md#collective-records); the steps between windows take their exposed"
+        " communication from them (docs/definitions.md#carried-gpu-steps)"
     ),
     "collective_read_interval_s": (
         "longest pause between two reads of the recorder (0.05-60); shorter when collectives "

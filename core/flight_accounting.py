@@ -11,13 +11,17 @@ arrival samples (pure bookkeeping over `FlightEntry`; the agent's reader thread 
 - `ArrivalSampler`: per group, the first collective of each step that completed here, with its
   enqueue time: every rank picks the same sequence number (the same program runs the same
   collectives in each step), so the collector can join them (docs/definitions.md#arrival-skew).
+- `StepDurations`: where the backend times ops, per step the seconds of the collectives it
+  enqueued per ``(op, axis, tier)``, handed on once every collective of the step is in: what the
+  steps between profiled windows carry their exposed communication from
+  (docs/definitions.md#carried-gpu-steps).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from mfuscope.core.collective_records import (
     PENDING_OPS,
@@ -34,6 +38,8 @@ __all__ = [
     "GroupName",
     "GroupNames",
     "ProgressTracker",
+    "StepDurations",
+    "StepDurationsUpdate",
     "TrafficTotals",
 ]
 
@@ -222,3 +228,120 @@ class ArrivalSampler:
         new position: each reader gets every sample once, whatever the others read."""
         start = max(cursor - self._first, 0)
         return tuple(self.samples[start:]), self._first + len(self.samples)
+
+
+# (op, axis, tier) -> seconds
+ClassSeconds = dict[tuple[str, str, str], float]
+
+
+@dataclass(frozen=True)
+class StepDurationsUpdate:
+    """What `StepDurations.take` hands on. `timed`: the backend times ops here (entries with
+    durations were seen); `through`: every step up to it is complete (None: none yet); `steps`:
+    the steps completed since the last take, each with its seconds per (op, axis, tier) (empty:
+    the step ran no collective), or None when they are not all known (an op without a duration,
+    entries lost to the ring)."""
+
+    timed: bool = False
+    through: int | None = None
+    steps: Mapping[int, Mapping[tuple[str, str, str], float] | None] = field(default_factory=dict)
+
+
+class StepDurations:
+    """Per step, the seconds of the collectives it enqueued (see the module docstring).
+
+    An entry belongs to the last step that started at or before its enqueue time, as in
+    `ArrivalSampler`. A step is complete once a dump taken after the next step began (so every
+    collective the step enqueued is in it) holds none of its collectives still open. The
+    nccl-tests ops count; a barrier does not (it moves no data: windows leave it out of their
+    collectives too); a step with an op the recorder does not name (``nccl:coalesced``) or
+    without a duration is not all known."""
+
+    def __init__(self, max_steps: int = 4_096) -> None:
+        self._max = max_steps
+        self._seconds: dict[int, ClassSeconds] = {}
+        self._unknown: set[int] = set()  # steps with an op not timed, or entries lost
+        self._through: int | None = None
+        self._complete: list[int] = []  # completed, not taken yet, in order
+        self.timed = False
+
+    def add(
+        self,
+        done: Iterable[FlightEntry],
+        step_starts: Sequence[tuple[int, int]],
+        names: GroupNames,
+    ) -> None:
+        """Count completed entries (`step_starts`: ``(step, start_unix_ns)`` in step order)."""
+        starts = [start for _, start in step_starts]
+        for entry in done:
+            if entry.op == BARRIER:
+                continue
+            index = bisect.bisect_right(starts, entry.created_unix_ns) - 1
+            if index < 0:
+                continue
+            step = step_starts[index][0]
+            if self._through is not None and step <= self._through:
+                continue  # already handed on (an entry stamped by a clock that stepped back)
+            if entry.duration_s is None or entry.op not in COLLECTIVE_OPS:
+                self._unknown.add(step)
+                continue
+            self.timed = True
+            if step not in self._seconds and len(self._seconds) >= self._max:
+                # Steps that never complete (no dump after them): drop the oldest.
+                del self._seconds[min(self._seconds)]
+            name = names(entry.group, entry.group_desc)
+            per_step = self._seconds.setdefault(step, {})
+            key = (entry.op, name.axis, name.tier)
+            per_step[key] = per_step.get(key, 0.0) + entry.duration_s
+
+    def advance(
+        self,
+        still_open: Iterable[FlightEntry],
+        step_starts: Sequence[tuple[int, int]],
+        dumped_unix_ns: int,
+        lost: int = 0,
+    ) -> None:
+        """After a dump taken at `dumped_unix_ns` whose open entries are `still_open`: mark
+        complete the steps it holds whole. `lost`: entries the ring overwrote unread since the
+        previous dump (the steps they may belong to are not all known)."""
+        through = self._through
+        if lost:  # entries older than the dump's oldest: of any step not complete yet
+            self._unknown.update(s for s, _ in step_starts if through is None or s > through)
+        starts = [start for _, start in step_starts]
+        # The steps whose successor began before the dump.
+        last = bisect.bisect_right(starts, dumped_unix_ns) - 2
+        for entry in still_open:
+            if entry.op != BARRIER:
+                index = bisect.bisect_right(starts, entry.created_unix_ns) - 1
+                if index >= 0:
+                    last = min(last, index - 1)
+        if last >= 0:
+            self._mark([s for s, _ in step_starts[: last + 1] if through is None or s > through])
+
+    def complete_all(self, step_starts: Sequence[tuple[int, int]]) -> None:
+        """No step begins any more and no collective is open (the agent's close): every step
+        of `step_starts` is complete."""
+        through = self._through
+        self._mark([s for s, _ in step_starts if through is None or s > through])
+
+    def _mark(self, newly: list[int]) -> None:
+        if not newly:
+            return
+        self._complete.extend(newly)
+        self._through = newly[-1]
+        excess = len(self._complete) - self._max
+        if excess > 0:  # not taken for long: keep the newest
+            for step in self._complete[:excess]:
+                self._seconds.pop(step, None)
+                self._unknown.discard(step)
+            del self._complete[:excess]
+
+    def take(self) -> StepDurationsUpdate:
+        """The steps completed since the last take (each handed on once)."""
+        steps: dict[int, Mapping[tuple[str, str, str], float] | None] = {}
+        for step in self._complete:
+            seconds = self._seconds.pop(step, {})
+            steps[step] = None if step in self._unknown else seconds
+            self._unknown.discard(step)
+        self._complete.clear()
+        return StepDurationsUpdate(self.timed, self._through, steps)

@@ -7,6 +7,8 @@ and the collectives seen in it (see docs/definitions.md). They become:
 - a `Breakdown`: each bucket's *fraction* of the window's total time (summed over its steps),
   exposed communication split per (axis, tier). Every later step report carries it scaled to
   that step's own measured wall time, so its components sum exactly to `wall_s` (schema rule);
+  on GPU timelines whose collectives the flight recorder times, a later step carries the window's
+  seconds with its own exposed communication instead (`core.carried_durations`);
 - per profiled step, `CollectiveSample`s aggregated per (op, axis, tier, group_size, bytes), put
   only on that step's report so collector counters never count a collective twice;
 - the compute bucket split by kernel class (when the engine split it), scaled like the
@@ -21,10 +23,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from mfuscope.core.carried_durations import ClassKey, WindowSeconds, carried_seconds
 from mfuscope.core.schema import ClassShare, CollectiveSample, ComponentShare, StepReport
 from mfuscope.core.vocabulary import COLLECTIVE_OPS, KERNEL_CLASSES, TIERS
 
@@ -122,13 +125,16 @@ class Breakdown:
     `blocked_elsewhere_s`: on a CPU timeline whose training thread's blocked time was read, the
     seconds per step it was blocked outside exposed communication (`blocked_elsewhere_s`), from
     which the steps after the window carry their exposed communication; None: they carry the
-    shares."""
+    shares.
+    `seconds`: what the window measured per step in seconds, from which the steps after it carry
+    their buckets where their own collective durations are known (GPU timelines, NCCL timing)."""
 
     step: int
     shares: tuple[Share, ...]
     overlapped_fraction: float
     class_fractions: tuple[tuple[str, float], ...] = ()
     blocked_elsewhere_s: float | None = None
+    seconds: WindowSeconds | None = None
 
 
 class _ClassSecondsLike(Protocol):
@@ -370,14 +376,34 @@ def make_report(
     collectives: tuple[CollectiveSample, ...] = (),
     measured_s: float | None = None,
     blocked_s: float | None = None,
+    durations: Mapping[ClassKey, float] | None = None,
 ) -> StepReport:
     """One schema step report; components are `breakdown` scaled to `wall_s` (empty if None).
 
     `measured_s`: the step's profiled window on the trace (s), when `breakdown` is its own: the
     breakdown is scaled to it and the rest of `wall_s` is `instrumentation`. Else the step
-    carries a window's breakdown (`carried_components`; `blocked_s`: the time its training
-    thread was blocked, on CPU timelines).
+    carries a window's breakdown: from its own collective `durations` (seconds per (op, axis,
+    tier), GPU timelines) where they and the window's seconds are known (`carried_seconds`),
+    else `carried_components` (`blocked_s`: the time its training thread was blocked, on CPU
+    timelines).
     """
+    if (
+        breakdown is not None
+        and breakdown.seconds is not None
+        and durations is not None
+        and measured_s is None
+        and wall_s > 0
+    ):
+        return _report_from_durations(
+            breakdown,
+            breakdown.seconds,
+            durations,
+            step=step,
+            start_unix_ns=start_unix_ns,
+            wall_s=wall_s,
+            model_flops=model_flops,
+            recompute_flops=recompute_flops,
+        )
     if breakdown is None:
         components: tuple[ComponentShare, ...] = ()
     elif measured_s is not None and 0 < measured_s < wall_s:
@@ -403,6 +429,39 @@ def make_report(
         compute_classes=()
         if breakdown is None or wall_s <= 0
         else tuple(ClassShare(name, f * measured) for name, f in breakdown.class_fractions),
+    )
+
+
+def _report_from_durations(
+    breakdown: Breakdown,
+    window: WindowSeconds,
+    durations: Mapping[ClassKey, float],
+    *,
+    step: int,
+    start_unix_ns: int,
+    wall_s: float,
+    model_flops: float,
+    recompute_flops: float,
+) -> StepReport:
+    """A carried step's report from its own collective durations (`carried_seconds`); the
+    compute split by kernel class as in the window, scaled to the step's compute."""
+    parts, hidden_s = carried_seconds(window, wall_s, durations, model_flops, recompute_flops)
+    shares = tuple(Share(name, value / wall_s, axis, tier) for name, axis, tier, value in parts)
+    components = components_for(Breakdown(breakdown.step, shares, 0.0), wall_s)
+    compute_s = math.fsum(c.seconds for c in components if c.component == "compute")
+    fractions = breakdown.class_fractions
+    total = math.fsum(f for _, f in fractions)
+    classes = tuple(ClassShare(name, compute_s * f / total) for name, f in fractions if total > 0)
+    return StepReport(
+        step=step,
+        start_unix_ns=start_unix_ns,
+        wall_s=wall_s,
+        model_flops=model_flops,
+        recompute_flops=recompute_flops,
+        components=components,
+        overlapped_comm_s=hidden_s,
+        breakdown_step=breakdown.step,
+        compute_classes=classes,
     )
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mfuscope.core.trace.result import (
         AnalysisOptions,
         CollectiveRecord,
+        CommSpan,
         ExposedComm,
         RankAnalysis,
         StepDecomposition,
@@ -29,6 +30,7 @@ __all__: list[str] = [
     "BOOKKEEPING",
     "AnalysisOptions",
     "CollectiveRecord",
+    "CommSpan",
     "ExposedComm",
     "KinetoTrace",
     "RankAnalysis",
@@ -50,6 +52,7 @@ _HOMES = {
     "normalise_op": "_collectives",
     "AnalysisOptions": "result",
     "CollectiveRecord": "result",
+    "CommSpan": "result",
     "ExposedComm": "result",
     "RankAnalysis": "result",
     "StepDecomposition": "result",

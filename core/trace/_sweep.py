@@ -12,6 +12,11 @@ recompute, M of communication and O of copies/memsets (all sorted disjoint inter
     other        = |(O \\ (C ∪ R) \\ M) ∩ W|
     bubble       = |W| - the rest   (so the buckets sum to the window exactly)
 
+Beside the buckets, per step and (op, axis, tier) of its collectives, the busy time C ∪ R inside
+the span from the first one's start to the last one's end (`CommSpan`): what the steps between
+profiled windows weigh their own collective durations against
+(docs/definitions.md#carried-gpu-steps).
+
 The per-collective attribution sweeps the collectives' boundaries (few) and measures the busy
 set C ∪ R on each elementary segment in O(log n) with prefix sums, so the cost is one sort of
 the device events plus linear merges.
@@ -46,6 +51,7 @@ from mfuscope.core.trace.kernel_classes import FAMILY_NAMES
 from mfuscope.core.trace.result import (
     AnalysisOptions,
     CollectiveRecord,
+    CommSpan,
     ExposedComm,
     KernelClassSeconds,
     StepDecomposition,
@@ -98,6 +104,23 @@ def _comm_sweep(
             for i in active:
                 exposed[i][w] = exposed[i].get(w, 0.0) + share
     return overlapped, exposed
+
+
+def _comm_spans(
+    reach: dict[tuple[int, str, str, str], list[float]],
+    windows: tuple[StepWindow, ...],
+    busy: IntervalSet,
+) -> list[tuple[CommSpan, ...]]:
+    """Per window, the busy time inside each (op, axis, tier)'s span of collectives, the span
+    clipped to the window (`CommSpan`)."""
+    keys = sorted(reach)
+    lo = np.array([reach[key][0] for key in keys], dtype=np.float64)
+    hi = np.array([min(reach[key][1], windows[key[0]].end) for key in keys], dtype=np.float64)
+    busy_us = busy.measure_each(lo, hi).tolist()
+    out: list[list[CommSpan]] = [[] for _ in windows]
+    for (w, op, axis, tier), us in zip(keys, busy_us, strict=True):
+        out[w].append(CommSpan(op, axis, tier, us * _US))
+    return [tuple(spans) for spans in out]
 
 
 def _ideal_us(comm: CommActivity, links: Mapping[str, LinkModel] | None) -> float | None:
@@ -204,6 +227,8 @@ def decompose_timeline(
             pipeline[w] += share - as_comm
 
     records: list[list[CollectiveRecord]] = [[] for _ in windows]
+    # (window, op, axis, tier) -> [first start, last end] of its collectives (µs)
+    reach: dict[tuple[int, str, str, str], list[float]] = {}
     starts = [w.start for w in windows]
     w = 0
     for i, comm in enumerate(comms):  # sorted by start
@@ -213,6 +238,9 @@ def decompose_timeline(
             w += 1
         if w < len(windows) and starts[w] <= comm.start:
             records[w].append(_record(comm, overlapped[i]))
+            span = reach.setdefault((w, comm.op, comm.axis, comm.tier), [comm.start, comm.end])
+            span[1] = max(span[1], comm.end)
+    spans = _comm_spans(reach, windows, busy)
 
     window_starts = np.array(starts, dtype=np.float64)
     window_ends = np.array([w.end for w in windows], dtype=np.float64)
@@ -276,6 +304,7 @@ def decompose_timeline(
                 compute_classes=_seconds(compute_classes[k]),
                 recompute_classes=_seconds(recompute_classes[k]),
                 compute_families=tuple((f, us * _US) for f, us in families[k]),
+                comm_spans=spans[k],
             )
         )
     return tuple(steps)

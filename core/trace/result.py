@@ -27,6 +27,7 @@ __all__ = [
     "WINDOW_WHOLE_TRACE",
     "AnalysisOptions",
     "CollectiveRecord",
+    "CommSpan",
     "ExposedComm",
     "KernelClassSeconds",
     "RankAnalysis",
@@ -141,6 +142,19 @@ class CollectiveRecord(msgspec.Struct, frozen=True):
     group_size_reason: str | None = None
 
 
+class CommSpan(msgspec.Struct, frozen=True):
+    """The collectives of one (op, axis, tier) in a step, from the first one's start to the last
+    one's end (clipped to the step's window): `busy_s` is the compute and recompute time in that
+    span, in seconds, the most those collectives could hide under as the step ran. Steps between
+    profiled windows weigh their own collective durations against it
+    (docs/definitions.md#carried-gpu-steps)."""
+
+    op: str
+    axis: str
+    tier: str
+    busy_s: float
+
+
 class KernelClassSeconds(msgspec.Struct, frozen=True):
     """Seconds of a bucket (compute or recompute) per kernel class (`kernel_classes`); they
     sum to the bucket. Kernels of several classes at once share the instant equally."""
@@ -194,6 +208,8 @@ class StepDecomposition(msgspec.Struct, frozen=True):
     # (kernel family, seconds) of the compute kernels that started in the window, largest first
     # (`kernel_classes.FAMILY_NAMES`; overlapping kernels each count); empty on CPU timelines.
     compute_families: tuple[tuple[str, float], ...] = ()
+    # One per (op, axis, tier) of `collectives`, sorted by it.
+    comm_spans: tuple[CommSpan, ...] = ()
 
 
 class RankAnalysis(msgspec.Struct, frozen=True):

@@ -166,7 +166,7 @@ def _batch() -> Any:
 
 def main(out: Path) -> None:
     path = out / f"batch-{s.SCHEMA_VERSION}.json"
-    path.write_text(s.batch_to_json(_batch()) + "\n")
+    path.write_text(s.encode_batch(_batch()).decode() + "\n")
     print(path)
 
 

@@ -126,7 +126,8 @@ def test_nccl_durations_and_a_duplicate_binding_of_one_ring() -> None:
 def test_arrival_samples_follow_the_steps() -> None:
     t0 = 1_763_700_000_000_000_000
     entries = [nccl_entry(i, i + 1, created_ns=t0 + i * 10) for i in range(6)]
-    clock = iter([t0 - 1, t0 + 25, t0 + 60, t0 + 61, t0 + 62])
+    # Two step starts, the read's dump, then three batches' `records`.
+    clock = iter([t0 - 1, t0 + 25, t0 + 50, t0 + 60, t0 + 61, t0 + 62])
     scripted = ScriptedSource([nccl_dump([]), nccl_dump(entries)], json_form=False)
     reader = _reader(scripted.source(), wall_clock_ns=lambda: next(clock))
     reader.baseline()
@@ -137,6 +138,43 @@ def test_arrival_samples_follow_the_steps() -> None:
     assert [(a.seq, a.enqueued_unix_ns - t0) for a in samples] == [(1, 0), (4, 30)]
     assert reader.records("http").arrivals == ()  # each sink gets each sample once
     assert reader.records("jsonl").arrivals == samples
+
+
+def test_each_steps_collective_seconds_once_the_step_is_whole() -> None:
+    t0 = 1_763_700_000_000_000_000
+    ms = 1_000_000
+
+    def op(i: int, at_ms: int, done: bool = True) -> dict[str, Any]:
+        return nccl_entry(i, i + 1, created_ns=t0 + at_ms * ms, duration_ms=1.5, completed=done)
+
+    first = [op(0, 10), op(1, 20), op(2, 110, done=False)]
+    then = [op(0, 10), op(1, 20), op(2, 110), op(3, 210)]
+    scripted = ScriptedSource([nccl_dump([]), nccl_dump(first), nccl_dump(then)], json_form=False)
+    now = [t0]
+    reader = _reader(scripted.source(), wall_clock_ns=lambda: now[0])
+    reader.baseline()
+    for step in range(3):
+        reader.step_began(step, t0 + step * 100 * ms)
+    now[0] = t0 + 250 * ms
+    reader.read_once()  # step 1's all_reduce still runs: step 0 alone is whole
+    update = reader.step_durations()
+    assert update.timed and update.through == 0
+    assert update.steps == {0: {("all_reduce", "world", "intra_node"): pytest.approx(0.003)}}
+    now[0] = t0 + 300 * ms
+    reader.read_once()
+    assert reader.step_durations().steps == {1: {("all_reduce", "world", "intra_node"): 0.0015}}
+    reader.close(0.0)  # no step begins after the close: the last one is whole
+    assert reader.step_durations().steps == {2: {("all_reduce", "world", "intra_node"): 0.0015}}
+
+
+def test_without_durations_no_step_is_handed_on() -> None:
+    scripted = ScriptedSource([gloo_dump("gloo-rank0-end.json")], json_form=True)
+    reader = _reader(scripted.source())
+    reader.step_began(0, 0)
+    reader.read_once()
+    reader.close(0.0)
+    update = reader.step_durations()
+    assert not update.timed and update.steps == {}
 
 
 def test_close_waits_briefly_for_the_last_open_collective() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from mfuscope.core.collective_records import ArrivalSample, CollectiveTraffic, PendingCollective
 from mfuscope.core.flight_accounting import (
     ArrivalSampler,
     GroupName,
     ProgressTracker,
+    StepDurations,
     TrafficTotals,
 )
 from mfuscope.core.flight_records import FlightEntry, entry_from_dump
@@ -129,3 +131,77 @@ def test_arrival_samples_are_bounded_for_a_reader_that_never_comes() -> None:
     sampler.observe([e for e in entries if e is not None], steps)
     samples, cursor = sampler.since(0)
     assert [s.seq for s in samples] == [3, 4] and cursor == 4
+
+
+T0 = 1_763_700_000_000_000_000
+MS = 1_000_000
+
+
+def _timed(
+    record_id: int, at_ms: float, duration_ms: float | None = 2.0, **kw: object
+) -> FlightEntry:
+    entry = entry_from_dump(
+        nccl_entry(
+            record_id, record_id + 1, created_ns=T0 + int(at_ms * MS), duration_ms=duration_ms, **kw
+        )  # type: ignore[arg-type]
+    )
+    assert entry is not None
+    return entry
+
+
+def test_step_durations_are_handed_on_once_each_step_is_whole() -> None:
+    starts = [(0, T0), (1, T0 + 100 * MS), (2, T0 + 200 * MS)]
+    durations = StepDurations()
+    done = [_timed(0, 10), _timed(1, 20, 3.0), _timed(2, 110), _timed(3, 210)]
+    durations.add(done, starts, names)
+    # Dumped at 150 ms: step 0's successor had begun, step 1's had not.
+    durations.advance((), starts, T0 + 150 * MS)
+    update = durations.take()
+    assert update.timed and update.through == 0
+    assert update.steps == {0: {("all_reduce", "world", "intra_node"): 0.005}}
+    assert durations.take().steps == {}  # each step once
+    # Dumped at 250 ms, an op of step 1 still open: step 1 waits for it.
+    durations.advance([_timed(4, 120, None, completed=False)], starts, T0 + 250 * MS)
+    assert durations.take().through == 0
+    durations.add([_timed(4, 120, 1.0)], starts, names)
+    durations.advance((), starts, T0 + 250 * MS)
+    update = durations.take()
+    assert update.through == 1
+    assert update.steps == {1: {("all_reduce", "world", "intra_node"): pytest.approx(0.003)}}
+    # At the agent's close no step begins any more: the last one is whole too.
+    durations.complete_all(starts)
+    assert durations.take().steps == {2: {("all_reduce", "world", "intra_node"): 0.002}}
+
+
+def test_a_step_whose_ops_are_not_all_known_is_handed_on_without_durations() -> None:
+    starts = [(0, T0), (1, T0 + 100 * MS), (2, T0 + 200 * MS), (3, T0 + 300 * MS)]
+    durations = StepDurations()
+    done = [
+        _timed(0, 10),
+        _timed(1, 110, None),  # not timed (a group made after timing was turned on)
+        _timed(2, 120, name="nccl:all_reduce_barrier"),  # a barrier: left out
+        _timed(3, 210, name="nccl:coalesced"),  # a batch the recorder names no op for
+    ]
+    durations.add(done, starts, names)
+    durations.advance((), starts, T0 + 350 * MS)
+    update = durations.take()
+    assert update.through == 2 and update.steps == {
+        0: {("all_reduce", "world", "intra_node"): 0.002},
+        1: None,
+        2: None,
+    }
+    # Entries lost to the ring: the steps not whole yet are not all known (step 4 too: a lost
+    # entry may be one of its first).
+    starts.append((4, T0 + 400 * MS))
+    durations.advance((), starts, T0 + 450 * MS, lost=2)
+    assert durations.take().steps == {3: None}
+    durations.complete_all(starts)
+    assert durations.take().steps == {4: None}
+
+
+def test_a_step_without_collectives_is_known_to_have_none() -> None:
+    starts = [(0, T0), (1, T0 + 100 * MS)]
+    durations = StepDurations()
+    durations.add([_timed(9, -5)], starts, names)  # before any step: of none
+    durations.advance((), starts, T0 + 150 * MS)
+    assert durations.take().steps == {0: {}}
