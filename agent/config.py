@@ -53,6 +53,11 @@ class AgentConfig:
     peak_flops: float | None = None  # dense peak FLOP/s of this rank's device
     dtype: str | None = None  # training dtype for the peak lookup; None: bf16 on GPU, fp32 on CPU
     calibrate_cpu_peak: bool = True
+    # The calibrated CPU peak is measured once per machine and cached (mfuscope.agent.peak_cache):
+    # `recalibrate_cpu_peak` measures it again for this launch; the cache lives in
+    # `cpu_peak_cache_dir` (None: $XDG_CACHE_HOME/mfuscope, else ~/.cache/mfuscope).
+    recalibrate_cpu_peak: bool = False
+    cpu_peak_cache_dir: str | None = None
     # Link facts that override detection and datasheets (docs/definitions.md#link-specs), bytes/s
     # per direction: the GPU's intra-node link; one NIC port; the NIC ports a node has for
     # training traffic (None: one per rank, the rail-optimised layout).
