@@ -101,11 +101,11 @@ class CpuPeak:
         return self.calibration.peak_flops
 
     def describe(self) -> str:
-        """One phrase for logs, e.g. ``calibrated 2026-11-27 10:02 UTC (spread 2.1% over 5
-        rounds), cached in /home/me/.cache/mfuscope/cpu-peak.json``."""
+        """One phrase for logs, e.g. ``calibrated 2026-11-27 10:02 UTC, spread 2.1% over 5
+        rounds, cached in /home/me/.cache/mfuscope/cpu-peak.json``."""
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.measured_unix_s))
         c = self.calibration
-        what = f"calibrated {when} (spread {c.spread_ratio:.1%} over {c.rounds} rounds)"
+        what = f"calibrated {when}, spread {c.spread_ratio:.1%} over {c.rounds} rounds"
         if self.path is None:
             return f"{what}, not cached"
         return f"{what}, {'read from' if self.cached else 'cached in'} {self.path}"

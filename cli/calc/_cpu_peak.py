@@ -55,13 +55,16 @@ class CpuPeaks:
 
 def cpu_peaks(dtype: str, *, calibrate: bool, cache_dir: Path | None = None) -> CpuPeaks:
     """The calibrated CPU peak for `dtype` (``tf32`` means fp32 on a CPU); with `calibrate`,
-    every figure cached for this machine is measured again first. Raises ValueError for a dtype
-    the calibration does not know."""
+    every figure cached for this machine is measured again first. `cache_dir` None: where the
+    agents keep it. Raises ValueError for a dtype the calibration does not know."""
     import torch
     from mfuscope.agent import calibrate as calibration
+    from mfuscope.agent.config import AgentConfig
     from mfuscope.agent.peak_cache import CACHE_FILE, default_cache_dir, read_entries
 
-    directory = cache_dir if cache_dir is not None else default_cache_dir()
+    # The agents' cache: their `cpu_peak_cache_dir` (MFUSCOPE_CPU_PEAK_CACHE_DIR), else the default.
+    configured = AgentConfig.option("cpu_peak_cache_dir", {})
+    directory = cache_dir or (Path(configured) if configured else default_cache_dir())
     kind = normalize_dtype(dtype)
     key = calibration.calibration_key(kind)
     peaks: list[CpuPeak] = []

@@ -164,6 +164,6 @@ def test_a_calibrated_peak_is_cached_and_said_so(
     assert (
         "peak 90 GFLOP/s per device measured by a CPU matmul calibration (calibrated" in starts[0]
     )
-    assert f"spread 3.0% over 5 rounds), cached in {cache}" in starts[0]
+    assert f"spread 3.0% over 5 rounds, cached in {cache}" in starts[0]
     assert f"read from {cache}" in starts[1]
     assert "peak 110 GFLOP/s" in starts[2] and f"cached in {cache}" in starts[2]

@@ -15,8 +15,9 @@ from mfuscope.cli import main
 
 @pytest.fixture
 def rates(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[float]:
-    """Scripted calibrations, popped in order (FLOP/s), into a cache under `tmp_path`."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    """Scripted calibrations, popped in order (FLOP/s), into the agents' cache directory, set to
+    `tmp_path/mfuscope` (as `cpu_peak_cache_dir` / MFUSCOPE_CPU_PEAK_CACHE_DIR)."""
+    monkeypatch.setenv("MFUSCOPE_CPU_PEAK_CACHE_DIR", str(tmp_path / "mfuscope"))
     script = [100e9, 40e9, 120e9, 50e9]
 
     def scripted(dtype: str, *args: object, **kwargs: object) -> calibrate.Calibration:
