@@ -120,6 +120,15 @@ def test_the_split_is_exact_for_this_model() -> None:
     assert (step.model_flops, step.recompute_flops) == (ANALYTICAL, RESCORE)
 
 
+def test_math_attention_has_nothing_to_move() -> None:
+    # The math backend is plain matmuls that keep the scores: four backward matmuls, no recompute.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        step = count_step_flops(lambda: _train(GPT()))
+    assert (step.model_flops, step.recompute_flops) == (ANALYTICAL, 0)
+
+
 def _meta(*shape: int) -> torch.Tensor:
     return torch.empty(*shape, device="meta")
 
