@@ -206,6 +206,7 @@ class Agent:
                 device=runtime.device_name,
                 peak_flops=runtime.peak_flops,
                 peak_source=runtime.peak_source,
+                peak_note=runtime.peak_note,
             )
         )
 

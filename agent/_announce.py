@@ -83,14 +83,15 @@ def ensure_visible(logger: logging.Logger) -> None:
     logger.propagate = False
 
 
-def _peak_words(peak_flops: float | None, source: str, device: str) -> str:
+def _peak_words(peak_flops: float | None, source: str, device: str, note: str = "") -> str:
     if peak_flops is None:
         return f"peak FLOP/s of {device!r} unknown: MFU not computed (pass peak_flops=...)"
     scale, prefix = next(
         ((f, p) for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G")) if peak_flops >= f), (1e6, "M")
     )
     rate = f"{peak_flops / scale:.4g} {prefix}FLOP/s"
-    return f"peak {rate} per device {_PEAK_SOURCES.get(source, source)}"
+    words = f"peak {rate} per device {_PEAK_SOURCES.get(source, source)}"
+    return f"{words} ({note})" if note else words
 
 
 def _destinations(config: AgentConfig) -> str:
@@ -121,12 +122,14 @@ def startup_line(
     device: str,
     peak_flops: float | None,
     peak_source: str,
+    peak_note: str = "",
 ) -> str:
     """The agent's start-up line (rank 0's options are the ones every rank follows)."""
     return (
         f"mfuscope: agent started for job {config.job!r} on {world_size} "
         f"rank{'s' * (world_size != 1)} ({device}); "
-        f"{_peak_words(peak_flops, peak_source, device)}; reports to {_destinations(config)}; "
+        f"{_peak_words(peak_flops, peak_source, device, peak_note)}; "
+        f"reports to {_destinations(config)}; "
         f"{_schedule_words(config)}"
     )
 

@@ -1,10 +1,11 @@
 """Assembles an Agent's parts once at construction (imports torch; never at package import).
 
 Peak precedence (docs/definitions.md#peak-flops): `peak_flops` given (source ``user``) > the
-hardware table for the detected device and `dtype` (``spec``) > on CPU a short matmul calibration
-(``measured``) > unknown (reports carry ``peak_flops=None``, and the agent logs once how to pass
-it). Link specs per group, each with its source: user options > detected links (NVML, sysfs) >
-datasheet > unknown (`mfuscope.core.link_specs`).
+hardware table for the detected device and `dtype` (``spec``) > on CPU a matmul calibration,
+measured once per machine and cached (``measured``, `mfuscope.agent.peak_cache`) > unknown
+(reports carry ``peak_flops=None``, and the agent logs once how to pass it). Link specs per
+group, each with its source: user options > detected links (NVML, sysfs) > datasheet > unknown
+(`mfuscope.core.link_specs`).
 """
 
 from __future__ import annotations
@@ -66,9 +67,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Runtime", "build_runtime"]
 
-# Long enough for a stable best-of-batches matmul rate, short enough for start-up.
-CALIBRATION_S = 0.5
-
 
 @dataclass
 class Runtime:
@@ -90,6 +88,7 @@ class Runtime:
     unwrap_checkpoint: Callable[[], None]
     hardware: HardwareSampler | None = None
     collectives: CollectiveReader | None = None
+    peak_note: str = ""  # where a measured peak comes from (its calibration and cache)
 
     def make_transports(
         self, encode: Callable[[Sequence[StepReport], str], bytes]
@@ -307,25 +306,41 @@ def _dtype(config: AgentConfig, device: _Device) -> str:
 
 
 def _peak(config: AgentConfig, device: _Device, log: RateLimitedLog) -> tuple[float | None, str]:
+    """(peak FLOP/s, its source), for a launch of its own (`_peak_with_note`)."""
+    peak, source, _ = _peak_with_note(config, device, log, "")
+    return peak, source
+
+
+def _peak_with_note(
+    config: AgentConfig, device: _Device, log: RateLimitedLog, incarnation: str
+) -> tuple[float | None, str, str]:
+    """(peak FLOP/s, its source, a note on a measured one). The ranks of one launch on one host
+    share a cached calibration (`incarnation` keeps a requested recalibration to one per
+    launch)."""
     from mfuscope.core.hardware import resolve_peak
 
     dtype = _dtype(config, device)
     lookup = resolve_peak(device.name, dtype, config.peak_flops, mig=_mig_enabled(device))
     if lookup.peak_flops is not None:
-        return lookup.peak_flops, lookup.source
+        return lookup.peak_flops, lookup.source, ""
     if not device.use_cuda and config.calibrate_cpu_peak:
         try:
-            from mfuscope.agent.calibrate import measure_cpu_peak_flops
+            from mfuscope.agent.calibrate import cached_cpu_peak
 
-            value = measure_cpu_peak_flops(dtype, seconds=CALIBRATION_S)
-            if value >= 1.0:
-                return value, "measured"
+            found = cached_cpu_peak(
+                dtype,
+                cache_dir=config.cpu_peak_cache_dir,
+                recalibrate=config.recalibrate_cpu_peak,
+                incarnation=incarnation,
+            )
+            if found.peak_flops >= 1.0:
+                return found.peak_flops, "measured", found.describe()
         except Exception as exc:
             log.warning("calibrate", "mfuscope: CPU peak calibration failed: %r", exc)
     log.warning(
         "peak-unknown", "mfuscope: peak FLOP/s unknown, MFU not computed: %s", lookup.message
     )
-    return None, "unknown"
+    return None, "unknown", ""
 
 
 def _group_link_specs(
@@ -495,7 +510,7 @@ def build_runtime(
         tuple(node_nics.values()),
     )
     device = _device(model, topology, log, seams)
-    peak_flops, peak_source = _peak(config, device, log)
+    peak_flops, peak_source, peak_note = _peak_with_note(config, device, log, topology.incarnation)
     group_specs = _group_link_specs(config, device, topology)
     if topology.tp_spans_hosts:
         log.warning("tp-spans-hosts", "mfuscope: the tp group spans hosts (beyond NVLink)")
@@ -583,4 +598,5 @@ def build_runtime(
         unwrap_checkpoint=unwrap,
         hardware=hardware,
         collectives=collectives,
+        peak_note=peak_note,
     )

@@ -53,6 +53,11 @@ class AgentConfig:
     peak_flops: float | None = None  # dense peak FLOP/s of this rank's device
     dtype: str | None = None  # training dtype for the peak lookup; None: bf16 on GPU, fp32 on CPU
     calibrate_cpu_peak: bool = True
+    # The calibrated CPU peak is measured once per machine and cached (mfuscope.agent.peak_cache):
+    # `recalibrate_cpu_peak` measures it again for this launch; the cache lives in
+    # `cpu_peak_cache_dir` (None: $XDG_CACHE_HOME/mfuscope, else ~/.cache/mfuscope).
+    recalibrate_cpu_peak: bool = False
+    cpu_peak_cache_dir: str | None = None
     # Link facts that override detection and datasheets (docs/definitions.md#link-specs), bytes/s
     # per direction: the GPU's intra-node link; one NIC port; the NIC ports a node has for
     # training traffic (None: one per rank, the rail-optimised layout).
@@ -273,7 +278,18 @@ OPTION_HELP: dict[str, str] = {
     ),
     "peak_flops": "dense peak FLOP/s of this rank's device (source `user`)",
     "dtype": "training dtype for the peak lookup; None: `bf16` on GPU, `fp32` on CPU",
-    "calibrate_cpu_peak": "on CPU, measure a matmul peak at start (0.5 s; source `measured`)",
+    "calibrate_cpu_peak": (
+        "on CPU, use this machine's calibrated matmul peak (source `measured`; measured once, 2 s,"
+        " then cached: docs/agent.md#cpu-peak)"
+    ),
+    "recalibrate_cpu_peak": (
+        "measure the CPU peak again for this launch (every rank of the launch then uses the new"
+        " figure)"
+    ),
+    "cpu_peak_cache_dir": (
+        "where the calibrated CPU peak is kept; None: `$XDG_CACHE_HOME/mfuscope`, else"
+        " `~/.cache/mfuscope`"
+    ),
     "intra_node_link_bytes_per_s": (
         "the GPU's intra-node link rate per direction, bytes/s (spec source `user`; "
         "docs/definitions.md#link-specs)"

@@ -1,7 +1,7 @@
 """Count the FLOPs of one real training step with torch's `FlopCounterMode`, recompute apart.
 
 `count_step_flops(step_fn)` runs `step_fn` once under `RankFlopCounter` (a `FlopCounterMode`) and
-returns `StepFlops(model_flops, recompute_flops)`. Three things torch does not do for us:
+returns `StepFlops(model_flops, recompute_flops)`. Four things torch does not do for us:
 
 1. **CPU attention.** `FlopCounterMode` has formulas for the CUDA SDPA kernels but counts 0 for
    ``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward. We register them through
@@ -16,13 +16,23 @@ returns `StepFlops(model_flops, recompute_flops)`. Three things torch does not d
    ``model_flops = outer total - recompute total``. (Only recomputation that ran under the outer
    counter's dispatch mode is subtracted: the calling thread, or autograd's device threads, which
    inherit the mode stack; a plain Python thread does not, and its FLOPs were never in the total.)
-
 3. **Sharded tensors.** FlopCounterMode sees a DTensor op at its global shape (a tensor-parallel
    matmul counts the whole model's FLOPs on every rank). `RankFlopCounter` lets DTensor dispatch
    such an op itself and counts the ops it runs on the local shards instead, so a count is this
    rank's own work under any sharding: DTensor TP and SP, FSDP2 (its unsharded parameters are
    plain tensors, or DTensors on the tp mesh under FSDP2 + TP), and a pipeline stage (only the
    stage's modules run on the rank; the stage's one-time metadata inference is not counted).
+
+4. **Attention's backward recomputation.** torch's SDPA backward formula
+   (`sdpa_backward_flop_count`, used for the CPU op above and by FlopCounterMode's own entries for
+   the CUDA flash / memory-efficient / cuDNN SDPA backward ops, ``aten._flash_attention_backward``,
+   ``aten._efficient_attention_backward`` and varlen attention's backward) has five matmuls: it
+   recomputes the score matrix Q·K^T as the fused kernels do (2*b*H*Tq*Tk*Q per call). The model's
+   attention backward has four. `RankFlopCounter` counts the whole formula (the kernels do that
+   work) but books the recomputed matmul apart, and `StepFlops` moves it from model FLOPs to
+   `recompute_flops` (HFU, never MFU), so counted model FLOPs equal the analytical
+   6N + 12*L*H*Q*T per token (docs/definitions.md#which-flops-are-which). Eager ("math")
+   attention is plain bmm/matmul ops with four backward matmuls: nothing to move.
 
 How to combine them (the agent's public `checkpoint_context()` wraps this and also opens a
 ``torch.profiler.record_function("mfuscope::recompute")`` range)::
@@ -43,11 +53,6 @@ Every recompute context that exits while `count_step_flops` is running adds to t
 running total across steps. The registry of the running step is process-wide (not a ContextVar)
 because on GPU the backward pass, and with it the recomputation, runs on autograd's device
 threads. So `count_step_flops` is not reentrant: one step is counted at a time.
-
-Note: FlopCounterMode counts what kernels compute. The SDPA backward formula includes the
-recomputation of the score matrix that FlashAttention does internally (2*b*H*T^2*Q per call), so a
-counted step exceeds the analytical PaLM/Megatron model FLOPs by that term; it is not activation
-checkpointing and stays in `model_flops`.
 """
 
 from __future__ import annotations
@@ -145,12 +150,64 @@ class _RankDispatchMode(_FlopCounterMode):  # type: ignore[misc]
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
+# The attention backward ops whose FlopCounterMode formula is torch's `sdpa_backward_flop_count`
+# (five matmuls, the first recomputing Q·K^T), as `str(op packet)` spells them. Each takes
+# (grad_out, query, key, value, ...). The varlen entry exists once `torch.nn.attention.varlen`
+# has been imported (it registers itself then).
+_ATTENTION_BACKWARD_OPS = frozenset(
+    {
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward",
+        "aten._scaled_dot_product_flash_attention_backward",
+        "aten._scaled_dot_product_efficient_attention_backward",
+        "aten._scaled_dot_product_cudnn_attention_backward",
+        "aten._flash_attention_backward",
+        "aten._efficient_attention_backward",
+        "torch_attn._varlen_attn_backward",
+    }
+)
+# `flop_counts` key under which a counter books attention's backward recomputation.
+ATTENTION_RECOMPUTE = "attention_backward_recompute"
+
+
+def attention_backward_recompute(flops: int, query: Any, value: Any) -> int:
+    """The recomputed Q·K^T share of `flops`, the count torch's `sdpa_backward_flop_count` gives
+    one attention backward call (FLOPs).
+
+    Per sequence that formula is 2*b*H*Tq*Tk*(3*Dq + 2*Dv): the score recompute (Dq), dP = dO·V^T
+    (Dv), dV = P^T·dO (Dv), dQ = dS·K (Dq) and dK = dS^T·Q (Dq). The recompute is 2*b*H*Tq*Tk*Dq,
+    i.e. Dq / (3*Dq + 2*Dv) of it; the ratio does not depend on the lengths, so it holds for a
+    sum over the sequences of a nested or varlen batch too. Dq and Dv are the last dimensions of
+    `query` and `value` (tensors or shapes)."""
+    d_q, d_v = int(query.shape[-1]), int(value.shape[-1])
+    return flops * d_q // (3 * d_q + 2 * d_v)
+
+
 class RankFlopCounter(FlopCounterMode):  # type: ignore[misc]
     """`FlopCounterMode` counting this rank's own work (see `_RankDispatchMode`): the local
     shards of DTensor ops, never their global shapes; nothing while `uncounted.paused()` holds
     (a pipeline stage's one-time metadata inference, see `mfuscope.agent.uncounted`). Totals
     only (no per-module table: the module tracker's global hooks are not installed, which also
-    keeps counting cheaper)."""
+    keeps counting cheaper).
+
+    `get_total_flops()` is everything the kernels compute; `attention_recompute_flops` is the
+    part of it that attention backward kernels spent recomputing scores (see the module
+    docstring), booked under `ATTENTION_RECOMPUTE` rather than under the op."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._attention_backward = frozenset(
+            op for op in self.flop_registry if str(op) in _ATTENTION_BACKWARD_OPS
+        )
+
+    @property
+    def attention_backward_ops(self) -> frozenset[Any]:
+        """The ops of this counter's registry whose count holds a score recomputation."""
+        return self._attention_backward
+
+    @property
+    def attention_recompute_flops(self) -> int:
+        """FLOPs attention backward kernels spent recomputing the score matrix (hardware work)."""
+        return int(self.flop_counts["Global"].get(ATTENTION_RECOMPUTE, 0))
 
     def __enter__(self) -> RankFlopCounter:
         self.flop_counts.clear()
@@ -169,7 +226,15 @@ class RankFlopCounter(FlopCounterMode):  # type: ignore[misc]
     def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
         if uncounted.paused():
             return out
-        return super()._count_flops(func_packet, out, args, kwargs)
+        if func_packet not in self._attention_backward:
+            return super()._count_flops(func_packet, out, args, kwargs)
+        # FlopCounterMode's own bookkeeping, with the recomputed matmul booked apart.
+        flops = int(self.flop_registry[func_packet](*args, **kwargs, out_val=out))
+        recompute = attention_backward_recompute(flops, args[1], args[3])
+        for parent in set(self.mod_tracker.parents):
+            self.flop_counts[parent][func_packet] += flops - recompute
+            self.flop_counts[parent][ATTENTION_RECOMPUTE] += recompute
+        return out
 
 
 def dispatch_mode_stack() -> tuple[int, ...]:
@@ -178,14 +243,15 @@ def dispatch_mode_stack() -> tuple[int, ...]:
     return tuple(id(mode) for mode in _get_current_dispatch_mode_stack())
 
 
-def _new_flop_counter() -> FlopCounterMode:
+def _new_flop_counter() -> RankFlopCounter:
     return RankFlopCounter(display=False, custom_mapping=cpu_attention_flop_mapping())
 
 
 @dataclass(frozen=True)
 class StepFlops:
     """FLOPs of one counted step on this rank: `model_flops` (MFU numerator, recomputation
-    excluded) and `recompute_flops` (activation recomputation; HFU adds it)."""
+    excluded) and `recompute_flops` (activation recomputation and attention backward's score
+    recomputation; HFU adds it)."""
 
     model_flops: float
     recompute_flops: float
@@ -231,12 +297,18 @@ class _StepRegistry:
             return False
         return any(mode is counter.mode for mode in _get_current_dispatch_mode_stack())
 
-    def add_recompute(self, flops: int, seen_by_step: bool) -> None:
+    def add_recompute(self, flops: int, attention_recompute: int, seen_by_step: bool) -> None:
+        """A recompute counter's total `flops`, of which `attention_recompute` was attention
+        backward's score recomputation. When the step's counter saw these ops, it booked that
+        part as attention recompute already: it is added to the step's recompute (and taken out
+        of its model FLOPs) once, there."""
         with self._lock:
             if self._counter is not None:
-                self._recompute += flops
                 if seen_by_step:
-                    self._recompute_in_total += flops
+                    self._recompute += flops - attention_recompute
+                    self._recompute_in_total += flops - attention_recompute
+                else:
+                    self._recompute += flops
 
 
 _STEP = _StepRegistry()
@@ -245,7 +317,7 @@ _STEP = _StepRegistry()
 class _RecomputeContext:
     def __init__(self, owner: RecomputeCounter) -> None:
         self._owner = owner
-        self._counter: FlopCounterMode | None = None
+        self._counter: RankFlopCounter | None = None
         self._seen_by_step = False
 
     def __enter__(self) -> None:
@@ -265,7 +337,7 @@ class _RecomputeContext:
         counter.__exit__(exc_type, exc, tb)
         flops = int(counter.get_total_flops())
         self._owner._add(flops)
-        _STEP.add_recompute(flops, self._seen_by_step)
+        _STEP.add_recompute(flops, counter.attention_recompute_flops, self._seen_by_step)
 
 
 class RecomputeCounter:
@@ -344,8 +416,10 @@ class StepFlopCount:
         finally:
             recompute, recompute_in_total = _STEP.stop()
         total = int(self._counter.get_total_flops())
+        attention = self._counter.attention_recompute_flops
         self._result = StepFlops(
-            model_flops=float(total - recompute_in_total), recompute_flops=float(recompute)
+            model_flops=float(total - attention - recompute_in_total),
+            recompute_flops=float(recompute + attention),
         )
 
     @property
@@ -360,8 +434,8 @@ def count_step_flops(step_fn: Callable[[], object]) -> StepFlops:
     """Run `step_fn` once under FlopCounterMode and return its FLOPs, recomputation apart.
 
     `step_fn` should be one full training step (forward, backward, optimizer) of this rank. FLOPs
-    of recomputation run through a `RecomputeCounter.context()` are reported in `recompute_flops`
-    and subtracted from `model_flops`.
+    of recomputation run through a `RecomputeCounter.context()`, and attention backward's score
+    recomputation, are reported in `recompute_flops` and are not in `model_flops`.
     """
     with StepFlopCount() as count:
         step_fn()

@@ -6,9 +6,10 @@ import argparse
 from typing import Any
 
 from mfuscope.cli.calc._comm import comm_what_if
+from mfuscope.cli.calc._options import with_dtype
 from mfuscope.core.errors import CalcError
 from mfuscope.core.flops import TransformerShape, count_params, transformer_flops_per_token
-from mfuscope.core.hardware import resolve_peak
+from mfuscope.core.hardware import PeakLookup, resolve_peak
 from mfuscope.core.mfu import hfu, mfu
 
 __all__ = ["compute"]
@@ -34,8 +35,11 @@ def _shape(args: argparse.Namespace) -> TransformerShape | None:
     )
 
 
-def compute(args: argparse.Namespace) -> dict[str, Any]:
-    """Every figure `mfuscope calc` prints, as a JSON-ready dict (None where not computable)."""
+def compute(args: argparse.Namespace, cpu_peak: PeakLookup | None = None) -> dict[str, Any]:
+    """Every figure `mfuscope calc` prints, as a JSON-ready dict (None where not computable).
+    `cpu_peak`: this machine's calibrated CPU peak (`--device cpu`), used unless `--peak-flops`
+    is given."""
+    args = with_dtype(args)
     try:
         shape = _shape(args)
     except ValueError as exc:
@@ -73,7 +77,10 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     tokens_per_s = args.tokens_per_s
     if tokens_per_s is None and step_time is not None and tokens_per_step is not None:
         tokens_per_s = tokens_per_step / step_time
-    peak = resolve_peak(args.device, args.dtype, args.peak_flops)
+    if cpu_peak is not None and args.peak_flops is None:
+        peak = cpu_peak
+    else:
+        peak = resolve_peak(args.device, args.dtype, args.peak_flops)
     out: dict[str, Any] = {
         "convention": args.convention,
         "recompute": args.recompute,

@@ -8,7 +8,7 @@ from mfuscope.cli._args import positive_quantity
 from mfuscope.core.flops import CONVENTIONS, RECOMPUTE_MODES
 from mfuscope.core.hardware import DTYPES
 
-__all__ = ["add_arguments"]
+__all__ = ["add_arguments", "is_cpu", "with_dtype"]
 
 _number = positive_quantity  # a float > 0, with an optional k/M/G(B)/T/P suffix
 
@@ -63,9 +63,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     timing.add_argument("--step-time", type=_number, help="seconds per step")
     timing.add_argument("--tokens-per-s", type=_number, help="job throughput, tokens/s")
     work.add_argument("--devices", type=_count, help="accelerators in the job (default tp*pp*dp)")
-    work.add_argument("--device", help="device name for the peak table (e.g. h100-sxm)")
-    work.add_argument("--dtype", default="bf16", help=f"training dtype: {', '.join(DTYPES)}")
+    work.add_argument(
+        "--device",
+        help="device name for the peak table (e.g. h100-sxm); cpu: this machine's calibrated "
+        "CPU peak, the agent's (measured once and cached; imports torch)",
+    )
+    work.add_argument(
+        "--dtype",
+        default=None,
+        help=f"training dtype: {', '.join(DTYPES)} (default bf16; fp32 with --device cpu)",
+    )
     work.add_argument("--peak-flops", type=_number, help="dense peak FLOP/s per device")
+    work.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this machine's CPU peak again (every cached figure: other thread counts "
+        "and dtypes too) and use it; implies --device cpu; without a model, only calibrates",
+    )
 
     comm = parser.add_argument_group("communication what-if")
     for flag, text in (
@@ -101,3 +115,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of peak the compute runs at, for the overlap window (default 1.0: shortest)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def is_cpu(device: str | None) -> bool:
+    """Whether `--device` names this machine's CPU."""
+    return device is not None and device.strip().lower() == "cpu"
+
+
+def with_dtype(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the training dtype resolved: `--dtype`, else fp32 for this machine's CPU
+    (`--device cpu`, `--calibrate`: the agent's default there), else bf16 (a copy)."""
+    if getattr(args, "dtype", None) is not None:
+        return args
+    cpu = getattr(args, "calibrate", False) or is_cpu(getattr(args, "device", None))
+    return argparse.Namespace(**{**vars(args), "dtype": "fp32" if cpu else "bf16"})

@@ -98,6 +98,7 @@ def profile_of_content(content: ReportContent, kind: str) -> RunProfile:
         stragglers=tuple((s.rank, s.ratio) for s in view.stragglers),
         named_stragglers=tuple(s.rank for s in view.named),
         run_key=next((r.run_key for r in run.ranks if r.run_key), ""),
+        peak_sources=tuple(sorted({r.peak_source for r in run.ranks if r.peak_flops})),
     )
 
 

@@ -12,6 +12,7 @@ from mfuscope.core.run_summary.comparison import (
     Comparison,
     Row,
     RunProfile,
+    describe_peaks,
 )
 
 __all__ = ["JSON_FORMAT", "measured_line", "render_json", "render_text"]
@@ -40,6 +41,8 @@ def measured_line(profile: RunProfile) -> str:
         parts.append("MFU and buckets of its latest window")
     if profile.devices:
         parts.append("device " + ", ".join(profile.devices))
+    if profile.peak_flops:
+        parts.append("peak " + describe_peaks(profile.peak_flops, profile.peak_sources))
     if profile.run_key:
         parts.append(f"run key {profile.run_key}")
     return "; ".join(parts)

@@ -92,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
     if args.pipeline and args.ranks % 2:
         print("mfuscope demo: --pipeline needs an even number of --ranks", file=sys.stderr)
         return 2
+    from mfuscope.cli.demo._summary import previous_peaks
+
+    # The peaks of the run this one replaces, to say whether the two are against one peak.
+    previous = previous_peaks(args.out) if (args.out / MARKER).exists() else ()
     try:
         _prepare_out(args.out)
     except (ValueError, OSError) as exc:
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     # SIGTERM and SIGHUP stop the demo exactly like Ctrl-C.
     restore = _interrupt.install()
-    demo = DemoRun(args, JOB, DEFAULT_LISTEN)
+    demo = DemoRun(args, JOB, DEFAULT_LISTEN, previous_peaks=previous)
     try:
         return demo.run()
     except KeyboardInterrupt:

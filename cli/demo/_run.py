@@ -41,8 +41,15 @@ FINAL_TIMEOUT_S = 10.0
 class DemoRun:
     """Owns every process and temporary file of one demo run; `close()` releases them all."""
 
-    def __init__(self, args: argparse.Namespace, job: str, default_listen: str) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        job: str,
+        default_listen: str,
+        previous_peaks: tuple[tuple[float, str], ...] = (),
+    ) -> None:
         self.args = args
+        self.previous_peaks = previous_peaks  # of the demo run this one replaces in `out`
         self.job = job
         self.default_listen = default_listen
         self.out: Path = args.out
@@ -106,7 +113,14 @@ class DemoRun:
 
         report = None if self.args.no_report else write_demo_report(self.out, self.note)
         save_summary(self.out, final, report)
-        print_summary(self.state, final, report, self.out, time.monotonic() - self.started)
+        print_summary(
+            self.state,
+            final,
+            report,
+            self.out,
+            time.monotonic() - self.started,
+            self.previous_peaks,
+        )
         return 0
 
     def close(self) -> None:
@@ -117,10 +131,12 @@ class DemoRun:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
         if self.interrupted:
+            from mfuscope.cli.demo._summary import cli_command
+
             stopped = f"stopped {', '.join(stopping)}; " if stopping else ""
             print(
                 f"\nmfuscope demo: interrupted: {stopped}temporary files removed. Partial agent "
-                f"output is in {self.out / 'agent'} (`mfuscope report {self.out / 'agent'}` "
+                f"output is in {self.out / 'agent'} (`{cli_command()} report {self.out / 'agent'}` "
                 "renders it).",
                 file=sys.stderr,
             )

@@ -1,9 +1,11 @@
 """The report's story in a few plain lines, for `mfuscope report` and the end of `mfuscope demo`.
 
-One headline MFU (every step of every rank); every other figure says what it covers: the
-decomposition and the waterfall are over the steps measured in profiled windows (how many, and how
-many carry an earlier window's breakdown), the straggler ratio over each rank's last reports,
-named a straggler only above the alert's threshold. Pure over `ReportContent` (no plotting).
+One headline MFU (every step of every rank: the run's MFU), against the peak said once (or, when
+the ranks' peaks differ, each with its ranks); every other figure says what it covers and how it
+relates to the headline: the decomposition and the waterfall are over the steps measured in
+profiled windows (how many, and how many carry an earlier window's breakdown; the waterfall's MFU
+is those steps' own), the straggler ratio over each rank's last reports, named a straggler only
+above the alert's threshold. Pure over `ReportContent` (no plotting).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from mfuscope.core.run_summary.breakdowns import segment_label
 from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
 from mfuscope.core.vocabulary import COMPONENTS
 
-__all__ = ["describe_run", "headline_mfu", "straggler_line"]
+__all__ = ["describe_run", "headline_mfu", "peak_words", "straggler_line"]
 
 
 def _plural(count: int, word: str) -> str:
@@ -24,17 +26,33 @@ def _pct(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.1%}"
 
 
+def peak_words(content: ReportContent) -> str:
+    """The peak the run's MFU is against, said once: ``peak 104.5 GFLOP/s per rank (measured)``,
+    or each peak with its ranks when they differ."""
+    by_peak: dict[tuple[float, str], list[int]] = {}
+    for r in content.run.ranks:
+        if r.peak_flops:
+            by_peak.setdefault((r.peak_flops, r.peak_source), []).append(r.rank)
+    if len(by_peak) == 1:
+        ((peak, source),) = by_peak
+        return f"peak {_rate(peak)} per rank ({source})"
+    parts = [
+        f"{_rate(peak)} ({source}) on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
+        for (peak, source), ranks in sorted(by_peak.items())
+    ]
+    return f"peaks differ between ranks: {'; '.join(parts)} (each rank's MFU is against its own)"
+
+
 def headline_mfu(content: ReportContent) -> str:
     """The run's MFU and HFU over every step, with the peak they are against."""
     run = content.run
     if content.overall is None:
         why = content.missing("utilization") or "unknown"
         return f"MFU unknown: {why}"
-    peaks = sorted({(r.peak_flops, r.peak_source) for r in run.ranks if r.peak_flops})
-    peak = ", ".join(f"{_rate(p)} ({source})" for p, source in peaks)
     return (
         f"MFU {_pct(content.overall[0])}  HFU {_pct(content.overall[1])}  over all "
-        f"{run.step_reports} rank-steps; peak per rank {peak}; from {run.source}"
+        f"{run.step_reports} rank-steps (the run's MFU; HFU adds recomputation); "
+        f"{peak_words(content)}; from {run.source}"
     )
 
 
@@ -112,9 +130,10 @@ def describe_run(content: ReportContent) -> list[str]:
         slices = " − ".join(
             f"{s.label} {_pct(s.fraction)}" for s in waterfall.slices if abs(s.fraction) >= 5e-4
         )
+        run_mfu = "" if content.overall is None else f"; the run's is {_pct(content.overall[0])}"
         lines.append(
             f"  waterfall ({waterfall.samples} measured rank-steps): MFU {_pct(waterfall.mfu)} = "
-            f"100% − {slices}"
+            f"100% − {slices} (these profiled steps' own MFU, instrumentation included{run_mfu})"
         )
     if content.stragglers.ranks:
         lines.append("  " + straggler_line(content))

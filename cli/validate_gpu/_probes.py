@@ -145,10 +145,9 @@ class TrainingSetup:
             layers=size.layers, hidden=size.width, heads=heads, vocab=size.vocab
         )
         per_token = transformer_flops_per_token(shape, seq_len=size.seq, convention="megatron")
-        # The attention backward recomputes the score matrix (2 b T^2 h per layer), which
-        # FlopCounterMode counts and the analytical conventions do not (docs/definitions.md).
-        rescore = size.layers * 2 * size.batch * size.seq**2 * size.width
-        self.analytical_flops = per_token.model * size.batch * size.seq + rescore
+        # Counted model FLOPs leave out the attention backward's score recompute (it is counted
+        # as recompute, docs/definitions.md#which-flops-are-which): the formula, exactly.
+        self.analytical_flops = per_token.model * size.batch * size.seq
 
     def synchronize(self) -> None:
         import torch

@@ -22,6 +22,7 @@ __all__ = [
     "RunProfile",
     "comparable",
     "compare",
+    "describe_peaks",
     "regression",
     "size_warnings",
 ]
@@ -74,6 +75,8 @@ class RunProfile:
     stragglers: tuple[tuple[int, float], ...] = ()
     named_stragglers: tuple[int, ...] = ()
     run_key: str = ""  # which runs are the same workload (docs/compare.md); "": not known
+    # Where the peaks came from (vocabulary.PEAK_SOURCES: spec, measured, user); () unknown.
+    peak_sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,9 +178,40 @@ def _same_peaks(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return abs(x - y) <= 1e-3 * max(x, y)
 
 
-def _flop_rates(peaks: tuple[float, ...]) -> str:
+def describe_peaks(peaks: tuple[float, ...], sources: tuple[str, ...] = ()) -> str:
+    """Peaks as text, e.g. ``100 GFLOP/s, 110 GFLOP/s (measured)``."""
     scale, unit = (1e12, "TFLOP/s") if max(peaks) >= 1e12 else (1e9, "GFLOP/s")
-    return ", ".join(f"{p / scale:.4g} {unit}" for p in peaks)
+    rates = ", ".join(f"{p / scale:.4g} {unit}" for p in peaks)
+    return f"{rates} ({', '.join(sources)})" if sources else rates
+
+
+def _peak_warnings(base: RunProfile, cand: RunProfile) -> list[str]:
+    """Peaks that differ between the sides, or between the ranks of one side: each MFU is
+    against its own peak, so an MFU change then mixes speed with the peak."""
+    out = []
+    for side, p in (("baseline", base), ("candidate", cand)):
+        if len(p.peak_flops) > 1 and not _same_peaks(p.peak_flops[:1], p.peak_flops[-1:]):
+            rates = describe_peaks(p.peak_flops)
+            out.append(
+                f"the {side}'s ranks used different peaks ({rates}): its MFU weighs each rank "
+                "against its own"
+            )
+    if base.peak_flops and cand.peak_flops and not _same_peaks(base.peak_flops, cand.peak_flops):
+        measured = "measured" in base.peak_sources or "measured" in cand.peak_sources
+        before = describe_peaks(base.peak_flops, base.peak_sources)
+        after = describe_peaks(cand.peak_flops, cand.peak_sources)
+        out.append(
+            f"peaks differ: baseline {before}, candidate {after} (each side's MFU is against its "
+            "own peak, so the MFU change mixes speed with the peak; mean step time compares "
+            "speed alone"
+            + (
+                "; a measured CPU peak is calibrated once per machine and thread count, "
+                "`mfuscope calc --calibrate` measures it again)"
+                if measured
+                else ")"
+            )
+        )
+    return out
 
 
 def size_warnings(base: RunProfile, cand: RunProfile) -> tuple[str, ...]:
@@ -200,11 +234,7 @@ def size_warnings(base: RunProfile, cand: RunProfile) -> tuple[str, ...]:
             f"devices differ: baseline {', '.join(base.devices) or '?'}, "
             f"candidate {', '.join(cand.devices) or '?'}"
         )
-    if base.peak_flops and cand.peak_flops and not _same_peaks(base.peak_flops, cand.peak_flops):
-        out.append(
-            f"peaks differ: baseline {_flop_rates(base.peak_flops)}, candidate "
-            f"{_flop_rates(cand.peak_flops)} (each side's MFU is against its own peak)"
-        )
+    out += _peak_warnings(base, cand)
     if (base.mfu is None) != (cand.mfu is None):
         known = "baseline" if base.mfu is not None else "candidate"
         out.append(f"only the {known} has MFU (FLOPs and a peak): the gate uses mean step time")

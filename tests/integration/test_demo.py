@@ -128,14 +128,24 @@ def test_demo_data_parallel(tmp_path: Path) -> None:
     steps = 14
     result, out, _ = _run_demo(tmp_path, "--steps", str(steps))
     stdout = result.stdout
-    # One headline MFU (every step); the others say what they cover.
-    assert re.search(rf"MFU \d+\.\d%  HFU \d+\.\d%  over all {2 * steps} rank-steps", stdout), (
-        stdout
+    # One headline MFU (every step); the others say what they cover and how they relate to it.
+    headline = re.search(
+        rf"MFU (\d+\.\d)%  HFU \d+\.\d%  over all {2 * steps} rank-steps \(the run's MFU", stdout
+    )
+    assert headline is not None, stdout
+    assert re.search(
+        r"at the collector: MFU \d+\.\d%  HFU \d+\.\d% over each rank's last 20 steps \(its live "
+        r"gauges: the end of the run, where the run's MFU above covers every step\)",
+        stdout,
     )
     assert re.search(
-        r"at the collector: MFU \d+\.\d%  HFU \d+\.\d% over each rank's last 20", stdout
+        r"waterfall \(\d+ measured rank-steps\): MFU \d+\.\d% = .*\(these profiled steps' own "
+        rf"MFU, instrumentation included; the run's is {headline.group(1)}%\)",
+        stdout,
     )
-    assert re.search(r"waterfall \(\d+ measured rank-steps\): MFU \d+\.\d%", stdout)
+    # The ranks share the machine's cached CPU peak: said once, for every rank.
+    assert re.search(r"peak [\d.]+ GFLOP/s per rank \(measured\)", stdout), stdout
+    assert stdout.count("GFLOP/s") == 1, stdout
     assert f"report        {out / 'report' / 'report.html'}" in stdout
     assert "importing torch" in result.stdout  # progress while torch starts
     job = _check_outputs(out, steps, result.stdout + result.stderr)

@@ -19,6 +19,7 @@ from mfuscope.agent._announce import (
     quiet_kineto,
     window_line,
 )
+from mfuscope.core.schema import decode_batch
 
 from tests.support.agent_fakes import Decomposition, Exposed, FakeProfiler, step_until
 
@@ -119,3 +120,50 @@ def test_info_lines_show_without_logging_configured_then_follow_the_root(
     mine.setLevel(logging.ERROR)
     ensure_visible(mine)
     assert mine.handlers == [] and mine.propagate
+
+
+def test_a_calibrated_peak_is_cached_and_said_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two runs on one machine: the first calibrates and caches, the second reads the same figure;
+    # `recalibrate_cpu_peak` measures again. Each start-up line says which.
+    from mfuscope.agent import calibrate
+
+    rates = iter([90e9, 110e9])
+    monkeypatch.setattr(
+        calibrate,
+        "calibrate_cpu_peak",
+        lambda *a, **k: calibrate.Calibration(next(rates), 0.03, 5, 2.0),
+    )
+    logger = logging.getLogger("mfuscope.test.cached-peak")
+    logger.setLevel(logging.INFO)
+    lines = _Lines()
+    logger.addHandler(lines)
+    peaks = []
+    for run, options in enumerate([{}, {}, {"recalibrate_cpu_peak": True}]):
+        agent = agent_with_seams(
+            Seams(timer=None, logger=logger),
+            job="cached",
+            jsonl_path=str(tmp_path / f"out{run}.jsonl"),
+            cpu_peak_cache_dir=str(tmp_path / "cache"),
+            profile=False,
+            flush_interval_s=60.0,
+            **options,
+        )
+        with agent.step():
+            pass
+        agent.close()
+        peaks.append(decode_batch((tmp_path / f"out{run}.jsonl").read_text().splitlines()[0]))
+    assert [(b.peak_flops, b.peak_source) for b in peaks] == [
+        (90e9, "measured"),
+        (90e9, "measured"),
+        (110e9, "measured"),
+    ]
+    starts = [r.getMessage() for r in lines.records if "agent started" in r.getMessage()]
+    cache = tmp_path / "cache" / "cpu-peak.json"
+    assert (
+        "peak 90 GFLOP/s per device measured by a CPU matmul calibration (calibrated" in starts[0]
+    )
+    assert f"spread 3.0% over 5 rounds, cached in {cache}" in starts[0]
+    assert f"read from {cache}" in starts[1]
+    assert "peak 110 GFLOP/s" in starts[2] and f"cached in {cache}" in starts[2]

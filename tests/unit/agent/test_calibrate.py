@@ -1,11 +1,19 @@
-"""CPU peak calibration: a real short matmul measurement, and its loop under a fake clock."""
+"""CPU peak calibration: a real short matmul measurement, its loop under a fake clock, its rounds,
+and the cached figure keyed on this machine."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
-from mfuscope.agent.calibrate import measure_cpu_peak_flops, measured_cpu_peak
+from mfuscope.agent.calibrate import (
+    cached_cpu_peak,
+    calibrate_cpu_peak,
+    calibration_key,
+    measure_cpu_peak_flops,
+    measured_cpu_peak,
+)
 
 
 def test_real_measurement_is_plausible() -> None:
@@ -59,3 +67,29 @@ def test_tiny_budget_still_runs_one_batch() -> None:
 def test_bad_arguments(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         measure_cpu_peak_flops(**kwargs)  # type: ignore[arg-type]
+
+
+def test_rounds_keep_the_best_rate_and_their_spread() -> None:
+    rates = iter([80e9, 100e9, 90e9, 95e9])
+    asked: list[tuple[str, float]] = []
+
+    def measure(dtype: str, seconds: float) -> float:
+        asked.append((dtype, seconds))
+        return next(rates)
+
+    found = calibrate_cpu_peak("fp32", seconds=2.0, rounds=4, measure=measure)
+    assert (found.peak_flops, found.rounds, found.seconds) == (100e9, 4, 2.0)
+    assert found.spread_ratio == pytest.approx(0.2)
+    assert asked == [("fp32", 0.5)] * 4
+
+
+def test_cached_peak_is_measured_once_per_key(tmp_path: Path) -> None:
+    first = cached_cpu_peak("fp32", cache_dir=tmp_path, seconds=0.02, rounds=2)
+    again = cached_cpu_peak("tf32", cache_dir=tmp_path, seconds=0.02, rounds=2)  # fp32 on a CPU
+    assert (first.cached, again.cached) == (False, True)
+    assert again.peak_flops == first.peak_flops
+    key = calibration_key("fp32", 0.02, 2)
+    assert first.key == key and key.threads >= 1 and key.cpus >= 1 and "torch" in key.method
+    assert calibration_key("fp32", 0.02, 2, threads=key.threads + 1) != key
+    with pytest.raises(ValueError):
+        cached_cpu_peak("fp8", cache_dir=tmp_path)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from mfuscope.cli import main
 from mfuscope.collector import Aggregator, StateConfig
@@ -241,9 +242,34 @@ def test_different_world_sizes_and_peaks_warn(
     assert "warning: run keys differ: baseline fp-1, candidate fp-4" in err
     assert "; run key fp-4" in out
     faster = _agent_output(tmp_path / "faster", _batches(1.0, peak=2e11))
-    code, _, err = _compare([str(base), str(faster)], capsys)
+    code, out, err = _compare([str(base), str(faster)], capsys)
     assert code == 0
-    assert "peaks differ: baseline 100 GFLOP/s, candidate 200 GFLOP/s" in err
+    assert "peak 100 GFLOP/s (measured)" in out and "peak 200 GFLOP/s (measured)" in out
+    assert (
+        "peaks differ: baseline 100 GFLOP/s (measured), candidate 200 GFLOP/s (measured) (each "
+        "side's MFU is against its own peak, so the MFU change mixes speed with the peak; mean "
+        "step time compares speed alone; a measured CPU peak is calibrated once per machine and "
+        "thread count, `mfuscope calc --calibrate` measures it again)"
+    ) in err
+    # The same peaks on both sides: nothing to say about them.
+    code, _, err = _compare([str(base), str(base)], capsys)
+    assert "peak" not in err
+
+
+def test_ranks_of_one_run_with_different_peaks_warn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The two ranks of one run calibrated 5% apart (each measured its own, before the cache).
+    base = _agent_output(tmp_path / "base", _batches(1.0))
+    split = [msgspec.structs.replace(b, peak_flops=1.05e11) if b.rank else b for b in _batches(1.0)]
+    mixed = _agent_output(tmp_path / "mixed", split)
+    code, out, err = _compare([str(base), str(mixed)], capsys)
+    assert code == 0
+    assert (
+        "the candidate's ranks used different peaks (100 GFLOP/s, 105 GFLOP/s): its MFU weighs "
+        "each rank against its own"
+    ) in err
+    assert "peak 100 GFLOP/s, 105 GFLOP/s (measured)" in out
 
 
 def test_bad_input_is_one_line_and_exit_2(

@@ -26,8 +26,8 @@ def test_training_probe_counts_the_analytical_flops(
 ) -> None:
     probe = _probes.training(setup, tmp_path, rounds=2, block=2)
     assert probe.steps == 5 + 10 + 2 * 2
-    # FlopCounterMode (with the agent's CPU attention mapping) against the megatron count plus
-    # the attention backward's score recompute: the probe's formula, exactly.
+    # FlopCounterMode (with the agent's CPU attention mapping, the attention backward's score
+    # recompute booked as recompute) against the megatron count: the probe's formula, exactly.
     assert probe.counted_model_flops == probe.analytical_model_flops
     assert probe.mfu is not None and probe.hfu is not None and 0 < probe.mfu <= probe.hfu
     assert probe.sync_error is None and probe.agent_internal_errors == 0
