@@ -1,28 +1,49 @@
-"""The training thread's side of the agent: the context manager `agent.step()` returns.
+"""The training thread's side of the agent: the context manager `agent.step()` returns, and
+the per-iteration marker behind `agent.mark_step()`.
 
 What the hot path may do
 ------------------------
 On a *steady* step (the common case: no profiled window starts, records or awaits its analysis
 on it, no window decision is due, no FLOP count starts, and the step's forward shapes match the
-steady ones), `StepRecorder.__enter__` and `__exit__` together may only:
+steady ones), `StepRecorder.__enter__` and `__exit__` together, or one `mark` (which ends the
+marked step before and begins the next at one instant), may only:
 
-- read `time.perf_counter_ns()` twice (the step's start and its end);
+- read `time.perf_counter_ns()` once per boundary (`__enter__`: the step's start, `__exit__`:
+  its end; `mark`: both at once);
 - store the start in a preallocated ring slot (`starts[n % CAPACITY]`), the end and the count of
   steps begun (`begun`, which publishes the slot) in this object's slots;
 - reset and compare a few ints of this object: the nesting depth, the step from which the slow
   path is due (`slow_from`), the count of the step's forwards that matched the steady shapes
   (`forwards_matched`, kept by the model's forward pre-hook, `step_flops.FlopsTracker`);
-- on a GPU, record a CUDA event at each boundary (`step_timer.DeviceEventStepTimer`: a pooled
-  event and a deque append; never a synchronisation);
+- on a GPU (a device timer), record one CUDA event per boundary, inline: at a step's start an
+  event popped from a pool (`event_pool.pop()`, a C call; the periodic thread returns spent
+  ones) and stored in a second ring slot (`events`), at a `with` step's end one reused event
+  (`end_event`); recorded through the C binding on a stream object fetched once
+  (`record_event(event, stream)`), after asking the current stream's handle (`raw_stream()`, an
+  int: 0 on the default stream) whether the stream changed, when it fetches the stream again.
+  No `Stream` object is built per step, no Python frame of torch's or the timer's runs, and
+  the device is never synchronised (`step_timer` says why these calls). The record releases the
+  GIL while the driver enqueues it (as `os.pread` below does);
 - on a CPU timeline (no device timer), also store the thread's schedstat line in a second ring
   slot (`thread_clock`: one `pread` of /proc, the one system call of the path: about 2 us in one
   process and 12 us after a gloo DDP step on this VM; its module says why per step), from which
   the periodic thread works out how long the step was blocked.
 
-Nothing else: no lock, no allocation besides the clock's int and that line, no logging call, no
-dictionary, no report, no call into the rest of the agent. The agent's periodic thread
-(`_step_reports`) turns the ring into periods, FLOPs into reports, encodes and ships them, hands
-the collective reader its step starts and the window coordinator its baseline of step periods.
+Nothing else: no lock, no allocation besides the clock's int and that line (on GPU: the stream
+handle's int, a cached small int on the default stream), no logging call, no dictionary, no
+report, no call into the rest of the agent. No wall-clock read: the periodic thread turns the
+monotonic starts into wall-clock ones. The agent's periodic thread (`_step_reports`, and on GPU
+`step_timer.DeviceEventStepTimer`) turns the rings into periods, FLOPs into reports, encodes and
+ships them, hands the collective reader its step starts and the window coordinator its baseline
+of step periods. The contract is tested on CPU, and on the device path with fake CUDA calls
+(tests/unit/agent/test_hot_path.py); `mfuscope validate-gpu` runs the same probe on a GPU.
+
+The marker
+----------
+`mark` begins a step and ends the marked step before it (if one is open: `depth == MARKED`).
+A `with agent.step()` block, `close()` (or a phase between steps) ends a marked step too; a
+`mark` inside a `with agent.step()` block is ignored (logged once), as a nested step is. A
+marked step given its own FLOPs (`mark_given`) keeps them until it ends (`marked_given`).
 
 The hot path is Python. After a DDP step the training thread's caches are cold and every
 Python frame and attribute costs memory lines; in benchmarks/agent_overhead.py the in-agent
@@ -33,9 +54,10 @@ notices; one hot path that mypy checks and the tests run is worth more.
 The slow path (`_begin_slow`, `_end_slow`) is taken by the steps that need more: the first one
 (FLOPs counted), the steps that open or belong to a profiled window or wait for its analysis (the
 profiler starts and stops on the steps that take the window), decision steps of the window
-schedule, steps given their own FLOPs, nested or failing steps, and a step whose forward shapes
-changed. All of them but the last are known before the step begins (`slow_from`, set by the
-previous slow step); the forward hook sees the last during the step.
+schedule, steps given their own FLOPs, nested or failing steps, a switch between the marker and
+`with` blocks, and a step whose forward shapes changed. All of them but the last are known
+before the step begins (`slow_from`, set by the previous slow step); the forward hook sees the
+last during the step.
 
 Why the ring needs no lock
 --------------------------
@@ -58,18 +80,18 @@ from collections.abc import Callable
 from threading import get_ident
 from time import perf_counter_ns
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.step_flops import NO_STEADY, OUTSIDE, RECORDING, StepFlopsValue
-from mfuscope.agent.step_timer import StepTimer
+from mfuscope.agent.step_timer import DeviceEventStepTimer
 from mfuscope.agent.thread_clock import ThreadClock
 
 if TYPE_CHECKING:
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
     from mfuscope.agent.step_flops import FlopsTracker
 
-__all__ = ["CAPACITY", "GivenStep", "StepRecorder"]
+__all__ = ["CAPACITY", "MARKED", "GivenStep", "StepRecorder"]
 
 # Steps the ring holds (a power of two). The periodic thread reads it at least every 0.1 s, and
 # sooner when steps come fast enough to fill a quarter of it in that time: it falls a whole ring
@@ -78,6 +100,8 @@ CAPACITY = 4096
 _MASK = CAPACITY - 1
 # `slow_from` when no slow step is planned.
 _NEVER = 1 << 62
+# `depth` while a step begun by `mark` is open (a `with` step nests from 1 up).
+MARKED = -1
 
 # (step, its FLOPs or None when they are not known, the steady FLOPs after it)
 FlopsEntry = tuple[int, StepFlopsValue | None, StepFlopsValue | None]
@@ -95,15 +119,25 @@ class StepRecorder:
         "begun",
         "clock_thread",
         "closed",
+        "current_stream",
         "depth",
+        "end_event",
+        "event_pool",
+        "events",
         "first_step",
         "flops_log",
         "forwards_matched",
         "last_end_ns",
+        "marked_given",
+        "new_event",
+        "raw_stream",
         "read_thread_clock",
+        "record_event",
         "slow_from",
         "starts",
         "steady_forwards",
+        "stream",
+        "stream_handle",
         "thread_clock",
         "thread_starts",
         "timer",
@@ -111,14 +145,29 @@ class StepRecorder:
         "window_steps",
     )
     begun: int  # steps begun; step `first_step + n` has ring slot `n % CAPACITY`
-    depth: int  # nesting of `with agent.step()`: only the outermost one is a step
+    # nesting of `with agent.step()` (only the outermost one is a step); MARKED: a marked step
+    depth: int
     first_step: int
     forwards_matched: int  # kept by the model's forward pre-hook (step_flops.ForwardCounts)
     last_end_ns: int  # perf_counter_ns at the latest step's end
     slow_from: int  # the first step (as a count of steps begun) that takes the slow path
     starts: list[int]  # perf_counter_ns at each step's start (the ring)
     steady_forwards: int
-    timer: StepTimer | None  # device timer (GPU), None on CPU
+    timer: DeviceEventStepTimer | None  # device timer (GPU), None on CPU
+    # GPU only (the module docstring): the start event of each step (a ring beside `starts`;
+    # None: its record failed), the event recorded at each `with` step's end, the spent start
+    # events the periodic thread returns, the CUDA calls, the stream events are recorded on
+    # and its handle (None: not fetched yet).
+    events: list[Any]
+    end_event: Any
+    event_pool: collections.deque[Any]
+    new_event: Callable[[], Any]
+    record_event: Callable[[Any, Any], None]
+    raw_stream: Callable[[], int]
+    current_stream: Callable[[], Any]
+    stream: Any
+    stream_handle: int | None
+    marked_given: StepFlopsValue | None  # the FLOPs given to the open marked step
     # CPU timelines: the training thread's schedstat line at each step's start (a ring beside
     # `starts`); `read_thread_clock` None: not read (GPU, or no schedstat here).
     thread_clock: ThreadClock | None
@@ -138,7 +187,7 @@ class StepRecorder:
         self,
         *,
         first_step: int,
-        timer: StepTimer | None,
+        timer: DeviceEventStepTimer | None,
         health: HealthCounters,
         log: RateLimitedLog,
         thread_clock: ThreadClock | None = None,
@@ -153,6 +202,16 @@ class StepRecorder:
         self.depth = 0
         self.slow_from = 0  # the first step is slow (FLOPs counted, first window decision)
         self.timer = timer
+        self.events = [None] * CAPACITY
+        self.stream = self.stream_handle = None
+        self.marked_given = None
+        if timer is not None:
+            calls = timer.calls
+            self.new_event, self.record_event = calls.new_event, calls.record
+            self.raw_stream, self.current_stream = calls.raw_stream, calls.stream
+            self.event_pool = timer.pool
+            self.end_event = calls.new_event()  # a CUDA event is created at its first record
+            timer.attach(self)
         self.thread_clock = thread_clock
         self.read_thread_clock = None if thread_clock is None else thread_clock.read
         self.clock_thread = get_ident()
@@ -182,9 +241,17 @@ class StepRecorder:
         self.forwards_matched = 0
         self.starts[n & 4095] = start  # CAPACITY - 1 as a literal: no global lookup
         if self.timer is not None:
-            self._device_mark(self.first_step + n, True)
-        elif self.read_thread_clock is not None:
+            # The step's start event, inlined (no frame; the same in `mark`, `_device_start`).
             try:  # free unless it raises (CPython 3.11+)
+                pool = self.event_pool
+                event = self.events[n & 4095] = pool.pop() if pool else self.new_event()
+                if (handle := self.raw_stream()) != self.stream_handle:
+                    self._stream_changed(handle)
+                self.record_event(event, self.stream)
+            except Exception as exc:
+                self._device_failed(n, exc)
+        elif self.read_thread_clock is not None:
+            try:
                 self.thread_starts[n & 4095] = self.read_thread_clock()
             except OSError as exc:
                 self._thread_clock_failed(exc)
@@ -203,10 +270,54 @@ class StepRecorder:
             self._end_slow(now, failed=exc_type is not None, given=None)
             return
         if self.timer is not None:
-            self._device_mark(self.first_step + self.begun - 1, False)
+            try:  # the step's end event, inlined (the same in `_device_end`)
+                if (handle := self.raw_stream()) != self.stream_handle:
+                    self._stream_changed(handle)
+                self.record_event(self.end_event, self.stream)
+            except Exception as exc:
+                self.internal_error("timer", exc)
         self.last_end_ns = now
         self.forwards_matched = OUTSIDE
         self.depth = 0
+
+    def mark(self) -> None:
+        """`agent.mark_step()`: end the marked step before (if any) and begin the next one, at
+        one clock reading (the module docstring says what a steady mark may do)."""
+        now = perf_counter_ns()  # first: a step whose start cannot be read is not begun
+        # MARKED as a literal (no global lookup); a step that began on the slow path, or whose
+        # shapes changed, ends on it
+        if (self.depth != -1 or self.forwards_matched != self.steady_forwards) and (
+            not self._end_before_mark(now)
+        ):
+            return
+        n = self.begun
+        if n >= self.slow_from:
+            self._begin_marked(now, None)
+            return
+        self.last_end_ns = now  # the step before ends where this one starts
+        self.forwards_matched = 0
+        self.starts[n & 4095] = now
+        if self.timer is not None:
+            try:  # this step's start event, which also marks the end of the step before
+                pool = self.event_pool
+                event = self.events[n & 4095] = pool.pop() if pool else self.new_event()
+                if (handle := self.raw_stream()) != self.stream_handle:
+                    self._stream_changed(handle)
+                self.record_event(event, self.stream)
+            except Exception as exc:
+                self._device_failed(n, exc)
+        elif self.read_thread_clock is not None:
+            try:
+                self.thread_starts[n & 4095] = self.read_thread_clock()
+            except OSError as exc:
+                self._thread_clock_failed(exc)
+        self.begun = n + 1
+
+    def mark_given(self, given: StepFlopsValue) -> None:
+        """`agent.mark_step(flops=...)`: as `mark`; the step begun has the FLOPs `given`."""
+        now = perf_counter_ns()
+        if self._end_before_mark(now):
+            self._begin_marked(now, given)
 
     def bind(self, flops: FlopsTracker, windows: WindowCoordinator) -> None:
         """Attach the parts the slow path drives (they are built with this recorder)."""
@@ -231,23 +342,79 @@ class StepRecorder:
             exc,
         )
 
-    def _device_mark(self, step: int, begin: bool) -> None:
-        """Mark a step boundary on the device (GPU only: a CUDA event record)."""
-        timer = self.timer
-        assert timer is not None
+    def _device_start(self, n: int) -> None:
+        """The start event of the step in slot n (GPU; the slow path's copy of the inlined one)."""
         try:
-            if begin:
-                timer.begin(step)
-            else:
-                timer.end(step)
+            pool = self.event_pool
+            event = self.events[n & _MASK] = pool.pop() if pool else self.new_event()
+            if (handle := self.raw_stream()) != self.stream_handle:
+                self._stream_changed(handle)
+            self.record_event(event, self.stream)
+        except Exception as exc:
+            self._device_failed(n, exc)
+
+    def _device_end(self) -> None:
+        """The end event of the latest step (GPU; the slow path's copy of the inlined one)."""
+        try:
+            if (handle := self.raw_stream()) != self.stream_handle:
+                self._stream_changed(handle)
+            self.record_event(self.end_event, self.stream)
         except Exception as exc:
             self.internal_error("timer", exc)
 
+    def _stream_changed(self, handle: int) -> None:
+        """The current stream is not the one events were recorded on (the first boundary, or
+        the job switched streams): fetch it (this builds a Stream object, once per change)."""
+        self.stream = self.current_stream()
+        self.stream_handle = handle
+
+    def _device_failed(self, n: int, exc: BaseException) -> None:
+        """A step start whose event could not be recorded: its slot is empty (the timer drops
+        the step and the one before), the failure counted."""
+        self.events[n & _MASK] = None
+        self.internal_error("timer", exc)
+
     # --- the slow path --------------------------------------------------------------------------
 
-    def _begin_slow(self, given: StepFlopsValue | None) -> None:
+    def _end_before_mark(self, now: int) -> bool:
+        """A mark's end of the step before on the slow path (the step began there or its shapes
+        changed; or no marked step is open: the first mark, one after a `with` step). False: the
+        mark is ignored (closed, or inside a `with agent.step()` block)."""
+        if self.closed:
+            return False
+        if self.depth > 0:
+            self._log.warning(
+                "mark-in-step", "mfuscope: agent.mark_step() inside `with agent.step()`; ignored"
+            )
+            return False
+        if self.depth == MARKED:
+            self._end_marked(now)
+        self.depth = MARKED  # the step the mark begins (steady, or `_begin_marked`)
+        return True
+
+    def _begin_marked(self, now: int, given: StepFlopsValue | None) -> None:
+        """A mark's step begun on the slow path at `now` (the step before has ended)."""
+        self.last_end_ns = now
+        self.depth = 0
+        self._begin_slow(given, start=now)
+        if self.depth == 1:
+            self.depth = MARKED
+            self.marked_given = given
+
+    def _end_marked(self, now: int, *, failed: bool = False) -> None:
+        """End the open marked step at `now` (the slow path's end)."""
+        given, self.marked_given = self.marked_given, None
+        self.depth = 1
+        self._end_slow(now, failed=failed, given=given)
+
+    def _begin_slow(self, given: StepFlopsValue | None, start: int | None = None) -> None:
+        """Begin a step on the slow path, at `start` (None: now); a marked step still open ends
+        there first."""
         if self.closed:
             return
+        if self.depth == MARKED:
+            start = perf_counter_ns() if start is None else start
+            self._end_marked(start)
         self.depth += 1
         if self.depth > 1:
             self._log.warning("nested-step", "mfuscope: agent.step() nested; inner one ignored")
@@ -257,12 +424,12 @@ class StepRecorder:
         if self.thread_clock is not None and get_ident() != self.clock_thread:
             # Steps moved to another thread: the file names the thread that opened it.
             self._thread_clock_failed(RuntimeError("steps moved to another thread"))
-        self.starts[n & _MASK] = perf_counter_ns()
+        self.starts[n & _MASK] = perf_counter_ns() if start is None else start
         self.forwards_matched = RECORDING  # this step ends on the slow path too
         flops, windows = self._flops, self._windows
         assert flops is not None and windows is not None
         if self.timer is not None:
-            self._device_mark(step, True)
+            self._device_start(n)
         elif self.read_thread_clock is not None:
             try:
                 self.thread_starts[n & _MASK] = self.read_thread_clock()
@@ -286,7 +453,7 @@ class StepRecorder:
         self.begun = n + 1  # published after the step's window membership
 
     def _end_slow(self, now: int, *, failed: bool, given: StepFlopsValue | None) -> None:
-        if self.closed or self.depth == 0:
+        if self.closed or self.depth <= 0:
             return
         self.depth -= 1
         if self.depth > 0:
@@ -299,7 +466,7 @@ class StepRecorder:
         except Exception as exc:
             self.internal_error("window", exc)
         if self.timer is not None:
-            self._device_mark(step, False)
+            self._device_end()
         value: StepFlopsValue | None = None
         try:
             value = flops.end_step(failed=failed, given=given)
@@ -327,8 +494,15 @@ class StepRecorder:
             due = _NEVER if attention is None else attention
         self.slow_from = due - self.first_step
 
-    def close(self) -> None:
-        """No step is recorded from here on (a step still open is not ended)."""
+    def close(self, *, failed: bool = False) -> None:
+        """No step is recorded from here on. A marked step still open ends here (`failed`: the
+        training loop raised in it: a FLOP count it ran is not kept); a `with agent.step()` step
+        still open is not ended (the report thread ends it at close, its FLOPs unknown)."""
+        if self.depth == MARKED and not self.closed:
+            try:
+                self._end_marked(perf_counter_ns(), failed=failed)
+            except Exception as exc:
+                self.internal_error("close", exc)
         self.closed = True
         self.slow_from = -1
 
