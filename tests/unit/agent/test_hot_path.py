@@ -119,9 +119,10 @@ def test_the_cost_probe_times_every_mode_apart_from_each_agents_first_step(
     )
     step_agent.close()
     mark_agent.close()
-    assert (len(costs.floor_s), len(costs.step_s), len(costs.mark_s)) == (12, 11, 11)
+    assert [len(costs.of(mode)) for mode in ("floor", "step", "mark")] == [12, 11, 11]
     # with a clock that ticks once per reading: two ticks inside a `with`, one inside a mark
-    assert set(costs.floor_s) == set(costs.step_s) == {2.0} and set(costs.mark_s) == {1.0}
+    assert set(costs.of("floor")) == set(costs.of("step")) == {2.0}
+    assert set(costs.of("mark")) == {1.0}
     assert costs.ratio("step") == 1.0 and costs.p99_s("mark") == 1.0
     assert _steps(tmp_path / "step" / "out.jsonl") == list(range(12))
     assert _steps(tmp_path / "mark" / "out.jsonl") == list(range(12))
