@@ -18,9 +18,10 @@ marked step before and begins the next at one instant), may only:
 - on a GPU (a device timer), record one CUDA event per boundary, inline: at a step's start an
   event popped from a pool (`event_pool.pop()`, a C call; the periodic thread returns spent
   ones) and stored in a second ring slot (`events`), at a `with` step's end one reused event
-  (`end_event`); recorded through the C binding on a stream object fetched once
-  (`record_event(event, stream)`), after asking the current stream's handle (`raw_stream()`, an
-  int: 0 on the default stream) whether the stream changed, when it fetches the stream again.
+  (`end_event`, on the stream of the step's start); recorded through the C binding on a stream
+  object fetched once (`record_event(event, stream)`), after asking at each start the current
+  stream's handle (`raw_stream()`, an int: 0 on the default stream) whether the stream changed,
+  when it fetches the stream again.
   No `Stream` object is built per step, no Python frame of torch's or the timer's runs, and
   the device is never synchronised (`step_timer` says why these calls). The record releases the
   GIL while the driver enqueues it (as `os.pread` below does);
@@ -270,9 +271,7 @@ class StepRecorder:
             self._end_slow(now, failed=exc_type is not None, given=None)
             return
         if self.timer is not None:
-            try:  # the step's end event, inlined (the same in `_device_end`)
-                if (handle := self.raw_stream()) != self.stream_handle:
-                    self._stream_changed(handle)
+            try:  # the step's end event, on its start's stream (the same in `_device_end`)
                 self.record_event(self.end_event, self.stream)
             except Exception as exc:
                 self.internal_error("timer", exc)
@@ -354,10 +353,11 @@ class StepRecorder:
             self._device_failed(n, exc)
 
     def _device_end(self) -> None:
-        """The end event of the latest step (GPU; the slow path's copy of the inlined one)."""
+        """The end event of the latest step (GPU; the slow path's copy of the inlined one), on
+        the stream its start was recorded on: the step is timed on one stream, and only the
+        last step's end is ever read (a stream switched inside a step is seen at the next
+        start)."""
         try:
-            if (handle := self.raw_stream()) != self.stream_handle:
-                self._stream_changed(handle)
             self.record_event(self.end_event, self.stream)
         except Exception as exc:
             self.internal_error("timer", exc)

@@ -121,7 +121,7 @@ class SimulatedGpu:
     """`_agent_probes.Gpu` on a simulated device (module docstring)."""
 
     start_calls = (("c_call", "pop"), ("call", "raw_stream"), ("call", "record"))
-    end_calls = (("call", "raw_stream"), ("call", "record"))
+    end_calls = (("call", "record"),)
     opaque = __file__
 
     def __init__(self, *, gemm_s: float, comm_s: float, misread_comm: bool = False) -> None:

@@ -179,14 +179,18 @@ def test_the_device_path_records_one_event_per_boundary_on_a_stream_fetched_once
             pass
     assert device.streams_built == 2
     assert [e.stream for e in device.pending] == [7, 7, 7, 7]  # three starts, the end
+    with recorder:
+        device.current = 9  # switched inside a step: its end stays on its start's stream
+    assert [e.stream for e in device.pending[-2:]] == [7, 7]
     for _ in range(3):  # marked steps: one event per step (its start ends the step before)
         recorder.mark()
-    assert device.records == 20 + 6 + 3
+    assert device.streams_built == 3 and device.pending[-1].stream == 9
+    assert device.records == 20 + 8 + 3
     recorder.close()  # ends the last marked step: its end event
-    assert device.records == 20 + 6 + 3 + 1
+    assert device.records == 20 + 8 + 3 + 1
     device.run_all()
     reporter.drain(final=True)
-    assert [t.step for t in timed] == list(range(16))
+    assert [t.step for t in timed] == list(range(17))
     assert device.syncs == 0
 
 

@@ -27,7 +27,7 @@ WIDTH = 16
 CLOCK = ("c_call", "perf_counter_ns")
 # A step start on the device path: one pooled event, the stream's handle, one record.
 DEVICE_START = (("c_call", "pop"), ("call", "raw_stream"), ("call", "record"))
-DEVICE_END = (("call", "raw_stream"), ("call", "record"))
+DEVICE_END = (("call", "record"),)  # on the stream of the step's start
 
 
 def _model() -> nn.Module:
