@@ -15,16 +15,11 @@ marked step before and begins the next at one instant), may only:
 - reset and compare a few ints of this object: the nesting depth, the step from which the slow
   path is due (`slow_from`), the count of the step's forwards that matched the steady shapes
   (`forwards_matched`, kept by the model's forward pre-hook, `step_flops.FlopsTracker`);
-- on a GPU (a device timer), record one CUDA event per boundary, inline: at a step's start an
-  event popped from a pool (`event_pool.pop()`, a C call; the periodic thread returns spent
-  ones) and stored in a second ring slot (`events`), at a `with` step's end one reused event
-  (`end_event`, on the stream of the step's start); recorded through the C binding on a stream
-  object fetched once (`record_event(event, stream)`), after asking at each start the current
-  stream's handle (`raw_stream()`, an int: 0 on the default stream) whether the stream changed,
-  when it fetches the stream again.
-  No `Stream` object is built per step, no Python frame of torch's or the timer's runs, and
-  the device is never synchronised (`step_timer` says why these calls). The record releases the
-  GIL while the driver enqueues it (as `os.pread` below does);
+- on a GPU, record one CUDA event per boundary, inline (`_device_marks` says how, `step_timer`
+  why these calls): at a step's start one popped from a pool (`event_pool.pop()`) into a second
+  ring slot (`events`), after comparing the current stream's handle (`raw_stream()`, an int) with
+  the held stream's; at a `with` step's end one reused event (`end_event`). No `Stream` object
+  per step, no Python frame of torch's or the timer's, never a synchronisation;
 - on a CPU timeline (no device timer), also store the thread's schedstat line in a second ring
   slot (`thread_clock`: one `pread` of /proc, the one system call of the path: about 2 us in one
   process and 12 us after a gloo DDP step on this VM; its module says why per step), from which
@@ -32,25 +27,20 @@ marked step before and begins the next at one instant), may only:
 
 Nothing else: no lock, no allocation besides the clock's int and that line (on GPU: the stream
 handle's int, a cached small int on the default stream), no logging call, no dictionary, no
-report, no call into the rest of the agent. No wall-clock read: the periodic thread turns the
-monotonic starts into wall-clock ones. The agent's periodic thread (`_step_reports`, and on GPU
-`step_timer.DeviceEventStepTimer`) turns the rings into periods, FLOPs into reports, encodes and
-ships them, hands the collective reader its step starts and the window coordinator its baseline
-of step periods. The contract is tested on CPU, and on the device path with fake CUDA calls
-(tests/unit/agent/test_hot_path.py); `mfuscope validate-gpu` runs the same probe on a GPU.
+report, no wall-clock read, no call into the rest of the agent. The periodic thread
+(`_step_reports`; on GPU `step_timer.DeviceEventStepTimer`) does the rest: periods, wall-clock
+starts, FLOPs, reports, the collective reader's step starts, the window coordinator's baseline.
+Tested on CPU and on the device path with fake CUDA calls (tests/unit/agent/test_hot_path.py);
+`mfuscope validate-gpu` runs the same probe on a GPU.
 
-The marker
-----------
-`mark` begins a step and ends the marked step before it (if one is open: `depth == MARKED`).
-A `with agent.step()` block, `close()` (or a phase between steps) ends a marked step too; a
-`mark` inside a `with agent.step()` block is ignored (logged once), as a nested step is. A
-marked step given its own FLOPs (`mark_given`) keeps them until it ends (`marked_given`).
+A marked step (`depth == MARKED`) ends at the next `mark`, a `with agent.step()` block, a phase
+between steps or `close()` (`end_marked`); a `mark` inside a `with` block is ignored (logged
+once), as a nested step is; FLOPs given to a mark (`mark_given`) stay with its step.
 
-The hot path is Python. After a DDP step the training thread's caches are cold and every
-Python frame and attribute costs memory lines; in benchmarks/agent_overhead.py the in-agent
-median is under twice the floor's (one timestamp appended to a list), figures in docs/agent.md
-"Overhead". A C twin once took that to 1.3 times, about 3 us per step, which no training step
-notices; one hot path that mypy checks and the tests run is worth more.
+The hot path is Python: after a DDP step every cold Python frame and attribute costs memory
+lines, and the in-agent median is under twice the floor's (docs/agent.md, "Overhead"). A C
+twin once took that to 1.3 times, about 3 us per step, which no training step notices; one hot
+path that mypy checks and the tests run is worth more.
 
 The slow path (`_begin_slow`, `_end_slow`) is taken by the steps that need more: the first one
 (FLOPs counted), the steps that open or belong to a profiled window or wait for its analysis (the
@@ -83,6 +73,13 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from mfuscope.agent._device_marks import (
+    attach_device,
+    device_end,
+    device_failed,
+    device_start,
+    stream_changed,
+)
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.step_flops import NO_STEADY, OUTSIDE, RECORDING, StepFlopsValue
 from mfuscope.agent.step_timer import DeviceEventStepTimer
@@ -155,10 +152,9 @@ class StepRecorder:
     starts: list[int]  # perf_counter_ns at each step's start (the ring)
     steady_forwards: int
     timer: DeviceEventStepTimer | None  # device timer (GPU), None on CPU
-    # GPU only (the module docstring): the start event of each step (a ring beside `starts`;
-    # None: its record failed), the event recorded at each `with` step's end, the spent start
-    # events the periodic thread returns, the CUDA calls, the stream events are recorded on
-    # and its handle (None: not fetched yet).
+    # GPU only (`_device_marks`): each step's start event (a ring beside `starts`; None: its
+    # record failed), the `with` steps' end event, the pool, the CUDA calls, the stream and
+    # its handle (None: not fetched yet).
     events: list[Any]
     end_event: Any
     event_pool: collections.deque[Any]
@@ -207,12 +203,7 @@ class StepRecorder:
         self.stream = self.stream_handle = None
         self.marked_given = None
         if timer is not None:
-            calls = timer.calls
-            self.new_event, self.record_event = calls.new_event, calls.record
-            self.raw_stream, self.current_stream = calls.raw_stream, calls.stream
-            self.event_pool = timer.pool
-            self.end_event = calls.new_event()  # a CUDA event is created at its first record
-            timer.attach(self)
+            attach_device(self, timer)
         self.thread_clock = thread_clock
         self.read_thread_clock = None if thread_clock is None else thread_clock.read
         self.clock_thread = get_ident()
@@ -242,15 +233,15 @@ class StepRecorder:
         self.forwards_matched = 0
         self.starts[n & 4095] = start  # CAPACITY - 1 as a literal: no global lookup
         if self.timer is not None:
-            # The step's start event, inlined (no frame; the same in `mark`, `_device_start`).
+            # The step's start event, inlined (no frame; the same in `mark`, `device_start`).
             try:  # free unless it raises (CPython 3.11+)
                 pool = self.event_pool
                 event = self.events[n & 4095] = pool.pop() if pool else self.new_event()
                 if (handle := self.raw_stream()) != self.stream_handle:
-                    self._stream_changed(handle)
+                    stream_changed(self, handle)
                 self.record_event(event, self.stream)
             except Exception as exc:
-                self._device_failed(n, exc)
+                device_failed(self, n, exc)
         elif self.read_thread_clock is not None:
             try:
                 self.thread_starts[n & 4095] = self.read_thread_clock()
@@ -271,7 +262,7 @@ class StepRecorder:
             self._end_slow(now, failed=exc_type is not None, given=None)
             return
         if self.timer is not None:
-            try:  # the step's end event, on its start's stream (the same in `_device_end`)
+            try:  # the step's end event, on its start's stream (the same in `device_end`)
                 self.record_event(self.end_event, self.stream)
             except Exception as exc:
                 self.internal_error("timer", exc)
@@ -301,10 +292,10 @@ class StepRecorder:
                 pool = self.event_pool
                 event = self.events[n & 4095] = pool.pop() if pool else self.new_event()
                 if (handle := self.raw_stream()) != self.stream_handle:
-                    self._stream_changed(handle)
+                    stream_changed(self, handle)
                 self.record_event(event, self.stream)
             except Exception as exc:
-                self._device_failed(n, exc)
+                device_failed(self, n, exc)
         elif self.read_thread_clock is not None:
             try:
                 self.thread_starts[n & 4095] = self.read_thread_clock()
@@ -340,39 +331,6 @@ class StepRecorder:
             "profiled windows carry the window's shares",
             exc,
         )
-
-    def _device_start(self, n: int) -> None:
-        """The start event of the step in slot n (GPU; the slow path's copy of the inlined one)."""
-        try:
-            pool = self.event_pool
-            event = self.events[n & _MASK] = pool.pop() if pool else self.new_event()
-            if (handle := self.raw_stream()) != self.stream_handle:
-                self._stream_changed(handle)
-            self.record_event(event, self.stream)
-        except Exception as exc:
-            self._device_failed(n, exc)
-
-    def _device_end(self) -> None:
-        """The end event of the latest step (GPU; the slow path's copy of the inlined one), on
-        the stream its start was recorded on: the step is timed on one stream, and only the
-        last step's end is ever read (a stream switched inside a step is seen at the next
-        start)."""
-        try:
-            self.record_event(self.end_event, self.stream)
-        except Exception as exc:
-            self.internal_error("timer", exc)
-
-    def _stream_changed(self, handle: int) -> None:
-        """The current stream is not the one events were recorded on (the first boundary, or
-        the job switched streams): fetch it (this builds a Stream object, once per change)."""
-        self.stream = self.current_stream()
-        self.stream_handle = handle
-
-    def _device_failed(self, n: int, exc: BaseException) -> None:
-        """A step start whose event could not be recorded: its slot is empty (the timer drops
-        the step and the one before), the failure counted."""
-        self.events[n & _MASK] = None
-        self.internal_error("timer", exc)
 
     # --- the slow path --------------------------------------------------------------------------
 
@@ -429,7 +387,7 @@ class StepRecorder:
         flops, windows = self._flops, self._windows
         assert flops is not None and windows is not None
         if self.timer is not None:
-            self._device_start(n)
+            device_start(self, n)
         elif self.read_thread_clock is not None:
             try:
                 self.thread_starts[n & _MASK] = self.read_thread_clock()
@@ -466,7 +424,7 @@ class StepRecorder:
         except Exception as exc:
             self.internal_error("window", exc)
         if self.timer is not None:
-            self._device_end()
+            device_end(self)
         value: StepFlopsValue | None = None
         try:
             value = flops.end_step(failed=failed, given=given)
@@ -494,15 +452,21 @@ class StepRecorder:
             due = _NEVER if attention is None else attention
         self.slow_from = due - self.first_step
 
-    def close(self, *, failed: bool = False) -> None:
-        """No step is recorded from here on. A marked step still open ends here (`failed`: the
-        training loop raised in it: a FLOP count it ran is not kept); a `with agent.step()` step
-        still open is not ended (the report thread ends it at close, its FLOPs unknown)."""
+    def end_marked(self, *, failed: bool = False) -> None:
+        """End the open marked step now, if there is one (at close, or where something that is
+        no step begins: a phase between steps). `failed`: the training loop raised in it (a
+        FLOP count it ran is not kept). Never raises."""
         if self.depth == MARKED and not self.closed:
             try:
                 self._end_marked(perf_counter_ns(), failed=failed)
             except Exception as exc:
-                self.internal_error("close", exc)
+                self.internal_error("end-marked", exc)
+
+    def close(self, *, failed: bool = False) -> None:
+        """No step is recorded from here on. A marked step still open ends here (`end_marked`);
+        a `with agent.step()` step still open is not ended (the report thread ends it at close,
+        its FLOPs unknown)."""
+        self.end_marked(failed=failed)
         self.closed = True
         self.slow_from = -1
 

@@ -271,11 +271,13 @@ def breakdown_truth(
         gpu.all_reduce()
         gpu.record(events[4])
         marks.append(events)
-        if analysed_at is None and agent.health.snapshot().windows_analysed_total > 0:
-            analysed_at = len(marks)
-        if analysed_at is not None and len(marks) >= analysed_at + carried_steps:
-            break
-        if analysed_at is None and clock() > deadline:
+        if analysed_at is None:
+            health = agent.health.snapshot()
+            if health.windows_analysed_total > 0:
+                analysed_at = len(marks)
+            elif health.profiler_failures_total > 0 or clock() > deadline:
+                break  # no window to compare: the check says so
+        elif len(marks) >= analysed_at + carried_steps:
             break
     end = gpu.event()
     gpu.record(end)
