@@ -1,15 +1,16 @@
-"""The `Agent` facade: one object per training rank, one `with agent.step():` per step.
+"""The `Agent` facade: one object per training rank, one `with agent.step():` per step, or one
+`agent.mark_step()` at the top of each iteration.
 
-On the training thread a step costs two clock reads and a few stores into a preallocated ring,
-plus on CPU timelines one `pread` of the thread's schedstat line, or on GPU one CUDA event record
-per boundary (`_step_recorder`, whose docstring says what that hot path may do); the steps that
-open or take a profiled window, count FLOPs or follow a window decision do more, and are known in
-advance. The agent's own threads: the periodic thread (`_periodic`: step reports, collective
-records, hardware counters, window agreement), the analyser (`profiler_windows`, from the first
-window on) and one per sink (`transport`: HTTP and/or JSONL), so two to four. No method
+On the training thread a step costs a clock read per boundary and a few stores into a
+preallocated ring, plus on CPU timelines one `pread` of the thread's schedstat line, or on GPU one
+CUDA event record per boundary (`_step_recorder`, whose docstring says what that hot path may do);
+the steps that open or take a profiled window, count FLOPs or follow a window decision do more,
+and are known in advance. The agent's own threads: the periodic thread (`_periodic`: step reports,
+collective records, hardware counters, window agreement), the analyser (`profiler_windows`, from
+the first window on) and one per sink (`transport`: HTTP and/or JSONL), so two to four. No method
 raises into the training loop: telemetry failures are caught, counted, and logged at most once per
-interval. Only constructor misuse (a bad option) and bad `agent.step(flops=...)` arguments raise,
-at once (`ConfigError`, `InputError`).
+interval. Only constructor misuse (a bad option) and bad `agent.step(flops=...)` /
+`agent.mark_step(flops=...)` arguments raise, at once (`ConfigError`, `InputError`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.profiler_windows import ProfilerLike
 from mfuscope.agent.step_flops import StepFlopsValue
-from mfuscope.agent.step_timer import StepTimer
+from mfuscope.agent.step_timer import DeviceEventStepTimer
 from mfuscope.agent.thread_clock import ThreadClock
 from mfuscope.agent.transport import Transport
 from mfuscope.core.errors import InputError
@@ -50,7 +51,8 @@ class Seams:
     """
 
     clock: Callable[[], float] | None = None  # monotonic seconds, for scheduling
-    timer: StepTimer | None = None  # a device step timer (on CPU the agent uses the host clock)
+    # a device step timer over fake CUDA calls (on CPU the agent uses the host clock)
+    timer: DeviceEventStepTimer | None = None
     profiler_factory: Callable[[], ProfilerLike] | None = None
     analyse: Callable[[str], Sequence[Any]] | None = None
     logger: logging.Logger | None = None
@@ -76,11 +78,16 @@ class _NoStep:
 _NO_STEP = _NoStep()
 
 
+def _no_mark() -> None:
+    """What `agent.mark_step()` calls when the agent is disabled: nothing at all."""
+
+
 class Agent:
     """Live MFU/HFU and step decomposition for one training rank.
 
     ``Agent(job="llama-8b", collector_url="http://127.0.0.1:9464", model=model)`` then
-    ``with agent.step(): ...`` around each training step and `close()` at the end. Every option
+    ``with agent.step(): ...`` around each training step, or ``agent.mark_step()`` at the top of
+    each iteration, and `close()` at the end. Every option
     of `AgentConfig` can be passed as a keyword or set as `MFUSCOPE_<NAME>` in the environment
     (argument > environment > `derived` > default). `derived` (for framework integrations) maps
     options to values the integration worked out (e.g. ``flops_per_step`` from the framework's
@@ -91,12 +98,14 @@ class Agent:
     its Agent (one `all_gather_object` of host names).
     """
 
-    # Slots: `step()` reads `_scope` from the agent object itself on every step (an instance
-    # dictionary would be one more memory line to fetch, and a cold one after a training step).
+    # Slots: `step()` reads `_scope` (`mark_step()`: `_mark`) from the agent object itself on
+    # every step (an instance dictionary would be one more memory line to fetch, and a cold one
+    # after a training step).
     __slots__ = (
         "__weakref__",
         "_closed",
         "_log",
+        "_mark",
         "_recorder",
         "_reporter",
         "_reports",
@@ -107,6 +116,7 @@ class Agent:
         "health",
     )
     _scope: contextlib.AbstractContextManager[Any]  # what `step()` returns
+    _mark: Callable[[], None]  # what `mark_step()` calls
 
     def __init__(
         self,
@@ -149,6 +159,7 @@ class Agent:
         self._closed = False
         self._recorder: StepRecorder | None = None
         self._scope = _NO_STEP  # what step() returns
+        self._mark = _no_mark  # what mark_step() calls
         self._runtime: Runtime | None = None
         self._reports: ReportAssembler | None = None
         self._reporter: StepReporter | None = None
@@ -159,6 +170,7 @@ class Agent:
             self.config, model=model, mesh=mesh, seams=seams, health=self.health, log=self._log
         )
         self._recorder = self._scope = runtime.recorder
+        self._mark = runtime.recorder.mark
         hardware = runtime.hardware
         collectives = runtime.collectives
         self._reports = ReportAssembler(
@@ -226,9 +238,27 @@ class Agent:
         # defaults tuple rather than its keyword-defaults dictionary, measurably cheaper.
         if flops is None and recompute_flops is None:
             return self._scope
-        given = _given_step_flops(flops, recompute_flops)
+        given = _given_step_flops(flops, recompute_flops, "step")
         recorder = self._recorder
         return _NO_STEP if recorder is None else GivenStep(recorder, given)
+
+    def mark_step(self, flops: float | None = None, recompute_flops: float | None = None) -> None:
+        """Begin the next training step here, ending the one before: one call at the top of each
+        iteration (with gradient accumulation, of each optimizer step), for loops that do not
+        want a `with` block. It costs what `with agent.step():` costs.
+
+        A step begun here runs until the next `mark_step()`, a `with agent.step():` block, or
+        `close()` (which ends the last one; `with Agent(...) as agent:` ends it as failed when
+        the block raised). Called inside a `with agent.step():` block it is ignored (logged once).
+        `flops` / `recompute_flops`: as for `step()`, of the step begun here.
+        """
+        if flops is None and recompute_flops is None:
+            self._mark()
+            return
+        given = _given_step_flops(flops, recompute_flops, "mark_step")
+        recorder = self._recorder
+        if recorder is not None:
+            recorder.mark_given(given)
 
     @property
     def rank(self) -> int:
@@ -244,7 +274,12 @@ class Agent:
         """Finish the last step, wait for an in-flight window analysis, flush every sink.
 
         Waits at most `timeout_s` (default: the `close_timeout_s` option) in total. Idempotent.
+        A step begun by `mark_step()` ends here.
         """
+        self._close(timeout_s)
+
+    def _close(self, timeout_s: float | None = None, *, failed: bool = False) -> None:
+        """`close()`; `failed`: the training loop raised (a marked step still open failed)."""
         if self._closed:
             return
         self._closed = True
@@ -264,7 +299,7 @@ class Agent:
             return max(deadline - time.monotonic(), 0.0) * share
 
         try:
-            recorder.close()  # no step is recorded from here on
+            recorder.close(failed=failed)  # no step is recorded from here on
             runtime.windows.close_window()
             last = recorder.next_step - 1
             while (released := runtime.windows.poll()) is not None:
@@ -290,7 +325,7 @@ class Agent:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._close(failed=exc[0] is not None)
 
     # --- shipping (the periodic thread; at close the closing thread) ----------------------------
 
@@ -300,11 +335,13 @@ class Agent:
                 transport.submit(report)
 
 
-def _given_step_flops(flops: float | None, recompute_flops: float | None) -> StepFlopsValue:
-    """The FLOPs given to `agent.step(...)`, checked (one-line `InputError` on bad input)."""
+def _given_step_flops(
+    flops: float | None, recompute_flops: float | None, method: str
+) -> StepFlopsValue:
+    """The FLOPs given to `agent.<method>(...)`, checked (one-line `InputError` on bad input)."""
     if flops is None:
         raise InputError(
-            "agent.step(recompute_flops=...) needs flops=... too (this rank's model FLOPs)"
+            f"agent.{method}(recompute_flops=...) needs flops=... too (this rank's model FLOPs)"
         )
     checked: list[float] = []
     for name, value in (("flops", flops), ("recompute_flops", recompute_flops or 0.0)):
@@ -314,7 +351,7 @@ def _given_step_flops(flops: float | None, recompute_flops: float | None) -> Ste
             or not (math.isfinite(value) and value >= 0)
         ):
             raise InputError(
-                f"agent.step({name}=...) must be a finite number >= 0 (FLOPs), got {value!r}"
+                f"agent.{method}({name}=...) must be a finite number >= 0 (FLOPs), got {value!r}"
             )
         checked.append(float(value))
     return StepFlopsValue(checked[0], checked[1], "given")

@@ -41,7 +41,7 @@ from mfuscope.agent.profiler_windows import (
 from mfuscope.agent.recompute import wrap_checkpoint
 from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
 from mfuscope.agent.step_flops import CountSession, FlopsTracker
-from mfuscope.agent.step_timer import DeviceEventStepTimer, StepTimer
+from mfuscope.agent.step_timer import DeviceEventStepTimer, StepTimer, cuda_calls
 from mfuscope.agent.thread_clock import open_thread_clock
 from mfuscope.agent.topology import (
     RankTopology,
@@ -514,15 +514,12 @@ def build_runtime(
     group_specs = _group_link_specs(config, device, topology)
     if topology.tp_spans_hosts:
         log.warning("tp-spans-hosts", "mfuscope: the tp group spans hosts (beyond NVLink)")
-    timer: StepTimer | None = None
+    timer: DeviceEventStepTimer | None = None
     if seams.timer is not None:
         timer = seams.timer
     elif device.use_cuda:
-        import torch
-
         timer = DeviceEventStepTimer(
-            lambda: torch.cuda.Event(enable_timing=True),
-            close_wait_s=min(config.close_timeout_s * 0.25, 2.0),
+            cuda_calls(device.index), close_wait_s=min(config.close_timeout_s * 0.25, 2.0)
         )
     # On the training thread (it makes the agent): the schedstat file names the opening thread.
     thread_clock = None

@@ -1,41 +1,54 @@
-"""The training thread's side of the agent: the context manager `agent.step()` returns.
+"""The training thread's side of the agent: the context manager `agent.step()` returns, and
+the per-iteration marker behind `agent.mark_step()`.
 
 What the hot path may do
 ------------------------
 On a *steady* step (the common case: no profiled window starts, records or awaits its analysis
 on it, no window decision is due, no FLOP count starts, and the step's forward shapes match the
-steady ones), `StepRecorder.__enter__` and `__exit__` together may only:
+steady ones), `StepRecorder.__enter__` and `__exit__` together, or one `mark` (which ends the
+marked step before and begins the next at one instant), may only:
 
-- read `time.perf_counter_ns()` twice (the step's start and its end);
+- read `time.perf_counter_ns()` once per boundary (`__enter__`: the step's start, `__exit__`:
+  its end; `mark`: both at once);
 - store the start in a preallocated ring slot (`starts[n % CAPACITY]`), the end and the count of
   steps begun (`begun`, which publishes the slot) in this object's slots;
 - reset and compare a few ints of this object: the nesting depth, the step from which the slow
   path is due (`slow_from`), the count of the step's forwards that matched the steady shapes
   (`forwards_matched`, kept by the model's forward pre-hook, `step_flops.FlopsTracker`);
-- on a GPU, record a CUDA event at each boundary (`step_timer.DeviceEventStepTimer`: a pooled
-  event and a deque append; never a synchronisation);
+- on a GPU, record one CUDA event per boundary, inline (`_device_marks` says how, `step_timer`
+  why these calls): at a step's start one popped from a pool (`event_pool.pop()`) into a second
+  ring slot (`events`), after comparing the current stream's handle (`raw_stream()`, an int) with
+  the held stream's; at a `with` step's end one reused event (`end_event`). No `Stream` object
+  per step, no Python frame of torch's or the timer's, never a synchronisation;
 - on a CPU timeline (no device timer), also store the thread's schedstat line in a second ring
   slot (`thread_clock`: one `pread` of /proc, the one system call of the path: about 2 us in one
   process and 12 us after a gloo DDP step on this VM; its module says why per step), from which
   the periodic thread works out how long the step was blocked.
 
-Nothing else: no lock, no allocation besides the clock's int and that line, no logging call, no
-dictionary, no report, no call into the rest of the agent. The agent's periodic thread
-(`_step_reports`) turns the ring into periods, FLOPs into reports, encodes and ships them, hands
-the collective reader its step starts and the window coordinator its baseline of step periods.
+Nothing else: no lock, no allocation besides the clock's int and that line (on GPU: the stream
+handle's int, a cached small int on the default stream), no logging call, no dictionary, no
+report, no wall-clock read, no call into the rest of the agent. The periodic thread
+(`_step_reports`; on GPU `step_timer.DeviceEventStepTimer`) does the rest: periods, wall-clock
+starts, FLOPs, reports, the collective reader's step starts, the window coordinator's baseline.
+Tested on CPU and on the device path with fake CUDA calls (tests/unit/agent/test_hot_path.py);
+`mfuscope validate-gpu` runs the same probe on a GPU.
 
-The hot path is Python. After a DDP step the training thread's caches are cold and every
-Python frame and attribute costs memory lines; in benchmarks/agent_overhead.py the in-agent
-median is under twice the floor's (one timestamp appended to a list), figures in docs/agent.md
-"Overhead". A C twin once took that to 1.3 times, about 3 us per step, which no training step
-notices; one hot path that mypy checks and the tests run is worth more.
+A marked step (`depth == MARKED`) ends at the next `mark`, a `with agent.step()` block, a phase
+between steps or `close()` (`end_marked`); a `mark` inside a `with` block is ignored (logged
+once), as a nested step is; FLOPs given to a mark (`mark_given`) stay with its step.
+
+The hot path is Python: after a DDP step every cold Python frame and attribute costs memory
+lines, and the in-agent median is under twice the floor's (docs/agent.md, "Overhead"). A C
+twin once took that to 1.3 times, about 3 us per step, which no training step notices; one hot
+path that mypy checks and the tests run is worth more.
 
 The slow path (`_begin_slow`, `_end_slow`) is taken by the steps that need more: the first one
 (FLOPs counted), the steps that open or belong to a profiled window or wait for its analysis (the
 profiler starts and stops on the steps that take the window), decision steps of the window
-schedule, steps given their own FLOPs, nested or failing steps, and a step whose forward shapes
-changed. All of them but the last are known before the step begins (`slow_from`, set by the
-previous slow step); the forward hook sees the last during the step.
+schedule, steps given their own FLOPs, nested or failing steps, a switch between the marker and
+`with` blocks, and a step whose forward shapes changed. All of them but the last are known
+before the step begins (`slow_from`, set by the previous slow step); the forward hook sees the
+last during the step.
 
 Why the ring needs no lock
 --------------------------
@@ -58,18 +71,25 @@ from collections.abc import Callable
 from threading import get_ident
 from time import perf_counter_ns
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from mfuscope.agent._device_marks import (
+    attach_device,
+    device_end,
+    device_failed,
+    device_start,
+    stream_changed,
+)
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent.step_flops import NO_STEADY, OUTSIDE, RECORDING, StepFlopsValue
-from mfuscope.agent.step_timer import StepTimer
+from mfuscope.agent.step_timer import DeviceEventStepTimer
 from mfuscope.agent.thread_clock import ThreadClock
 
 if TYPE_CHECKING:
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
     from mfuscope.agent.step_flops import FlopsTracker
 
-__all__ = ["CAPACITY", "GivenStep", "StepRecorder"]
+__all__ = ["CAPACITY", "MARKED", "GivenStep", "StepRecorder"]
 
 # Steps the ring holds (a power of two). The periodic thread reads it at least every 0.1 s, and
 # sooner when steps come fast enough to fill a quarter of it in that time: it falls a whole ring
@@ -78,6 +98,8 @@ CAPACITY = 4096
 _MASK = CAPACITY - 1
 # `slow_from` when no slow step is planned.
 _NEVER = 1 << 62
+# `depth` while a step begun by `mark` is open (a `with` step nests from 1 up).
+MARKED = -1
 
 # (step, its FLOPs or None when they are not known, the steady FLOPs after it)
 FlopsEntry = tuple[int, StepFlopsValue | None, StepFlopsValue | None]
@@ -95,15 +117,25 @@ class StepRecorder:
         "begun",
         "clock_thread",
         "closed",
+        "current_stream",
         "depth",
+        "end_event",
+        "event_pool",
+        "events",
         "first_step",
         "flops_log",
         "forwards_matched",
         "last_end_ns",
+        "marked_given",
+        "new_event",
+        "raw_stream",
         "read_thread_clock",
+        "record_event",
         "slow_from",
         "starts",
         "steady_forwards",
+        "stream",
+        "stream_handle",
         "thread_clock",
         "thread_starts",
         "timer",
@@ -111,14 +143,28 @@ class StepRecorder:
         "window_steps",
     )
     begun: int  # steps begun; step `first_step + n` has ring slot `n % CAPACITY`
-    depth: int  # nesting of `with agent.step()`: only the outermost one is a step
+    # nesting of `with agent.step()` (only the outermost one is a step); MARKED: a marked step
+    depth: int
     first_step: int
     forwards_matched: int  # kept by the model's forward pre-hook (step_flops.ForwardCounts)
     last_end_ns: int  # perf_counter_ns at the latest step's end
     slow_from: int  # the first step (as a count of steps begun) that takes the slow path
     starts: list[int]  # perf_counter_ns at each step's start (the ring)
     steady_forwards: int
-    timer: StepTimer | None  # device timer (GPU), None on CPU
+    timer: DeviceEventStepTimer | None  # device timer (GPU), None on CPU
+    # GPU only (`_device_marks`): each step's start event (a ring beside `starts`; None: its
+    # record failed), the `with` steps' end event, the pool, the CUDA calls, the stream and
+    # its handle (None: not fetched yet).
+    events: list[Any]
+    end_event: Any
+    event_pool: collections.deque[Any]
+    new_event: Callable[[], Any]
+    record_event: Callable[[Any, Any], None]
+    raw_stream: Callable[[], int]
+    current_stream: Callable[[], Any]
+    stream: Any
+    stream_handle: int | None
+    marked_given: StepFlopsValue | None  # the FLOPs given to the open marked step
     # CPU timelines: the training thread's schedstat line at each step's start (a ring beside
     # `starts`); `read_thread_clock` None: not read (GPU, or no schedstat here).
     thread_clock: ThreadClock | None
@@ -138,7 +184,7 @@ class StepRecorder:
         self,
         *,
         first_step: int,
-        timer: StepTimer | None,
+        timer: DeviceEventStepTimer | None,
         health: HealthCounters,
         log: RateLimitedLog,
         thread_clock: ThreadClock | None = None,
@@ -153,6 +199,11 @@ class StepRecorder:
         self.depth = 0
         self.slow_from = 0  # the first step is slow (FLOPs counted, first window decision)
         self.timer = timer
+        self.events = [None] * CAPACITY
+        self.stream = self.stream_handle = None
+        self.marked_given = None
+        if timer is not None:
+            attach_device(self, timer)
         self.thread_clock = thread_clock
         self.read_thread_clock = None if thread_clock is None else thread_clock.read
         self.clock_thread = get_ident()
@@ -182,9 +233,17 @@ class StepRecorder:
         self.forwards_matched = 0
         self.starts[n & 4095] = start  # CAPACITY - 1 as a literal: no global lookup
         if self.timer is not None:
-            self._device_mark(self.first_step + n, True)
-        elif self.read_thread_clock is not None:
+            # The step's start event, inlined (no frame; the same in `mark`, `device_start`).
             try:  # free unless it raises (CPython 3.11+)
+                pool = self.event_pool
+                event = self.events[n & 4095] = pool.pop() if pool else self.new_event()
+                if (handle := self.raw_stream()) != self.stream_handle:
+                    stream_changed(self, handle)
+                self.record_event(event, self.stream)
+            except Exception as exc:
+                device_failed(self, n, exc)
+        elif self.read_thread_clock is not None:
+            try:
                 self.thread_starts[n & 4095] = self.read_thread_clock()
             except OSError as exc:
                 self._thread_clock_failed(exc)
@@ -203,10 +262,52 @@ class StepRecorder:
             self._end_slow(now, failed=exc_type is not None, given=None)
             return
         if self.timer is not None:
-            self._device_mark(self.first_step + self.begun - 1, False)
+            try:  # the step's end event, on its start's stream (the same in `device_end`)
+                self.record_event(self.end_event, self.stream)
+            except Exception as exc:
+                self.internal_error("timer", exc)
         self.last_end_ns = now
         self.forwards_matched = OUTSIDE
         self.depth = 0
+
+    def mark(self) -> None:
+        """`agent.mark_step()`: end the marked step before (if any) and begin the next one, at
+        one clock reading (the module docstring says what a steady mark may do)."""
+        now = perf_counter_ns()  # first: a step whose start cannot be read is not begun
+        # MARKED as a literal (no global lookup); a step that began on the slow path, or whose
+        # shapes changed, ends on it
+        if (self.depth != -1 or self.forwards_matched != self.steady_forwards) and (
+            not self._end_before_mark(now)
+        ):
+            return
+        n = self.begun
+        if n >= self.slow_from:
+            self._begin_marked(now, None)
+            return
+        self.last_end_ns = now  # the step before ends where this one starts
+        self.forwards_matched = 0
+        self.starts[n & 4095] = now
+        if self.timer is not None:
+            try:  # this step's start event, which also marks the end of the step before
+                pool = self.event_pool
+                event = self.events[n & 4095] = pool.pop() if pool else self.new_event()
+                if (handle := self.raw_stream()) != self.stream_handle:
+                    stream_changed(self, handle)
+                self.record_event(event, self.stream)
+            except Exception as exc:
+                device_failed(self, n, exc)
+        elif self.read_thread_clock is not None:
+            try:
+                self.thread_starts[n & 4095] = self.read_thread_clock()
+            except OSError as exc:
+                self._thread_clock_failed(exc)
+        self.begun = n + 1
+
+    def mark_given(self, given: StepFlopsValue) -> None:
+        """`agent.mark_step(flops=...)`: as `mark`; the step begun has the FLOPs `given`."""
+        now = perf_counter_ns()
+        if self._end_before_mark(now):
+            self._begin_marked(now, given)
 
     def bind(self, flops: FlopsTracker, windows: WindowCoordinator) -> None:
         """Attach the parts the slow path drives (they are built with this recorder)."""
@@ -231,23 +332,47 @@ class StepRecorder:
             exc,
         )
 
-    def _device_mark(self, step: int, begin: bool) -> None:
-        """Mark a step boundary on the device (GPU only: a CUDA event record)."""
-        timer = self.timer
-        assert timer is not None
-        try:
-            if begin:
-                timer.begin(step)
-            else:
-                timer.end(step)
-        except Exception as exc:
-            self.internal_error("timer", exc)
-
     # --- the slow path --------------------------------------------------------------------------
 
-    def _begin_slow(self, given: StepFlopsValue | None) -> None:
+    def _end_before_mark(self, now: int) -> bool:
+        """A mark's end of the step before on the slow path (the step began there or its shapes
+        changed; or no marked step is open: the first mark, one after a `with` step). False: the
+        mark is ignored (closed, or inside a `with agent.step()` block)."""
+        if self.closed:
+            return False
+        if self.depth > 0:
+            self._log.warning(
+                "mark-in-step", "mfuscope: agent.mark_step() inside `with agent.step()`; ignored"
+            )
+            return False
+        if self.depth == MARKED:
+            self._end_marked(now)
+        self.depth = MARKED  # the step the mark begins (steady, or `_begin_marked`)
+        return True
+
+    def _begin_marked(self, now: int, given: StepFlopsValue | None) -> None:
+        """A mark's step begun on the slow path at `now` (the step before has ended)."""
+        self.last_end_ns = now
+        self.depth = 0
+        self._begin_slow(given, start=now)
+        if self.depth == 1:
+            self.depth = MARKED
+            self.marked_given = given
+
+    def _end_marked(self, now: int, *, failed: bool = False) -> None:
+        """End the open marked step at `now` (the slow path's end)."""
+        given, self.marked_given = self.marked_given, None
+        self.depth = 1
+        self._end_slow(now, failed=failed, given=given)
+
+    def _begin_slow(self, given: StepFlopsValue | None, start: int | None = None) -> None:
+        """Begin a step on the slow path, at `start` (None: now); a marked step still open ends
+        there first."""
         if self.closed:
             return
+        if self.depth == MARKED:
+            start = perf_counter_ns() if start is None else start
+            self._end_marked(start)
         self.depth += 1
         if self.depth > 1:
             self._log.warning("nested-step", "mfuscope: agent.step() nested; inner one ignored")
@@ -257,12 +382,12 @@ class StepRecorder:
         if self.thread_clock is not None and get_ident() != self.clock_thread:
             # Steps moved to another thread: the file names the thread that opened it.
             self._thread_clock_failed(RuntimeError("steps moved to another thread"))
-        self.starts[n & _MASK] = perf_counter_ns()
+        self.starts[n & _MASK] = perf_counter_ns() if start is None else start
         self.forwards_matched = RECORDING  # this step ends on the slow path too
         flops, windows = self._flops, self._windows
         assert flops is not None and windows is not None
         if self.timer is not None:
-            self._device_mark(step, True)
+            device_start(self, n)
         elif self.read_thread_clock is not None:
             try:
                 self.thread_starts[n & _MASK] = self.read_thread_clock()
@@ -286,7 +411,7 @@ class StepRecorder:
         self.begun = n + 1  # published after the step's window membership
 
     def _end_slow(self, now: int, *, failed: bool, given: StepFlopsValue | None) -> None:
-        if self.closed or self.depth == 0:
+        if self.closed or self.depth <= 0:
             return
         self.depth -= 1
         if self.depth > 0:
@@ -299,7 +424,7 @@ class StepRecorder:
         except Exception as exc:
             self.internal_error("window", exc)
         if self.timer is not None:
-            self._device_mark(step, False)
+            device_end(self)
         value: StepFlopsValue | None = None
         try:
             value = flops.end_step(failed=failed, given=given)
@@ -327,8 +452,21 @@ class StepRecorder:
             due = _NEVER if attention is None else attention
         self.slow_from = due - self.first_step
 
-    def close(self) -> None:
-        """No step is recorded from here on (a step still open is not ended)."""
+    def end_marked(self, *, failed: bool = False) -> None:
+        """End the open marked step now, if there is one (at close, or where something that is
+        no step begins: a phase between steps). `failed`: the training loop raised in it (a
+        FLOP count it ran is not kept). Never raises."""
+        if self.depth == MARKED and not self.closed:
+            try:
+                self._end_marked(perf_counter_ns(), failed=failed)
+            except Exception as exc:
+                self.internal_error("end-marked", exc)
+
+    def close(self, *, failed: bool = False) -> None:
+        """No step is recorded from here on. A marked step still open ends here (`end_marked`);
+        a `with agent.step()` step still open is not ended (the report thread ends it at close,
+        its FLOPs unknown)."""
+        self.end_marked(failed=failed)
         self.closed = True
         self.slow_from = -1
 

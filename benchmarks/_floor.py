@@ -3,33 +3,11 @@
 from __future__ import annotations
 
 import statistics
-import time
-from types import TracebackType
 
+# One floor for the benchmarks, the contract tests and validate-gpu.
+from mfuscope.agent.hot_path_probe import Floor, quantile
 
-class Floor:
-    """The least a per-step instrumentation can do: one timestamp, appended to a list."""
-
-    def __init__(self) -> None:
-        self.stamps: list[int] = []
-
-    def __enter__(self) -> Floor:
-        self.stamps.append(time.perf_counter_ns())
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        return None
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
-
+__all__ = ["IN_AGENT_HEADER", "Floor", "in_agent_columns", "quantile"]
 
 IN_AGENT_HEADER = f"{'in-agent median us':>18} {'p99 us':>7} {'median/floor':>12}"
 

@@ -1,9 +1,12 @@
 """`mfuscope validate-gpu`: prove the measurements on real hardware, in one command.
 
-On a machine with a CUDA GPU it runs the probes (`_probes`: detection, a bf16 matmul, a small GPT
-training loop under the agent, a profiled window, an NCCL group, the hardware counters under load;
-`_flight`: the agent's flight-recorder reading on NCCL, with a deliberate stall) in a few minutes,
-prints each check with its figures, and writes ``DIR/validate.json`` and ``DIR/validate.md``
+On a machine with a CUDA GPU (one is enough) it runs the probes (`_probes`: detection, a bf16
+matmul, a small GPT training loop under the agent, a profiled window, an NCCL group, the hardware
+counters under load; `_agent_probes`: the agent's step MFU, its window's and its carried steps'
+buckets against the job's own CUDA-event timing, and its per-step cost on the training thread
+against the floor; `_flight`: the agent's flight-recorder reading on NCCL, its durations against
+CUDA events, with a deliberate stall) in at most 5 minutes (`--quick`: 2), prints each check
+with its figures and verdict, and writes ``DIR/validate.json`` and ``DIR/validate.md``
 (`_report`). Without one
 it prints ``no CUDA device: validate-gpu skipped`` and exits 0. The exit code is 0 when every check
 passed and 1 otherwise.
@@ -29,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder for validate.json and validate.md (default: ./mfuscope-validate)",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="fewer steps and smaller sizes (about a minute)"
+        "--quick", action="store_true", help="fewer steps and smaller sizes (at most 2 minutes)"
     )
 
 

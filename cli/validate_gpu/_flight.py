@@ -45,6 +45,10 @@ __all__ = [
 ]
 
 CALLS = 5  # of each op
+# The timed all_reduces' size on CUDA (float32: 1 GiB): long enough (about half a millisecond at
+# world size 1 on an H100's memory) that the few microseconds between the events around a call
+# and the recorder's own inside it stay well within the check's 10 %.
+TIMED_NUMEL = 1 << 28
 # The stall lasts past the hang join's threshold; the ranks read their recorders after this long.
 STALL_MARGIN_S = 2.0
 READ_MARGIN_S = 0.5
@@ -158,27 +162,41 @@ def _settle(reader: Any, timeout_s: float = 5.0) -> None:
         reader.read_once()
 
 
+def _timed_all_reduces(torch: Any, dist: Any, device: str, numel: int) -> float:
+    """`CALLS` all_reduces of `numel` float32, each between two CUDA events on the current
+    stream; their event times added up (s; 0 on CPU, untimed). On CUDA the op is AVG: at world
+    size 1 NCCL runs its one-rank reduction kernel for it (an in-place sum runs no kernel, and
+    its duration would be only the recorder's own event pair)."""
+    tensor = torch.ones(numel, device=device, dtype=torch.float32)
+    if not device.startswith("cuda"):
+        for _ in range(CALLS):
+            dist.all_reduce(tensor)
+        return 0.0
+    pairs = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(CALLS)
+    ]
+    torch.cuda.synchronize()
+    for start, end in pairs:
+        start.record()
+        dist.all_reduce(tensor, op=dist.ReduceOp.AVG)
+        end.record()
+    torch.cuda.synchronize()
+    return float(sum(start.elapsed_time(end) for start, end in pairs)) / 1e3
+
+
 def _issue(
     torch: Any, dist: Any, device: str, world: int, numel: int
 ) -> tuple[dict[str, tuple[int, int]], float]:
-    """`CALLS` each of all_reduce, all_gather and broadcast; the issued calls and bytes (the
-    larger side of each, as the records count), and the all_reduces' CUDA-event time (s; 0 on
-    CPU)."""
+    """`CALLS` each of all_reduce (`TIMED_NUMEL` float32 on CUDA, timed by events), all_gather
+    and broadcast (`numel`); the issued calls and bytes (the larger side of each, as the records
+    count), and the all_reduces' CUDA-event time (s; 0 on CPU)."""
+    reduced = TIMED_NUMEL if device.startswith("cuda") else numel
+    events_s = _timed_all_reduces(torch, dist, device, reduced)
     tensor = torch.ones(numel, device=device, dtype=torch.float32)
     gathered = torch.empty(world * numel, device=device, dtype=torch.float32)
     size = tensor.element_size() * numel
     timed = device.startswith("cuda")
-    if timed:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-    for _ in range(CALLS):
-        dist.all_reduce(tensor)
-    loop_s = 0.0
-    if timed:
-        end.record()
-        end.synchronize()
-        loop_s = start.elapsed_time(end) / 1e3
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     for _ in range(CALLS):
         gather(gathered, tensor)
@@ -187,11 +205,11 @@ def _issue(
     if timed:
         torch.cuda.synchronize()
     issued = {
-        "all_reduce": (CALLS, CALLS * size),
+        "all_reduce": (CALLS, CALLS * 4 * reduced),
         "all_gather": (CALLS, CALLS * world * size),
         "broadcast": (CALLS, CALLS * size),
     }
-    return issued, loop_s
+    return issued, events_s
 
 
 def _dump_comparisons(sources: Sequence[Any]) -> tuple[DumpComparison, ...]:
@@ -268,7 +286,7 @@ def rank_workload(
     )
     reader.baseline()
     before = {(e.record_id, e.created_unix_ns) for e in _ring(sources)}
-    issued, loop_s = _issue(torch, dist, device, world, 1 << 18)
+    issued, events_s = _issue(torch, dist, device, world, 1 << 18)
     _settle(reader)
     traffic = traffic_against(reader.records().traffic, issued)
     done, timed = _done_and_timed(_ring(sources), before)
@@ -279,7 +297,7 @@ def rank_workload(
         "dumps": [msgspec.to_builtins(d) for d in dumps],
         "done": done,
         "timed": timed,
-        "all_reduce_loop_s": loop_s,
+        "all_reduce_event_s": events_s,
         "traffic": [msgspec.to_builtins(t) for t in traffic],
     }
     if stall_s > 0:
@@ -364,7 +382,7 @@ def probe_from_results(world: int, results: Sequence[Mapping[str, Any]]) -> Flig
         dumps=tuple(DumpComparison(**d) for d in first["dumps"]),
         timed=int(first["timed"]),
         done=int(first["done"]),
-        all_reduce_loop_s=float(first["all_reduce_loop_s"]),
+        all_reduce_event_s=float(first["all_reduce_event_s"]),
         traffic=tuple(OpTraffic(**t) for t in first["traffic"]),
         stall=stall,
     )

@@ -14,6 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mfuscope.cli.validate_gpu._agent_report import (
+    BreakdownProbe,
+    CostProbe,
+    MfuProbe,
+    agent_checks,
+)
 from mfuscope.cli.validate_gpu._flight_report import FlightProbe, flight_checks
 
 __all__ = [
@@ -40,6 +46,9 @@ MAX_OVERHEAD_RATIO = 1.02  # median step with the agent / without it
 BUCKET_SUM_TOLERANCE = 1e-6  # relative
 MIN_MEMORY_BUSY_UNDER_COPY = 0.2
 MIN_PCIE_SHARE_OF_H2D = 0.5  # PCIe counter bytes / bytes copied host -> device
+# The whole run on one GPU (s), and with --quick.
+RUN_BUDGET_S = 300.0
+QUICK_RUN_BUDGET_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,9 @@ class Measurements:
     nccl: NcclProbe | None = None
     counters: CounterProbe | None = None
     flight: FlightProbe | None = None
+    mfu_truth: MfuProbe | None = None
+    breakdown: BreakdownProbe | None = None
+    hot_path: CostProbe | None = None
     errors: Mapping[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
     quick: bool = False
@@ -277,16 +289,24 @@ def _counter_checks(m: Measurements) -> list[Check]:
     ]
 
 
+def _run_time_check(m: Measurements) -> Check:
+    budget = QUICK_RUN_BUDGET_S if m.quick else RUN_BUDGET_S
+    return Check("run time", m.wall_s <= budget, f"{m.wall_s:.0f} s", f"<= {budget:.0f} s")
+
+
 def build_report(m: Measurements) -> dict[str, Any]:
     """The JSON-ready report: every measurement, every check, and the overall verdict."""
+    agent = agent_checks(m.mfu_truth, m.breakdown, m.hot_path, m.errors)
     checks = [
         *_detection_checks(m),
         *_matmul_checks(m),
         *_training_checks(m),
         *_window_checks(m),
+        *(Check(c.name, c.ok, c.measured, c.expected) for c in agent),
         *_nccl_checks(m),
         *_counter_checks(m),
         *(Check(c.name, c.ok, c.measured, c.expected) for c in flight_checks(m.flight, m.errors)),
+        _run_time_check(m),
     ]
     return {
         "ok": all(c.ok for c in checks),
@@ -303,6 +323,9 @@ def build_report(m: Measurements) -> dict[str, Any]:
                 ("nccl", m.nccl),
                 ("counters", m.counters),
                 ("flight", m.flight),
+                ("mfu_truth", m.mfu_truth),
+                ("breakdown", m.breakdown),
+                ("hot_path", m.hot_path),
             )
         },
         "errors": dict(m.errors),

@@ -1,8 +1,9 @@
 """Runs the probes in order, each guarded: a probe that fails is recorded and the next one runs.
 
-Budget (one H100): the full run takes a few minutes (the FLOP-counting step and the NCCL start-up
-dominate), `--quick` about a minute; both stay well under 8 minutes. The flight-recorder probe adds
-about 20 s either way: its deliberate stall must outlast the hang join's 10 s threshold.
+Budget (one GPU): at most 5 minutes, `--quick` at most 2 (the report's "run time" check holds
+the run to it). The flight-recorder probe takes about 20 s either way: its deliberate stall must
+outlast the hang join's 10 s threshold. The agent probes (`_agent_probes`) share one world-size-1
+NCCL group, made for them and destroyed before the NCCL and flight-recorder probes make theirs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from mfuscope.cli.validate_gpu import _flight, _probes
+from mfuscope.cli.validate_gpu import _agent_probes, _flight, _probes
 from mfuscope.cli.validate_gpu._report import Measurements
 
 __all__ = ["measure_all"]
@@ -57,6 +58,8 @@ def measure_all(*, out_dir: Path, quick: bool, log: IO[str]) -> Measurements:
         )
         window = _guarded("window", lambda: _probes.profiled_window(setup, out_dir), errors, log)
         del setup
+    peak = detection.peak_flops if detection is not None and detection.peak_flops else None
+    mfu_truth, breakdown, hot_path = _agent_probes_run(out_dir, quick, peak or 1e15, errors, log)
     nccl = _guarded(
         "nccl",
         lambda: _probes.nccl_collectives(
@@ -85,7 +88,63 @@ def measure_all(*, out_dir: Path, quick: bool, log: IO[str]) -> Measurements:
         nccl=nccl,
         counters=counters,
         flight=flight,
+        mfu_truth=mfu_truth,
+        breakdown=breakdown,
+        hot_path=hot_path,
         errors=errors,
         wall_s=time.monotonic() - start,
         quick=quick,
     )
+
+
+def _agent_probes_run(
+    out_dir: Path, quick: bool, peak: float, errors: dict[str, str], log: IO[str]
+) -> tuple[Any, Any, Any]:
+    """The agent against CUDA events (`_agent_probes`) on one device and one NCCL group. `peak`:
+    the peak both MFUs divide by (the table's, else a nominal 1 PFLOP/s: the check is a ratio)."""
+    from mfuscope.agent import Agent
+
+    gpu: Any = _guarded(
+        "device for the agent probes",
+        lambda: _agent_probes.CudaGpu(size=8192, comm_bytes=(1 if quick else 2) << 30),
+        errors,
+        log,
+    )
+    if gpu is None:
+        for name in ("MFU ground truth", "breakdown", "hot path cost"):
+            errors[name] = errors["device for the agent probes"]
+        return None, None, None
+    try:
+        mfu_truth = _guarded(
+            "MFU ground truth",
+            lambda: _agent_probes.mfu_truth(
+                gpu, Agent, out_dir, steps=20 if quick else 40, chain=8, peak=peak
+            ),
+            errors,
+            log,
+        )
+        breakdown = _guarded(
+            "breakdown",
+            lambda: _agent_probes.breakdown_truth(
+                gpu,
+                Agent,
+                out_dir,
+                gemms=2,
+                gap_s=0.002,
+                carried_steps=20 if quick else 40,
+                peak=peak,
+            ),
+            errors,
+            log,
+        )
+        hot_path = _guarded(
+            "hot path cost",
+            lambda: _agent_probes.hot_path_cost(
+                gpu, Agent, out_dir, rounds=100 if quick else 200, block=20
+            ),
+            errors,
+            log,
+        )
+    finally:
+        gpu.close()
+    return mfu_truth, breakdown, hot_path

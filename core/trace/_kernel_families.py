@@ -108,11 +108,13 @@ FAMILIES: tuple[Family, ...] = (
     # two_shot_all_reduce_kernel, torch intra_node_comm, TensorRT-LLM oneShotAllReduceKernel,
     # FlashInfer allreduce_fusion_kernel, NVSHMEM allToAllV), vLLM / SGLang / aiter custom
     # all-reduce (cross_device_reduce_1stage), NVSHMEM (nvshmem*, *_on_stream_kernel),
-    # DeepEP, pplx, Transformer Engine userbuffers.
+    # DeepEP, pplx, Transformer Engine userbuffers. NCCL's one-rank reduction
+    # (`oneRankReduce`, src/device/onerank.cu: what a reduction with a pre-multiplied sum, such
+    # as an average, runs at world size 1) is NCCL's kernel too.
     _family(
         "NCCL / RCCL / MSCCL",
         COMMUNICATION,
-        _words(r"nccl", r"rccl", r"msccl(?:pp)?"),
+        _words(r"nccl", r"rccl", r"msccl(?:pp)?", r"one_rank_reduce"),
         gate=_COMMUNICATION_GATE,
     ),
     _family(

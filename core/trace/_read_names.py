@@ -21,13 +21,15 @@ __all__ = [
 
 # A kernel is communication only if its lower-cased name holds one of these (and its family
 # says so: `kernel_classes.is_communication_kernel`). One for each way a communication family
-# of `_kernel_families` can be spelled, camelCase folded: NCCL / RCCL / MSCCL, collectives
-# (PyTorch symmetric memory, custom all-reduce of vLLM / SGLang / TensorRT-LLM, NVSHMEM's
-# on-stream collectives), NVSHMEM / rocSHMEM, DeepEP, pplx, Transformer Engine userbuffers.
+# of `_kernel_families` can be spelled, camelCase folded: NCCL / RCCL / MSCCL (and NCCL's
+# one-rank reduction), collectives (PyTorch symmetric memory, custom all-reduce of vLLM /
+# SGLang / TensorRT-LLM, NVSHMEM's on-stream collectives), NVSHMEM / rocSHMEM, DeepEP, pplx,
+# Transformer Engine userbuffers.
 COMM_KERNEL_SUBSTRINGS = (
     "nccl",
     "rccl",
     "msccl",
+    "onerankreduce",
     "allreduce",
     "all_reduce",
     "allgather",

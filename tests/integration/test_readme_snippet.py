@@ -1,5 +1,6 @@
-"""The README's instrumentation snippet, as a user would run it: under torchrun on 2 gloo ranks,
-against a real collector. Its log says what the agent does (one start-up line on rank 0 with
+"""The README's instrumentation snippet (`agent.mark_step()` with gradient accumulation), as a
+user would run it: under torchrun on 2 gloo ranks, against a real collector; one report per rank
+and optimizer step. Its log says what the agent does (one start-up line on rank 0 with
 the peak and its source, where reports go and the window schedule; a line per analysed window)
 and carries none of torch's profiler chatter (Kineto's ``USDT ... profiler_start`` lines)."""
 
@@ -34,6 +35,8 @@ def test_the_readme_snippet_runs_and_says_what_it_measures(tmp_path: Path) -> No
     try:
         code = readme_snippet()
         assert 'collector_url="http://127.0.0.1:9464"' in code and "range(1000)" in code
+        # the plain loop: one marked step per optimizer step, micro-batches accumulated in it
+        assert "agent.mark_step()" in code and "model.no_sync()" in code
         # A short run against this test's collector; windows come early so one is analysed.
         code = code.replace("http://127.0.0.1:9464", collector.url)
         code = code.replace("range(1000)", f"range({STEPS})")

@@ -18,7 +18,7 @@ from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.step_flops import FlopsTracker, StepFlopsValue
-from mfuscope.agent.step_timer import TimedStep
+from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
 from mfuscope.agent.thread_clock import ThreadClock
 
 __all__ = [
@@ -113,15 +113,16 @@ def reporter_for(
     health: HealthCounters | None = None,
     collectives: Any = None,
     thread_clock: ThreadClock | None = None,
+    timer: DeviceEventStepTimer | None = None,
 ) -> tuple[StepRecorder, StepReporter, list[TimedStep]]:
     """A bound recorder (first step 0), its reporter, and the list of `TimedStep`s it hands on.
     `clock`: perf_counter_ns as the recorder sees it; the wall clock is `clock` + offset.
     `collectives`: anything with `step_began(step, start_unix_ns)`. `thread_clock`: the
-    training thread's schedstat reader (None: not read)."""
+    training thread's schedstat reader (None: not read). `timer`: a device timer (GPU path)."""
     health = health or HealthCounters()
     log = RateLimitedLog(60.0)
     recorder = StepRecorder(
-        first_step=0, timer=None, health=health, log=log, thread_clock=thread_clock
+        first_step=0, timer=timer, health=health, log=log, thread_clock=thread_clock
     )
     flops, windows = FakeWindows.flops_and_windows(recorder)
     recorder.bind(flops, windows)
@@ -134,6 +135,7 @@ def reporter_for(
         health=health,
         log=log,
         collectives=collectives,
+        timer=timer,
         clock_ns=clock,
         wall_clock_ns=lambda: clock() + wall_offset_ns,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -15,6 +16,7 @@ import pytest
 import torch
 from mfuscope.agent import ConfigError, checkpoint_context
 from mfuscope.agent._agent import Seams
+from mfuscope.agent.step_timer import DeviceEventStepTimer
 from mfuscope.core.errors import InputError
 from mfuscope.core.schema import ReportBatch, decode_batch
 from torch import nn
@@ -29,6 +31,7 @@ from tests.support.agent_fakes import (
     jsonl_agent,
     step_until,
 )
+from tests.support.fake_cuda import FakeDevice
 
 WIDTH = 32
 
@@ -172,24 +175,14 @@ def test_user_exceptions_propagate_and_the_agent_carries_on(tmp_path: Path) -> N
     assert agent.health.internal_errors == 0
 
 
-class ExplodingTimer:
-    def begin(self, step: int) -> None:
-        raise RuntimeError("timer bug")
-
-    def end(self, step: int) -> None:
-        raise RuntimeError("timer bug")
-
-    def poll(self) -> list[Any]:
-        return []
-
-    def finish(self) -> list[Any]:
-        return []
-
-
 def test_internal_errors_are_counted_and_logged_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent = jsonl_agent(tmp_path, seams=Seams(timer=ExplodingTimer()))
+    def exploding(event: Any, stream: Any) -> None:
+        raise RuntimeError("timer bug")
+
+    calls = dataclasses.replace(FakeDevice().calls(), record=exploding)
+    agent = jsonl_agent(tmp_path, seams=Seams(timer=DeviceEventStepTimer(calls, close_wait_s=0)))
     with caplog.at_level(logging.WARNING, logger="mfuscope.agent"):
         for _ in range(5):
             with agent.step():

@@ -12,11 +12,13 @@ from mfuscope.agent import Agent
 from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._step_recorder import StepRecorder
+from mfuscope.agent._step_reports import StepReporter
 from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
 from mfuscope.agent.thread_clock import open_thread_clock
 from mfuscope.core.schema import decode_batch
 
 from tests.support.agent_fakes import FakeProfiler
+from tests.support.fake_cuda import FakeDevice
 from tests.support.step_records import FakeClock, FakeWindows, reporter_for
 
 
@@ -66,63 +68,23 @@ def test_a_step_still_open_at_close_ends_at_close_with_unknown_flops(clock: Fake
     assert [(t.step, t.wall_s) for t in timed] == [(0, 1.0), (1, 2.0)]
 
 
-class FakeEvent:
-    """Stands in for torch.cuda.Event: `done` is set by the fake device; recording again makes
-    it pending again, as on CUDA."""
-
-    def __init__(self, device: FakeDevice) -> None:
-        self.device = device
-        self.time_ms: float | None = None
-        self.done = False
-
-    def record(self) -> None:
-        self.done, self.time_ms = False, None
-        if self in self.device.pending:
-            self.device.pending.remove(self)
-        self.device.pending.append(self)
-
-    def query(self) -> bool:
-        self.device.queries += 1
-        return self.done
-
-    def elapsed_time(self, end_event: FakeEvent) -> float:
-        # A real event raises here when not completed; the timer must never ask.
-        assert self.done and end_event.done, "elapsed_time on an event the device has not passed"
-        assert self.time_ms is not None and end_event.time_ms is not None
-        return end_event.time_ms - self.time_ms
-
-    def synchronize(self) -> None:
-        self.device.syncs += 1
-        self.device.run_all()
+def _device_recorder(
+    ns: FakeClock, device: FakeDevice, **timer_options: Any
+) -> tuple[StepRecorder, StepReporter, list[TimedStep], DeviceEventStepTimer]:
+    """A recorder on the device path (fake CUDA calls) whose timer reads the recorder's clock
+    `ns`, the wall clock 5 us ahead of it."""
+    timer = DeviceEventStepTimer(
+        device.calls(), clock_ns=ns, wall_clock_ns=lambda: ns() + 5_000, **timer_options
+    )
+    recorder, reporter, timed = reporter_for(ns, wall_offset_ns=5_000, timer=timer)
+    return recorder, reporter, timed, timer
 
 
-class FakeDevice:
-    """The CUDA boundary: events it creates, passes in order, and the synchronisations asked."""
-
-    def __init__(self) -> None:
-        self.pending: list[FakeEvent] = []
-        self.created = 0
-        self.queries = 0
-        self.syncs = 0
-        self.clock_ms = 0.0
-
-    def new_event(self) -> FakeEvent:
-        self.created += 1
-        return FakeEvent(self)
-
-    def run(self, count: int, each_ms: float) -> None:
-        """The device passes the next `count` recorded events, `each_ms` apart."""
-        for event in self.pending[:count]:
-            self.clock_ms += each_ms
-            event.time_ms = self.clock_ms
-            event.done = True
-        del self.pending[:count]
-
-    def run_all(self, each_ms: float = 1.0) -> None:
-        self.run(len(self.pending), each_ms)
+def _periods(timed: list[TimedStep]) -> list[tuple[int, float]]:
+    return [(t.step, round(t.wall_s, 6)) for t in timed]
 
 
-def test_device_timer_reads_events_late_and_never_synchronises() -> None:
+def test_device_timer_reads_events_late_and_never_synchronises(clock: FakeClock) -> None:
     device = FakeDevice()
     waits: list[float] = []
 
@@ -130,59 +92,129 @@ def test_device_timer_reads_events_late_and_never_synchronises() -> None:
         waits.append(seconds)
         device.run_all()
 
-    timer = DeviceEventStepTimer(device.new_event, wall_clock_ns=lambda: 5, sleep=sleep)
-    for step in range(4):
-        timer.begin(step)
-        timer.end(step)
-        assert timer.poll() == []  # the device has not run anything yet
+    recorder, reporter, timed, _ = _device_recorder(clock, device, sleep=sleep)
+    for _ in range(4):
+        with recorder:
+            clock.advance(0.001)
+        reporter.drain()
+        assert timed == []  # the device has not run anything yet
     # Events per step: start, end (one event, recorded again each step). The device now passes
     # step 0's start, step 1's start, step 2's start (the end event stays pending: recorded last).
     device.run(3, 100.0)
-    done = timer.poll()
-    assert [(t.step, round(t.wall_s, 6)) for t in done] == [(0, 0.1), (1, 0.1)]
+    reporter.drain()
+    assert _periods(timed) == [(0, 0.1), (1, 0.1)]
+    # each start on the wall clock: the recorder's reading (1 ms apart) + the wall offset
+    assert [t.start_unix_ns for t in timed] == [10_000_005_000, 10_001_005_000]
     device.run(1, 50.0)  # step 3's start
-    assert [(t.step, round(t.wall_s, 6)) for t in timer.poll()] == [(2, 0.05)]
+    reporter.drain()
+    assert _periods(timed[2:]) == [(2, 0.05)]
     assert device.syncs == 0
     assert device.queries > 0
     # close: polls until the device has passed the last step's end, never synchronises
-    closing = timer.finish()
+    recorder.close()
+    reporter.drain(final=True)
     assert device.syncs == 0 and waits
-    assert [t.step for t in closing] == [3]
-    assert all(t.wall_s > 0 for t in closing)
+    assert [t.step for t in timed] == [0, 1, 2, 3]
+    assert all(t.wall_s > 0 for t in timed)
 
 
-def test_device_timer_bounds_pending_steps_and_reuses_events() -> None:
+def test_device_timer_bounds_pending_steps_and_reuses_events(clock: FakeClock) -> None:
     device = FakeDevice()
-    timer = DeviceEventStepTimer(device.new_event, max_pending=3)
-    for step in range(5):
-        timer.begin(step)
-    assert timer.poll() == []
+    recorder, reporter, timed, timer = _device_recorder(clock, device, max_pending=3)
+    for _ in range(5):
+        with recorder:
+            pass
+    reporter.drain()
+    assert timed == []
     assert timer.dropped_steps == 2
     device.run_all()
-    assert [t.step for t in timer.poll()] == [2, 3]
+    reporter.drain()
+    assert [t.step for t in timed] == [2, 3]
     created = device.created
-    for step in range(5, 50):  # spent start events come back from the report thread
-        timer.begin(step)
-        timer.end(step)
+    for _ in range(5, 50):  # spent start events come back from the report thread
+        with recorder:
+            pass
         device.run_all()
-        timer.poll()
+        reporter.drain()
     assert device.created - created <= 3
+    assert [t.step for t in timed] == list(range(2, 49))
 
 
-def test_device_timer_drops_steps_the_device_has_not_passed_by_the_close_deadline() -> None:
+def test_device_timer_drops_steps_the_device_has_not_passed_by_the_close_deadline(
+    clock: FakeClock,
+) -> None:
     device = FakeDevice()
     now = [0.0]
 
     def sleep(seconds: float) -> None:
         now[0] += seconds  # a hung device: nothing completes
 
-    timer = DeviceEventStepTimer(
-        device.new_event, close_wait_s=0.05, clock=lambda: now[0], sleep=sleep
+    recorder, reporter, timed, timer = _device_recorder(
+        clock, device, close_wait_s=0.05, clock=lambda: now[0], sleep=sleep
     )
-    timer.begin(0)
-    timer.end(0)
-    assert timer.finish() == [] and timer.dropped_steps == 1
+    with recorder:
+        pass
+    recorder.close()
+    reporter.drain(final=True)
+    assert timed == [] and timer.dropped_steps == 1
     assert device.syncs == 0 and now[0] >= 0.05
+
+
+def test_the_device_path_records_one_event_per_boundary_on_a_stream_fetched_once(
+    clock: FakeClock,
+) -> None:
+    """No Stream object per step: the current stream is fetched at the first boundary and again
+    only when its handle changes; each boundary records one event on it."""
+    device = FakeDevice()
+    recorder, reporter, timed, _ = _device_recorder(clock, device)
+    for _ in range(10):
+        with recorder:
+            clock.advance(0.001)
+        device.run_all()
+        reporter.drain()
+    assert device.streams_built == 1 and device.records == 20  # a start and an end per step
+    device.current = 7  # the job enters `with torch.cuda.stream(side):`
+    for _ in range(3):
+        with recorder:
+            pass
+    assert device.streams_built == 2
+    assert [e.stream for e in device.pending] == [7, 7, 7, 7]  # three starts, the end
+    with recorder:
+        device.current = 9  # switched inside a step: its end stays on its start's stream
+    assert [e.stream for e in device.pending[-2:]] == [7, 7]
+    for _ in range(3):  # marked steps: one event per step (its start ends the step before)
+        recorder.mark()
+    assert device.streams_built == 3 and device.pending[-1].stream == 9
+    assert device.records == 20 + 8 + 3
+    recorder.close()  # ends the last marked step: its end event
+    assert device.records == 20 + 8 + 3 + 1
+    device.run_all()
+    reporter.drain(final=True)
+    assert [t.step for t in timed] == list(range(17))
+    assert device.syncs == 0
+
+
+def test_a_failing_record_drops_its_steps_and_the_loop_goes_on(clock: FakeClock) -> None:
+    device = FakeDevice()
+    health = HealthCounters()
+    timer = DeviceEventStepTimer(device.calls(), clock_ns=clock, wall_clock_ns=clock)
+    recorder, reporter, timed = reporter_for(clock, timer=timer, health=health)
+    with recorder:
+        clock.advance(0.001)
+    device.fail_records = True
+    with recorder:  # step 1's start and end fail: counted, never raised
+        clock.advance(0.001)
+    device.fail_records = False
+    for _ in range(3):
+        with recorder:
+            clock.advance(0.001)
+    device.run_all(each_ms=2.0)
+    recorder.close()
+    reporter.drain(final=True)
+    # step 0 has no following start event, step 1 none of its own: both dropped
+    assert [t.step for t in timed] == [2, 3, 4]
+    assert health.snapshot().reports_dropped_total == 0 and timer.dropped_steps == 2
+    assert recorder.depth == 0
 
 
 def test_agent_on_a_device_never_synchronises_and_reports_device_periods(tmp_path: Path) -> None:
@@ -193,7 +225,7 @@ def test_agent_on_a_device_never_synchronises_and_reports_device_periods(tmp_pat
     def sleep(seconds: float) -> None:
         device.run_all(each_ms=10.0)
 
-    timer = DeviceEventStepTimer(device.new_event, sleep=sleep)
+    timer = DeviceEventStepTimer(device.calls(), sleep=sleep)
     analysed: list[Any] = []
     agent = agent_with_seams(
         Seams(

@@ -12,6 +12,7 @@ import pytest
 from mfuscope.cli import main
 from mfuscope.cli import validate_gpu as command
 from mfuscope.cli.validate_gpu import _run
+from mfuscope.cli.validate_gpu._agent_report import BreakdownProbe, CostProbe, MfuProbe, Shares
 from mfuscope.cli.validate_gpu._flight_report import (
     DumpComparison,
     FlightProbe,
@@ -76,7 +77,7 @@ HEALTHY = Measurements(
         dumps=(DumpComparison("generic", 0, True), DumpComparison("nccl", 18, True)),
         timed=15,
         done=15,
-        all_reduce_loop_s=0.0021,
+        all_reduce_event_s=0.0019,
         traffic=(
             OpTraffic("all_gather", 5, 10 << 20, 0.0019, 5, 10 << 20),
             OpTraffic("all_reduce", 5, 5 << 20, 0.0018, 5, 5 << 20),
@@ -84,6 +85,17 @@ HEALTHY = Measurements(
         ),
         stall=StallProbe("peer", 1, 7, (1,), (7,), ("all_reduce",), 10.5),
     ),
+    mfu_truth=MfuProbe(36, 8.8e12, 8.8e12, H100, 0.7101, 0.7098),
+    breakdown=BreakdownProbe(
+        truth=Shares(0.66, 0.11, 0.23),
+        window=Shares(0.65, 0.11, 0.24),
+        carried=Shares(0.66, 0.10, 0.24),
+        window_steps=3,
+        carried_steps=40,
+        window_error=0.012,
+        carried_error=0.021,
+    ),
+    hot_path=CostProbe(4000, 0.3e-6, 2.9e-6, 4.1e-6, 9.0e-6, 2.6e-6, 7.5e-6, "...", ""),
     wall_s=190.0,
 )
 
@@ -108,7 +120,7 @@ def test_without_cuda_it_prints_one_line_and_exits_0(
 def test_a_healthy_run_passes_every_check() -> None:
     report = build_report(HEALTHY)
     assert report["ok"], [c for c in report["checks"] if not c["ok"]]
-    assert len(report["checks"]) == 15
+    assert len(report["checks"]) == 21
     matmul = next(c for c in report["checks"] if c["name"] == "bf16 matmul rate / peak")
     assert matmul["measured"].endswith("= 0.780")
     json.dumps(report, allow_nan=False)
@@ -157,6 +169,19 @@ def test_a_healthy_run_passes_every_check() -> None:
             {"buckets sum to the window"},
         ),
         ({"nccl": NcclProbe(1, 1 << 26, ())}, {"NCCL collectives recognised"}),
+        # over budget: 5 minutes, 2 with --quick
+        ({"wall_s": 301.0}, {"run time"}),
+        ({"wall_s": 121.0, "quick": True}, {"run time"}),
+        (
+            {"mfu_truth": None, "breakdown": None, "hot_path": None},
+            {
+                "MFU vs CUDA-event ground truth",
+                "window breakdown vs CUDA events",
+                "carried breakdown vs CUDA events",
+                "agent cost per step (device path)",
+                "hot path calls on the device",
+            },
+        ),
         (
             {"nccl": NcclProbe(1, 1 << 26, (CollectiveSeen("all_reduce", None, 1e-4, None),))},
             {"NCCL collectives recognised"},
@@ -200,10 +225,11 @@ def test_run_writes_both_files_and_sets_the_exit_code(
     assert report["ok"] and report["measurements"]["matmul"]["size"] == 8192
     markdown = (tmp_path / "validate.md").read_text()
     assert "Result: **PASS**" in markdown
-    assert markdown.count("\n| ") == 16  # header + 15 checks
+    assert markdown.count("\n| ") == 22  # header + 21 checks
     printed = capsys.readouterr().out.splitlines()
-    assert len(printed) == 16 and printed[-1].startswith("PASS: wrote ")
-    assert "ok   flight recorder: stalled rank named: peer: suspects [1] at [7]" in printed[-2]
+    assert len(printed) == 22 and printed[-1].startswith("PASS: wrote ")
+    assert "ok   flight recorder: stalled rank named: peer: suspects [1] at [7]" in printed[-3]
+    assert printed[-2] == "ok   run time: 190 s"
     assert main(["validate-gpu", "--out", str(tmp_path)]) == 1
     printed = capsys.readouterr().out.splitlines()
     assert "FAIL HBM busy moves: not run" in printed

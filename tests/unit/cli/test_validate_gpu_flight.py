@@ -121,7 +121,7 @@ def _healthy(**change: Any) -> FlightProbe:
         dumps=(DumpComparison("generic", 0, True), DumpComparison("nccl", 18, True)),
         timed=15,
         done=15,
-        all_reduce_loop_s=0.002,
+        all_reduce_event_s=0.0019,
         traffic=(OpTraffic("all_reduce", 5, 5 << 20, 0.0018, 5, 5 << 20),),
         stall=StallProbe("peer", 1, 7, (1,), (7,), ("all_reduce",), 10.5),
     )
@@ -135,7 +135,10 @@ def _healthy(**change: Any) -> FlightProbe:
         ({"dumps": (DumpComparison("nccl", 18, False, "$.entries[3].state"),)}, 0),
         ({"dumps": (DumpComparison("nccl", 0, True),)}, 0),  # nothing compared
         ({"timed": 14}, 1),  # one done entry without a duration
-        ({"all_reduce_loop_s": 0.001}, 1),  # durations longer than the device spent
+        # the durations against the events around each call: 10% either way at most
+        ({"all_reduce_event_s": 0.0016}, 1),  # durations 12.5% longer
+        ({"all_reduce_event_s": 0.0021}, 1),  # 14% shorter
+        ({"all_reduce_event_s": 0.0}, 1),  # no event time
         ({"traffic": (OpTraffic("all_reduce", 5, 5 << 20, 0.0, 5, 5 << 20),)}, 1),
         ({"traffic": (OpTraffic("all_reduce", 4, 4 << 20, 0.0018, 5, 5 << 20),)}, 2),
         ({"stall": StallProbe("peer", 1, 7, (0, 1), (7, 7), ("all_reduce",), 10.5)}, 3),
@@ -214,7 +217,7 @@ def test_the_ranks_results_go_through_json_into_the_probe() -> None:
                     "dumps": [msgspec.to_builtins(DumpComparison("nccl", 9, True))],
                     "done": 15,
                     "timed": 15,
-                    "all_reduce_loop_s": 0.002,
+                    "all_reduce_event_s": 0.002,
                     "traffic": [msgspec.to_builtins(t) for t in traffic],
                     "stall": {"groups": [msgspec.to_builtins(g) for g in groups]},
                 }
