@@ -100,6 +100,7 @@ class StepRecorder:
         "flops_log",
         "forwards_matched",
         "last_end_ns",
+        "phase_log",
         "read_thread_clock",
         "slow_from",
         "starts",
@@ -129,6 +130,8 @@ class StepRecorder:
     flops_log: collections.deque[FlopsEntry]
     window_steps: collections.deque[int]
     window_results: collections.deque[tuple[int, WindowResult]]
+    # (start ns, end ns, ledger category) of each phase, appended at its end (`_phases`)
+    phase_log: collections.deque[tuple[int, int, str]]
     _flops: FlopsTracker | None
     _windows: WindowCoordinator | None
     _health: HealthCounters
@@ -165,6 +168,7 @@ class StepRecorder:
         # (the step at whose end a window result came in, the result): it applies from that
         # step's report on (earlier steps keep the breakdown they had).
         self.window_results = collections.deque()
+        self.phase_log = collections.deque()  # phases (`agent.phase`), for the job-time ledger
         self._flops = None
         self._windows = None
         self._health = health
