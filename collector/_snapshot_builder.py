@@ -91,6 +91,9 @@ def _series(rank: int | None, acc: SeriesAcc) -> SeriesTotals:
             max=h.max if observed else 0.0,
         ),
         compute_classes=tuple(sorted(acc.compute_classes.items())),
+        time_seconds=tuple(ns / 1e9 for ns in acc.time_ns),
+        time_peak_flop_seconds=acc.time_peak_flop_seconds,
+        useful_model_flops=acc.useful_model_flops,
     )
 
 

@@ -74,6 +74,8 @@ class RunProfile:
     stragglers: tuple[tuple[int, float], ...] = ()
     named_stragglers: tuple[int, ...] = ()
     run_key: str = ""  # which runs are the same workload (docs/compare.md); "": not known
+    # useful model FLOPs over the peak x every rank-second (docs/definitions.md#effective-mfu)
+    effective_mfu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,7 @@ class Regression:
 class Comparison:
     baseline: RunProfile
     candidate: RunProfile
-    headline: tuple[Row, ...]  # mean step time, MFU, HFU
+    headline: tuple[Row, ...]  # mean step time, MFU, HFU, effective MFU
     slices: tuple[Row, ...]  # the waterfall's when both sides have one, else bucket shares
     slices_are_waterfall: bool
     kernel_classes: tuple[Row, ...]
@@ -222,6 +224,7 @@ def compare(base: RunProfile, cand: RunProfile, *, top_families: int = 5) -> Com
         Row("mean step time", base.mean_step_s, cand.mean_step_s),
         Row("MFU", base.mfu, cand.mfu),
         Row("HFU", base.hfu, cand.hfu),
+        Row("effective MFU", base.effective_mfu, cand.effective_mfu),
     )
     keyed_b = {(c.op, c.axis, c.tier): c for c in base.collectives}
     keyed_c = {(c.op, c.axis, c.tier): c for c in cand.collectives}
