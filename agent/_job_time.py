@@ -36,6 +36,7 @@ class JobTime:
         self._start_unix_ns = start_unix_ns
         self._pending: list[PhaseSpan] = []  # phases not booked yet, by start
         self._booked = 0  # step regions booked (in steps begun)
+        self._stepped = False  # startup is booked: a step began
         self._cursor_ns = start_ns  # where the open startup or shutdown region begins
         self._ns = [0] * len(AGENT_CATEGORIES)
         self._phase_ns: dict[int, int] = {}  # step -> phase ns taken out of its period
@@ -61,8 +62,9 @@ class JobTime:
             bisect.insort(self._pending, log.popleft())
         starts, first = recorder.starts, recorder.first_step
         n = self._booked
-        if n == 0 and begun:
+        if begun and not self._stepped:
             self._book(self._cursor_ns, starts[0], "startup")
+            self._stepped = True
         if begun - n > CAPACITY:  # slots rewritten before they were read: those regions are lost
             n = begun - CAPACITY
         while n + 1 < begun:
@@ -75,7 +77,7 @@ class JobTime:
         self._booked = n
         if final:
             now = now_ns()
-            self._book(self._cursor_ns, now, "shutdown" if n else "startup")
+            self._book(self._cursor_ns, now, "shutdown" if self._stepped else "startup")
             self._cursor_ns = now
         self.totals = LedgerTotals(
             process_start_unix_ns=self._start_unix_ns,
