@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.integration.prometheus.conftest import CollectorProcess, PrometheusServer
+from tests.support.processes import spawn, stop
 
 pytestmark = pytest.mark.slow
 
@@ -72,13 +73,10 @@ def jobs(collector: CollectorProcess, tmp_path: Path) -> Iterator[list[subproces
         command += ["--job", job, "--collector-url", collector.url, "--out", str(tmp_path / job)]
         command += ["--duration-s", str(DURATION_S), "--step-s", str(STEP_S), "--startup-s", "0"]
         command += ["--save-every", "10", "--save-s", str(save_s), "--eval-every", "100000"]
-        log = (tmp_path / f"{job}.log").open("wb")
-        started.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+        started.append(spawn(command, tmp_path / f"{job}.log", env=env))
     yield started
     for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(30)
+        stop(process)
 
 
 def test_the_alert_names_slow_checkpoint_saves_and_spares_a_healthy_job(
