@@ -76,7 +76,11 @@ class CollectiveReader:
         ring_entries: int = DEFAULT_BUFFER_SIZE,
         clock: Callable[[], float] = time.monotonic,
         wall_clock_ns: Callable[[], int] = time.time_ns,
+        groups: Sequence[tuple[str, str]] = (),
     ) -> None:
+        """`groups`: (name, description) of the process groups this rank belongs to, reported
+        from the start (entered 0) so a rank stuck before its first collective on one is
+        named (`core.flight_accounting.ProgressTracker`)."""
         self._sources = list(sources)
         self._names = names
         self._log = log
@@ -89,7 +93,7 @@ class CollectiveReader:
         self._wall_clock_ns = wall_clock_ns
         self._trackers = {s.name: RecordTracker() for s in self._sources}
         self._traffic = TrafficTotals()
-        self._progress = ProgressTracker()
+        self._progress = ProgressTracker(groups)
         self._arrivals = ArrivalSampler()
         self._steps: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
         self._latest_steps: Callable[[], object] | None = None  # see `follow_steps`
@@ -341,6 +345,7 @@ def build_collective_reader(
             interval_s=config.collective_read_interval_s,
             status_interval_s=config.status_interval_s,
             ring_entries=ring_entries(),
+            groups=[(g.name, g.desc) for g in topology.groups if len(g.ranks) > 1],
         )
         # The start-up gather of `discover_topology` is a collective: an empty ring means the
         # recorder is off (TORCH_FR_BUFFER_SIZE=0, or set too late on an older torch).
