@@ -131,7 +131,8 @@ class CollectiveReader:
     # --- set-up and shutdown ------------------------------------------------------------------
 
     def baseline(self) -> int:
-        """Dump once and mark what is there as seen (the ops before the agent started). Drops a
+        """Dump once and mark what is there as seen (the ops before the agent started): they
+        count in no traffic, but the rank's progress on each group starts from them. Drops a
         source that returns the very entries of an earlier one (one ring behind two bindings).
         Returns how many entries the sources hold."""
         seen: set[tuple[int, int]] = set()
@@ -146,6 +147,11 @@ class CollectiveReader:
             seen |= identity
             kept.append(source)
             self._trackers[source.name].baseline(entries)
+            with self._lock:
+                self._progress.observe(
+                    [e for e in entries if e.done and not e.is_p2p],
+                    [e for e in entries if not e.done and not e.is_p2p],
+                )
             total += len(entries)
         self._sources = kept
         return total
