@@ -135,6 +135,10 @@ def test_demo_data_parallel(tmp_path: Path) -> None:
     assert re.search(
         r"at the collector: MFU \d+\.\d%  HFU \d+\.\d% over each rank's last 20", stdout
     )
+    # Effective MFU beside the steps' MFU: from the agents' output and at the collector.
+    assert re.search(r"rank-steps; effective MFU \d+\.\d% over every rank-second", stdout)
+    assert re.search(r"job time: [\d.]+ rank-seconds: .*startup", stdout)
+    assert re.search(r"effective MFU \d+\.\d% over every rank-second; ", stdout)
     assert re.search(r"waterfall \(\d+ measured rank-steps\): MFU \d+\.\d%", stdout)
     assert f"report        {out / 'report' / 'report.html'}" in stdout
     assert "importing torch" in result.stdout  # progress while torch starts
