@@ -46,9 +46,35 @@ class Rank:
         return [wall_ns(t.wall_s) for t in self.timed]
 
 
-def _rank(clock: FakeClock, process_start_ns: int) -> Rank:
+class DeviceTimer:
+    """A device step timer whose periods are the host's plus a fixed lag per step (a GPU that
+    runs behind): `poll` gives every step whose next step began."""
+
+    def __init__(self, clock: FakeClock, extra_ns: int) -> None:
+        self.clock, self.extra_ns = clock, extra_ns
+        self.starts: list[tuple[int, int]] = []
+
+    def begin(self, step: int) -> None:
+        self.starts.append((step, self.clock.now_ns))
+
+    def end(self, step: int) -> None:
+        return None
+
+    def poll(self) -> list[TimedStep]:
+        done = [
+            TimedStep(step, start, (following - start + self.extra_ns) / 1e9)
+            for (step, start), (_, following) in zip(self.starts, self.starts[1:], strict=False)
+        ]
+        self.starts = self.starts[-1:]
+        return done
+
+    def finish(self) -> list[TimedStep]:
+        return []
+
+
+def _rank(clock: FakeClock, process_start_ns: int, timer: DeviceTimer | None = None) -> Rank:
     health, log = HealthCounters(), RateLimitedLog(60.0)
-    recorder = StepRecorder(first_step=0, timer=None, health=health, log=log)
+    recorder = StepRecorder(first_step=0, timer=timer, health=health, log=log)
     flops, windows = FakeWindows.flops_and_windows(recorder)
     recorder.bind(flops, windows)
     job_time = JobTime(recorder, process_start_ns, process_start_ns + 5_000)
@@ -60,6 +86,7 @@ def _rank(clock: FakeClock, process_start_ns: int) -> Rank:
         ship=lambda reports: None,
         health=health,
         log=log,
+        timer=timer,
         job_time=job_time,
         clock_ns=clock,
         wall_clock_ns=lambda: clock() + 5_000,
@@ -194,6 +221,21 @@ def test_a_step_cut_by_a_phase_carries_no_thread_times(clock: FakeClock) -> None
     rank.reporter.drain(final=True)
     assert [t.blocked_s for t in rank.timed] == [None] * 4  # no thread clock here at all
     assert rank.periods_ns() == [10 * MS, 10 * MS, 10 * MS, 10 * MS]
+
+
+def test_on_a_device_timeline_a_step_loses_its_phases_host_time(clock: FakeClock) -> None:
+    timer = DeviceTimer(clock, extra_ns=3 * MS)
+    rank = _rank(clock, START_NS, timer)
+    for step in range(3):
+        with rank.recorder:
+            clock.now_ns += 100 * MS
+        if step == 0:
+            rank.phase("checkpoint_save").record(clock.now_ns, clock.now_ns + 40 * MS)
+            clock.now_ns += 40 * MS
+    rank.reporter.drain()
+    # the device's periods (host + 3 ms) less the phase's host time
+    assert rank.periods_ns() == [103 * MS, 103 * MS]
+    assert rank.totals()["checkpoint_save"] == 40 * MS
 
 
 def test_the_process_start_from_proc_text() -> None:
