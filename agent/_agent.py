@@ -27,6 +27,9 @@ from typing import Any
 
 from mfuscope.agent._announce import ensure_visible, quiet_kineto, startup_line
 from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
+from mfuscope.agent._job_time import JobTime
+from mfuscope.agent._phases import Phase
+from mfuscope.agent._process_start import process_start_unix_ns
 from mfuscope.agent._report_assembly import DURATIONS_WAIT_S, ReportAssembler
 from mfuscope.agent._runtime import Runtime, build_runtime
 from mfuscope.agent._step_recorder import GivenStep, StepRecorder
@@ -173,6 +176,7 @@ class Agent:
         self._mark = runtime.recorder.mark
         hardware = runtime.hardware
         collectives = runtime.collectives
+        job_time = _job_time(runtime.recorder, self._log)
         self._reports = ReportAssembler(
             runtime.batch_header(),
             self.health,
@@ -181,6 +185,7 @@ class Agent:
             timed=collectives is not None and collectives.durations,
             # Carried steps wait for the reader's next reads, however far apart they are.
             durations_wait_s=max(DURATIONS_WAIT_S, 3 * self.config.collective_read_interval_s),
+            ledger=lambda: job_time.totals,
         )
         self._transports = runtime.make_transports(self._reports.encode)
         self._reporter = StepReporter(
@@ -192,6 +197,7 @@ class Agent:
             log=self._log,
             timer=runtime.timer,
             collectives=collectives,
+            job_time=job_time,
         )
         if collectives is not None:
             collectives.follow_steps(self._reporter.drain)
@@ -259,6 +265,14 @@ class Agent:
         recorder = self._recorder
         if recorder is not None:
             recorder.mark_given(given)
+
+    def phase(self, name: str) -> Phase:
+        """Context manager around time between steps that is no step: ``with
+        agent.phase("checkpoint_save"): ...``. It comes out of the step before it and counts as
+        its phase in the job-time ledger (docs/definitions.md#job-time-ledger): `name`
+        ``checkpoint_save``, ``checkpoint_load`` or ``evaluation``, any other name counting as
+        ``other_phase``. Costs a clock read at each end; inside a step it is part of the step."""
+        return Phase(self._recorder, name, self._log)
 
     @property
     def rank(self) -> int:
@@ -333,6 +347,17 @@ class Agent:
         for report in reports:
             for transport in self._transports:
                 transport.submit(report)
+
+
+def _job_time(recorder: StepRecorder, log: RateLimitedLog) -> JobTime:
+    """The rank's part of the job-time ledger, from its process's start (the agent's own start
+    where the kernel cannot tell: said once)."""
+    offset_ns = time.time_ns() - time.perf_counter_ns()  # wall clock - the recorder's clock
+    start_unix_ns = process_start_unix_ns()
+    if start_unix_ns is None:
+        log.info("process-start", "mfuscope: process start unknown; startup counts from here")
+        start_unix_ns = time.perf_counter_ns() + offset_ns
+    return JobTime(recorder, start_unix_ns - offset_ns, start_unix_ns)
 
 
 def _given_step_flops(

@@ -36,6 +36,7 @@ from mfuscope.core.carried_durations import ClassKey, window_seconds
 from mfuscope.core.collective_records import CommRecords
 from mfuscope.core.flight_accounting import StepDurationsUpdate
 from mfuscope.core.hwcounters import HardwareCounters
+from mfuscope.core.ledger import LedgerTotals
 from mfuscope.core.run_key import fingerprint
 from mfuscope.core.schema import CollectiveSample, ReportBatch, StepReport, Topology, encode_batch
 from mfuscope.core.step_report import (
@@ -94,7 +95,8 @@ class ReportAssembler:
     thread (and at close on the closing thread, the periodic thread stopped); `encode` runs on a
     transport thread and reads only the fixed header, the health counters,
     the hardware sampler's latest counters (`hardware`, thread-safe; None without a sampler) and
-    the collective reader's records (`comm`, thread-safe; None without a reader). Once `closing`
+    the collective reader's records (`comm`, thread-safe; None without a reader) and the
+    rank's job-time totals (`ledger`, a record replaced whole; None: not kept). Once `closing`
     is set (the agent's close), every batch says so.
 
     `timed`: this rank's collectives have durations (NCCL with timing on), so carried steps wait
@@ -108,6 +110,7 @@ class ReportAssembler:
         health: HealthCounters,
         hardware: Callable[[], HardwareCounters | None] | None = None,
         comm: Callable[[str], CommRecords | None] | None = None,
+        ledger: Callable[[], LedgerTotals] | None = None,
         *,
         timed: bool = False,
         durations_wait_s: float = DURATIONS_WAIT_S,
@@ -116,6 +119,7 @@ class ReportAssembler:
         self._health = health
         self._hardware = hardware
         self._comm = comm
+        self._ledger = ledger
         self.closing = False
         self._flops: dict[int, StepFlopsValue] = {}
         self._held: dict[int, TimedStep] = {}
@@ -284,6 +288,7 @@ class ReportAssembler:
             comm=self._comm(sink) if self._comm is not None else None,
             closing=self.closing,
             run_key=self._key(reports),
+            ledger=self._ledger() if self._ledger is not None else None,
         )
         return encode_batch(batch)
 

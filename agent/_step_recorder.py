@@ -128,6 +128,7 @@ class StepRecorder:
         "last_end_ns",
         "marked_given",
         "new_event",
+        "phase_log",
         "raw_stream",
         "read_thread_clock",
         "record_event",
@@ -175,6 +176,8 @@ class StepRecorder:
     flops_log: collections.deque[FlopsEntry]
     window_steps: collections.deque[int]
     window_results: collections.deque[tuple[int, WindowResult]]
+    # (start ns, end ns, ledger category) of each phase, appended at its end (`_phases`)
+    phase_log: collections.deque[tuple[int, int, str]]
     _flops: FlopsTracker | None
     _windows: WindowCoordinator | None
     _health: HealthCounters
@@ -216,6 +219,7 @@ class StepRecorder:
         # (the step at whose end a window result came in, the result): it applies from that
         # step's report on (earlier steps keep the breakdown they had).
         self.window_results = collections.deque()
+        self.phase_log = collections.deque()  # phases (`agent.phase`), for the job-time ledger
         self._flops = None
         self._windows = None
         self._health = health

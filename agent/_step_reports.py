@@ -19,6 +19,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
@@ -31,6 +32,7 @@ from mfuscope.agent.thread_clock import ThreadTimes, thread_times
 from mfuscope.core.schema import MIN_STEP_SECONDS, StepReport
 
 if TYPE_CHECKING:
+    from mfuscope.agent._job_time import JobTime
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
     from mfuscope.agent.collective_reader import CollectiveReader
 
@@ -60,12 +62,14 @@ class StepReporter:
         log: RateLimitedLog,
         timer: StepTimer | None = None,
         collectives: CollectiveReader | None = None,
+        job_time: JobTime | None = None,
         interval_s: float = INTERVAL_S,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         wall_clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         """`clock_ns`: the recorder's clock (`time.perf_counter_ns`); `wall_clock_ns`: the wall
-        clock the reports' start times are given in (ns since the epoch)."""
+        clock the reports' start times are given in (ns since the epoch); `job_time`: the
+        rank's part of the job-time ledger, whose phases come out of the steps' periods."""
         self._recorder = recorder
         self._assembler = assembler
         self._windows = windows
@@ -74,6 +78,7 @@ class StepReporter:
         self._log = log
         self._timer = timer
         self._collectives = collectives
+        self._job_time = job_time
         self._interval_s = interval_s
         self._clock_ns = clock_ns
         self._wall_clock_ns = wall_clock_ns
@@ -134,10 +139,14 @@ class StepReporter:
     def _drain(self, final: bool) -> None:
         recorder = self._recorder
         begun = recorder.begun  # read first: everything the steps before it did is visible
+        # Where the last step ends at close: its own end, or now if it is still open.
+        last_end = self._clock_ns() if final and recorder.depth else recorder.last_end_ns
+        if self._job_time is not None:
+            self._job_time.advance(begun, final, last_end, self._clock_ns)
         if self._timer is not None:
-            timed = self._timer.finish() if final else self._timer.poll()
+            timed = self._without_phases(self._timer.finish() if final else self._timer.poll())
         else:
-            timed = self._host_periods(begun, final)
+            timed = self._host_periods(begun, final, last_end)
         while recorder.window_steps:  # after the periods: a step's membership comes before them
             self._window_steps.add(recorder.window_steps.popleft())
         self._feed_collectives(begun)
@@ -165,9 +174,25 @@ class StepReporter:
         if reports:
             self._ship(reports)
 
-    def _host_periods(self, begun: int, final: bool) -> list[TimedStep]:
-        """Periods of the steps whose next step began (`final`: and of the last one, to its end
-        or, if it never ended, to now), from the ring's start times."""
+    def _phase_ns(self, step: int) -> int:
+        return 0 if self._job_time is None else self._job_time.take_phase_ns(step)
+
+    def _without_phases(self, timed: list[TimedStep]) -> list[TimedStep]:
+        """Device periods less the phases between the steps (timed on the host)."""
+        out = []
+        for t in timed:
+            phase_ns = self._phase_ns(t.step)
+            out.append(
+                replace(t, wall_s=max(t.wall_s - phase_ns / 1e9, MIN_STEP_SECONDS))
+                if phase_ns
+                else t
+            )
+        return out
+
+    def _host_periods(self, begun: int, final: bool, last_end: int) -> list[TimedStep]:
+        """Periods of the steps whose next step began (`final`: and of the last one, to
+        `last_end`), from the ring's start times, less the phases between them (a step cut by
+        a phase carries no thread times: its clock was read at neither end of the phase)."""
         recorder = self._recorder
         starts, first = recorder.starts, recorder.first_step
         offset_ns = self._wall_offset_ns()
@@ -181,15 +206,18 @@ class StepReporter:
         while n + 1 < begun:
             start = starts[n & (CAPACITY - 1)]
             following = starts[(n + 1) & (CAPACITY - 1)]
-            period_s = _period_s(start, following)
+            phase_ns = self._phase_ns(first + n)
+            period_s = _period_s(start, following - phase_ns)
             following_times = self._slot_times(n + 1) if clocked else None
-            thread = _blocked_and_delay(times, following_times, following - start)
+            thread = (
+                _NONE if phase_ns else _blocked_and_delay(times, following_times, following - start)
+            )
             done.append(TimedStep(first + n, start + offset_ns, period_s, *thread))
             times = following_times
             n += 1
         if final and n < begun:
             start = starts[n & (CAPACITY - 1)]
-            end = self._clock_ns() if recorder.depth else recorder.last_end_ns
+            end = last_end - self._phase_ns(first + n)
             done.append(TimedStep(first + n, start + offset_ns, _period_s(start, end)))
             n += 1
         self._timed = n

@@ -81,7 +81,11 @@ class CollectiveReader:
         ring_entries: int = DEFAULT_BUFFER_SIZE,
         clock: Callable[[], float] = time.monotonic,
         wall_clock_ns: Callable[[], int] = time.time_ns,
+        groups: Sequence[tuple[str, str]] = (),
     ) -> None:
+        """`groups`: (name, description) of the process groups this rank belongs to, reported
+        from the start (entered 0) so a rank stuck before its first collective on one is
+        named (`core.flight_accounting.ProgressTracker`)."""
         self._sources = list(sources)
         self._names = names
         self._log = log
@@ -94,7 +98,7 @@ class CollectiveReader:
         self._wall_clock_ns = wall_clock_ns
         self._trackers = {s.name: RecordTracker() for s in self._sources}
         self._traffic = TrafficTotals()
-        self._progress = ProgressTracker()
+        self._progress = ProgressTracker(groups)
         self._arrivals = ArrivalSampler()
         self._step_seconds = StepDurations()
         self._steps: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
@@ -133,7 +137,8 @@ class CollectiveReader:
     # --- set-up and shutdown ------------------------------------------------------------------
 
     def baseline(self) -> int:
-        """Dump once and mark what is there as seen (the ops before the agent started). Drops a
+        """Dump once and mark what is there as seen (the ops before the agent started): they
+        count in no traffic, but the rank's progress on each group starts from them. Drops a
         source that returns the very entries of an earlier one (one ring behind two bindings).
         Returns how many entries the sources hold."""
         seen: set[tuple[int, int]] = set()
@@ -148,6 +153,11 @@ class CollectiveReader:
             seen |= identity
             kept.append(source)
             self._trackers[source.name].baseline(entries)
+            with self._lock:
+                self._progress.observe(
+                    [e for e in entries if e.done and not e.is_p2p],
+                    [e for e in entries if not e.done and not e.is_p2p],
+                )
             total += len(entries)
         self._sources = kept
         return total
@@ -365,6 +375,7 @@ def build_collective_reader(
             interval_s=config.collective_read_interval_s,
             status_interval_s=config.status_interval_s,
             ring_entries=ring_entries(),
+            groups=[(g.name, g.desc) for g in topology.groups if len(g.ranks) > 1],
         )
         # The start-up gather of `discover_topology` is a collective: an empty ring means the
         # recorder is off (TORCH_FR_BUFFER_SIZE=0, or set too late on an older torch).

@@ -17,6 +17,7 @@ import math
 from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
 from mfuscope.core.bandwidth import bus_factor
 from mfuscope.core.collective_records import CollectiveTraffic
+from mfuscope.core.ledger import CATEGORIES, Booked
 from mfuscope.core.schema import CollectiveSample, StepReport
 from mfuscope.core.vocabulary import P2P_OPS, component_axis
 
@@ -36,6 +37,8 @@ COUNTS = 1
 TIMES = 2
 WINDOW = 4
 ALL_PARTS = COUNTS | TIMES | WINDOW
+
+_CATEGORY_INDEX = {category: i for i, category in enumerate(CATEGORIES)}
 
 # (calls, bytes, bus_bytes, seconds, overlapped_seconds, sized_seconds): one rank's contribution.
 CollectiveTerms = tuple[int, float, float, float, float, float]
@@ -151,6 +154,9 @@ class SeriesAcc:
         "start_unix_ns",
         "step_seconds",
         "steps",
+        "time_ns",
+        "time_peak_flop_seconds",
+        "useful_model_flops",
     )
 
     def __init__(self, start_unix_ns: int) -> None:
@@ -169,6 +175,12 @@ class SeriesAcc:
         self.compute_classes: dict[str, float] = {}  # kernel class -> compute seconds
         self.collectives: dict[tuple[str, str, str], CollectiveAcc] = {}
         self.histogram = HistogramAcc()
+        # The job-time ledger (docs/definitions.md#job-time-ledger): integer ns per category (in
+        # the order of `CATEGORIES`: exact sums), the peak FLOP/s x those seconds (the effective
+        # MFU denominator) and the model FLOPs of steps not redone (its numerator).
+        self.time_ns = [0] * len(CATEGORIES)
+        self.time_peak_flop_seconds = 0.0
+        self.useful_model_flops = 0.0
 
     def add(
         self,
@@ -198,6 +210,16 @@ class SeriesAcc:
         for sample in r.collectives:
             chosen = p2p_parts if sample.op in P2P_OPS else parts
             self._collective(sample.op, sample.axis, sample.tier).add(sample, chosen)
+
+    def add_time(self, booked: Booked, peak_flops: float | None) -> None:
+        """Count what the ledger booked for one rank whose device peak is `peak_flops`."""
+        time_ns = self.time_ns
+        total = 0
+        for category, ns in booked:
+            time_ns[_CATEGORY_INDEX[category]] += ns
+            total += ns
+        if peak_flops is not None:
+            self.time_peak_flop_seconds += peak_flops * total / 1e9
 
     def add_traffic(self, traffic: CollectiveTraffic, times: bool) -> None:
         """Count a flight-recorder traffic increment of one rank."""

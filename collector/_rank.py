@@ -55,6 +55,7 @@ class RankState:
         "comm_interval_s",
         "comm_received_s",
         "contribution",
+        "first_seen_s",
         "host",
         "incarnations",
         "job",
@@ -83,6 +84,7 @@ class RankState:
         self.run_key = ""  # which runs are the same workload (docs/compare.md); "": not sent yet
         self.incarnations = RankIncarnations(idempotency_steps)
         self.last_seen_s = 0.0
+        self.first_seen_s: float | None = None  # when its first batch arrived (monotonic s)
         # (wall_s, self_s or None, model_flops, hardware_flops) of the latest steps.
         self.recent: deque[tuple[float, float | None, float, float]] = deque(maxlen=window_steps)
         self.breakdown_items: _Items = ()
@@ -129,6 +131,8 @@ class RankState:
             self.comm_groups = batch.comm.groups
             self.comm_received_s = now_s
             self.comm_interval_s = batch.comm.status_interval_s
+        if self.first_seen_s is None:
+            self.first_seen_s = now_s
         if batch.topology is not None:
             items: list[tuple[Key, tuple[float, ...]]] = []
             if batch.topology.tp_spans_hosts:
@@ -147,6 +151,13 @@ class RankState:
                     items.append((source_key, (1.0,)))
             self.topology_items = tuple(items)
         self.last_seen_s = now_s
+
+    def since_step_s(self, now_s: float) -> float | None:
+        """Seconds since its latest new step report arrived, or since its first batch while it
+        has reported no step (a rank stuck before its first step is overdue too); None before
+        any batch."""
+        since = self.step_seen_s if self.step_seen_s is not None else self.first_seen_s
+        return None if since is None else max(now_s - since, 0.0)
 
     def add(self, r: StepReport, now_s: float) -> None:
         """Take one new (not duplicate) step report into the window, received at `now_s`."""

@@ -91,6 +91,9 @@ def _series(rank: int | None, acc: SeriesAcc) -> SeriesTotals:
             max=h.max if observed else 0.0,
         ),
         compute_classes=tuple(sorted(acc.compute_classes.items())),
+        time_seconds=tuple(ns / 1e9 for ns in acc.time_ns),
+        time_peak_flop_seconds=acc.time_peak_flop_seconds,
+        useful_model_flops=acc.useful_model_flops,
     )
 
 
@@ -200,10 +203,7 @@ def _job(job: JobState, config: StateConfig, now_s: float) -> JobSnapshot:
             age_s=max(now_s - r.comm_received_s, 0.0),
             interval_s=r.comm_interval_s,
             closed=r.closed,
-            overdue=step_overdue(
-                None if r.step_seen_s is None else max(now_s - r.step_seen_s, 0.0),
-                r.median_wall_s,
-            ),
+            overdue=step_overdue(r.since_step_s(now_s), r.median_wall_s),
         )
         for r in ranks
         if r.comm_groups

@@ -34,6 +34,7 @@ from mfuscope.collector._sums import REBUILD_EVERY, CountedSums
 from mfuscope.collector._traffic import TrafficLedger
 from mfuscope.collector.errors import OverLimit
 from mfuscope.core.arrivals import ARRIVAL_SAMPLE_S
+from mfuscope.core.ledger import ProcessTime, book_batch, wall_ns
 from mfuscope.core.schema import ReportBatch
 
 __all__ = ["AggregationState", "IngestResult", "StateConfig"]
@@ -99,6 +100,7 @@ class JobState:
         "health",
         "incarnations",
         "name",
+        "processes",
         "ranks",
         "records_lost",
         "series",
@@ -131,6 +133,9 @@ class JobState:
         self.traffic = TrafficLedger()
         self.records_lost = HealthLedger(width=1)
         self.arrivals = ArrivalJoin(sample_s=arrival_sample_s)
+        # Each rank's latest process as the job-time ledger booked it (core.ledger): kept while
+        # the job lives, past the rank's expiry, so a replacement's down counts.
+        self.processes: dict[int, ProcessTime] = {}
 
 
 def batch_axes(batch: ReportBatch) -> set[str]:
@@ -202,16 +207,28 @@ class AggregationState:
         accepted = duplicates = reruns = 0
         number = job.incarnations.number(batch.incarnation)
         window, redone_up_to = rank.incarnations.window(number, job.incarnations.oldest_kept)
+        steps: list[tuple[int, bool]] = []  # (wall ns, redone) of the new steps, for the ledger
         for report in batch.reports:
             if window is None or not window.is_new(report.step):
                 duplicates += 1
                 continue
             window.add(report.step)
-            if report.step <= redone_up_to:
+            redone = report.step <= redone_up_to
+            if redone:
                 reruns += 1
+            else:
+                series.useful_model_flops += report.model_flops
+            steps.append((wall_ns(report.wall_s), redone))
             series.add(report, rank.peak_flops, parts, p2p_parts)
             rank.add(report, now_s)
             accepted += 1
+        groups = comm.groups if comm is not None else None
+        process, booked = book_batch(
+            job.processes.get(batch.rank), number, batch.ledger, steps, groups
+        )
+        if process is not None:
+            job.processes[batch.rank] = process
+        series.add_time(booked, rank.peak_flops)
         old = rank.contribution
         rank.refresh()
         job.sums.replace(old, rank.contribution)

@@ -29,6 +29,7 @@ from mfuscope.collector.snapshot import (
     JobSnapshot,
     SeriesTotals,
 )
+from mfuscope.core.ledger import CATEGORIES
 from mfuscope.core.vocabulary import COMPONENTS
 from mfuscope.exporters.model import HistogramSample, MetricFamily, MetricKind, Sample
 
@@ -148,6 +149,11 @@ class _Builder:
         )
 
 
+def _time_seconds(totals: SeriesTotals) -> tuple[float, ...]:
+    """The ledger's seconds per category, every category exported from 0."""
+    return totals.time_seconds or (0.0,) * len(CATEGORIES)
+
+
 def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
     scalar: tuple[tuple[str, str, str, Callable[[SeriesTotals], float]], ...] = (
         ("mfuscope_steps_total", "{step}", "step reports accepted", lambda t: t.steps),
@@ -195,6 +201,21 @@ def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
             "(work redone after a restart; also in mfuscope_steps_total)",
             lambda t: t.reruns,
         ),
+        (
+            "mfuscope_useful_model_flops_total",
+            "{flop}",
+            "model FLOPs of the steps that advanced training (redone steps left out): the "
+            "effective MFU numerator",
+            lambda t: t.useful_model_flops,
+        ),
+        (
+            "mfuscope_job_peak_flop_seconds_total",
+            "{flop}",
+            "dense peak FLOP/s of the rank's device x its rank-seconds in every job-time "
+            "category, summed (the effective MFU denominator: effective MFU = increase(useful "
+            "model FLOPs) / increase(this))",
+            lambda t: t.time_peak_flop_seconds,
+        ),
     )
     for name, unit, help_text, get in scalar:
         samples = [
@@ -210,6 +231,20 @@ def _totals_counters(b: _Builder, jobs: tuple[JobSnapshot, ...]) -> None:
         [Sample((j.job,), float(j.restarts), j.start_unix_ns) for j in jobs],
     )
 
+    b.add(
+        "mfuscope_job_rank_seconds_total",
+        "counter",
+        "s",
+        "each rank's seconds from its process start to its exit, by job-time category "
+        f"({', '.join(CATEGORIES)}): the categories sum to the ranks' rank-seconds",
+        (*b.who_labels, "category"),
+        [
+            Sample((*b.who(j.job, t), category), seconds, t.start_unix_ns)
+            for j in jobs
+            for t in j.totals
+            for category, seconds in zip(CATEGORIES, _time_seconds(t), strict=True)
+        ],
+    )
     b.add(
         "mfuscope_step_component_seconds_total",
         "counter",

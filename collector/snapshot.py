@@ -116,6 +116,12 @@ class SeriesTotals:
     reruns: int = 0
     # (kernel class, compute seconds) from reports that carry the split (schema 1.1)
     compute_classes: tuple[tuple[str, float], ...] = ()
+    # The job-time ledger (docs/definitions.md#job-time-ledger): rank-seconds per category, in
+    # the order of `core.ledger.CATEGORIES` (empty: none booked); Σ peak FLOP/s x those seconds
+    # (FLOP) and the model FLOPs of the steps not redone: effective MFU is their ratio.
+    time_seconds: tuple[float, ...] = ()
+    time_peak_flop_seconds: float = 0.0
+    useful_model_flops: float = 0.0
 
 
 @dataclass(frozen=True)

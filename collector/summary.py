@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 from mfuscope.collector.series import REJECT_REASONS
 from mfuscope.collector.snapshot import CollectorSnapshot, JobSnapshot
+from mfuscope.core.ledger import CATEGORIES, effective_mfu
 
 __all__ = ["SUMMARY_VERSION", "summary"]
 
@@ -37,6 +38,14 @@ def _job(j: JobSnapshot, top_collectives: int) -> dict[str, Any]:
         "window_steps": j.latest.window_steps,
         "mfu": j.latest.mfu,
         "hfu": j.latest.hfu,
+        "effective_mfu": effective_mfu(
+            sum(t.useful_model_flops for t in totals),
+            sum(t.time_peak_flop_seconds for t in totals),
+        ),
+        "job_time_s": {
+            category: sum(t.time_seconds[i] for t in totals if t.time_seconds)
+            for i, category in enumerate(CATEGORIES)
+        },
         "peak_flops": j.peak_flops,
         "peak_unknown_ranks": j.peak_unknown_ranks,
         "components": components,

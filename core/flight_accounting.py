@@ -127,10 +127,13 @@ class _Group:
 
 class ProgressTracker:
     """Per process group: highest collective sequence number entered and completed here, and the
-    oldest one open (from the latest dump's open entries)."""
+    oldest one open (from the latest dump's open entries). `known`: (name, description) of the
+    groups the rank belongs to, reported from the start with nothing entered: a rank stuck before
+    its first collective on a group (its first step, NCCL's set-up at a group's first collective)
+    is then behind the ranks waiting there (docs/definitions.md#hangs)."""
 
-    def __init__(self) -> None:
-        self._groups: dict[str, _Group] = {}
+    def __init__(self, known: Iterable[tuple[str, str]] = ()) -> None:
+        self._groups: dict[str, _Group] = {name: _Group(desc) for name, desc in known}
         self._open: dict[str, OpenCollective] = {}
 
     def observe(self, done: Iterable[FlightEntry], still_open: Iterable[FlightEntry]) -> None:

@@ -26,7 +26,9 @@ VictoriaMetrics rule does the same join over every collector's series: per ``(gr
 its blocked ranks wait in, and the progress (highest entered sequence number per group) of its
 ranks that are not blocked but whose step is overdue (`step_overdue`) or that share the collector
 with a blocked rank. A stalled rank is not blocked (it waits in no collective), so its overdue
-step is what makes its progress reach the rule. Both exist only while something is overdue or
+step is what makes its progress reach the rule; a rank that never reported a step is overdue from
+its first report on (a startup hang), and its agent reports every group it belongs to from the
+start, so a group it never entered shows it behind. Both exist only while something is overdue or
 waits: a hang of N ranks over S collectors exports at most ``2 * S * groups`` wait series plus one
 progress series per group of each rank that is not blocked (the stalled ones).
 """
@@ -68,8 +70,11 @@ OVERDUE_STEPS = 3.0
 
 
 def step_overdue(since_step_s: float | None, step_s: float | None) -> bool:
-    """Whether a rank whose latest step arrived `since_step_s` ago (None: none yet), with recent
-    step time `step_s` (s; None: unknown), is overdue."""
+    """Whether a rank whose latest step arrived `since_step_s` ago, with recent step time
+    `step_s` (s; None: unknown), is overdue. A rank that has reported no step yet counts from
+    its first report: one stuck before its first step (the process group's first collective,
+    NCCL's set-up) is overdue like a stalled one, so its progress reaches the cross-collector
+    join. None: nothing known, not overdue."""
     if since_step_s is None:
         return False
     return since_step_s > max(OVERDUE_AFTER_S, OVERDUE_STEPS * (step_s or 0.0))

@@ -2,7 +2,7 @@
 
 Wire format (JSON, optionally gzip-compressed on the wire), one *batch* per POST, from one rank::
 
-    {"schema": "mfuscope.report", "version": "1.3",
+    {"schema": "mfuscope.report", "version": "1.4",
      "job": "llama-8b", "incarnation": "5f0c9a1e2b7d4c38",
      "rank": 3, "world_size": 16, "local_rank": 3, "host": "node-1", "node": "node-1",
      "device": "NVIDIA H100 80GB HBM3", "peak_flops": 9.89e14, "peak_source": "spec",
@@ -65,6 +65,9 @@ Semantics:
 - ``run_key`` (since 1.3, optional): which runs are the same workload (docs/compare.md): the
   user's key, or the fingerprint of `mfuscope.core.run_key` once the rank's FLOPs per step are
   known; ``""`` before that and from older agents.
+- ``ledger`` (since 1.4, optional): the agent's part of the job-time ledger (`LedgerTotals`,
+  docs/definitions.md#job-time-ledger): its process's start on the wall clock and, cumulative,
+  the nanoseconds of its startup, of each phase category and of its shutdown.
 
 Versioning: ``version`` is ``MAJOR.MINOR``. A parser accepts its own major with any minor (unknown
 fields of a newer minor are ignored) and rejects any other major. The records below are the one
@@ -95,6 +98,7 @@ from mfuscope.core.hwcounters import (
     ThrottleTime,
     check_hardware,
 )
+from mfuscope.core.ledger import LedgerTotals
 from mfuscope.core.vocabulary import (
     COLLECTIVE_OPS,
     COMPONENTS,
@@ -119,6 +123,7 @@ __all__ = [
     "ComponentShare",
     "GroupInfo",
     "HardwareCounters",
+    "LedgerTotals",
     "LinkBytes",
     "LinkPeak",
     "ReportBatch",
@@ -131,7 +136,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "mfuscope.report"
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 _MAJOR = 1
 
 # Sanity bounds: anything beyond these is a bug or an attack, not a training step.
@@ -268,6 +273,7 @@ class ReportBatch(Struct, frozen=True, kw_only=True, gc=False):
     comm: CommRecords | None = None  # since 1.2: always-on collective records
     closing: bool = False  # since 1.2: the agent is closing (a normal end)
     run_key: Label = ""  # since 1.3: which runs are the same workload ("" when not known)
+    ledger: LedgerTotals | None = None  # since 1.4: the agent's part of the job-time ledger
 
 
 # --- the rules no single field states ------------------------------------------------------------

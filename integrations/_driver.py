@@ -5,13 +5,16 @@ is handled here: the `Agent` is created on every rank when training starts (cons
 collective under torch.distributed, see docs/agent.md), a step opens at the first micro-batch of
 an optimizer step and closes after that optimizer step, so its wall time and its FLOPs (counted
 over the whole step) cover every micro-batch of the accumulation cycle, and the agent is closed
-when training ends. Imports the agent (and so torch) only when training starts.
+when training ends. Between steps the framework's evaluations and checkpoints are phases of the
+job-time ledger (`begin_phase` / `end_phase`, docs/definitions.md#job-time-ledger): at most one
+is open, and a step or another phase ends it. Imports the agent (and so torch) only when
+training starts.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = ["AgentDriver", "framework_missing"]
@@ -36,6 +39,7 @@ class AgentDriver:
         self.options = dict(agent_options)
         self.agent: Any = None  # mfuscope.agent.Agent once started
         self._step: contextlib.AbstractContextManager[Any] | None = None
+        self._phase: contextlib.AbstractContextManager[Any] | None = None
 
     @property
     def in_step(self) -> bool:
@@ -64,6 +68,7 @@ class AgentDriver:
         """Open a step unless one is open (the first micro-batch of an optimizer step)."""
         if self.agent is None or self._step is not None:
             return
+        self.end_phase()
         step = self.agent.step()
         step.__enter__()
         self._step = step
@@ -74,8 +79,34 @@ class AgentDriver:
         if step is not None:
             step.__exit__(None, None, None)
 
+    def begin_phase(self, name: str) -> None:
+        """Open phase `name` (`agent.phase`), ending an open one; nothing inside a step."""
+        if self.agent is None or self._step is not None:
+            return
+        self.end_phase()
+        phase = self.agent.phase(name)
+        phase.__enter__()
+        self._phase = phase
+
+    def end_phase(self) -> None:
+        """Close the open phase, if any."""
+        phase, self._phase = self._phase, None
+        if phase is not None:
+            phase.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """`begin_phase` ... `end_phase` around a block (a framework call being wrapped)."""
+        self.begin_phase(name)
+        try:
+            yield
+        finally:
+            self.end_phase()
+
     def close(self) -> None:
-        """End an open step (training stopped inside one) and flush the agent; idempotent."""
+        """End an open step or phase (training stopped inside one) and flush the agent;
+        idempotent."""
+        self.end_phase()
         self.end_step()
         agent, self.agent = self.agent, None
         if agent is not None:

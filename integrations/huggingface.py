@@ -6,6 +6,14 @@ before the first micro-batch of a gradient-accumulation cycle) and closes at ``o
 the cycle. The Agent is created at ``on_train_begin``, which the Trainer calls on every rank
 (the process group, set up by ``accelerate`` or ``torchrun``, already exists), and closed at
 ``on_train_end``. Importing this module imports ``transformers``.
+
+Evaluations and checkpoint saves between steps are phases of the job-time ledger
+(docs/definitions.md#job-time-ledger), with no user code: the Trainer decides at the end of a
+step (or an epoch) whether to evaluate and save, in the flags its own flow callback sets on
+``control`` before ours runs, then logs, evaluates (``on_evaluate`` at its end) and saves
+(``on_save`` at its end). So an ``evaluation`` phase opens at ``on_step_end`` when it is due,
+a ``checkpoint_save`` phase when a save is due (at ``on_evaluate`` if both are), and each closes
+at its callback; the logging before an evaluation counts in it.
 """
 
 from __future__ import annotations
@@ -75,6 +83,25 @@ class MfuscopeCallback(TrainerCallback):  # type: ignore[misc]
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._driver.end_step()
+        self._phase_due(control)
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._phase_due(control)
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._driver.end_phase()
+        if getattr(control, "should_save", False):
+            self._driver.begin_phase("checkpoint_save")
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._driver.end_phase()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._driver.close()
+
+    def _phase_due(self, control: Any) -> None:
+        """Open the phase the Trainer will run next, as its flow callback set `control`."""
+        if getattr(control, "should_evaluate", False):
+            self._driver.begin_phase("evaluation")
+        elif getattr(control, "should_save", False):
+            self._driver.begin_phase("checkpoint_save")

@@ -7,7 +7,10 @@ accumulation and pipeline micro-batches inside), so wrapping ``train_step`` in `
 gives one mfuscope step per optimizer step. FLOPs come from torchtitan's own analytical count,
 ``metrics_processor.num_flops_per_token`` (the model's ``get_nparams_and_flops``): it is what
 torchtitan's own MFU uses, so both report one number, and no slow counting step is needed.
-Importing this module imports no torchtitan; `main` does.
+The checkpoint manager's ``save`` and ``load`` are phases of the job-time ledger
+(``checkpoint_save``, ``checkpoint_load``; docs/definitions.md#job-time-ledger): ``save`` is
+called after every step and saves only when due (its own ``_should_save``), so only those calls
+are phases. Importing this module imports no torchtitan; `main` does.
 """
 
 from __future__ import annotations
@@ -59,7 +62,32 @@ def instrument(trainer: Any, **agent_options: Any) -> Any:
             return original(*args, **kwargs)
 
     trainer.train_step = train_step
+    checkpointer = getattr(trainer, "checkpointer", None)
+    if checkpointer is not None:
+        _mark_checkpoints(checkpointer, agent)
     return agent
+
+
+def _mark_checkpoints(checkpointer: Any, agent: Any) -> None:
+    """Wrap the checkpoint manager's ``save`` (when it will save) and ``load`` in phases."""
+    save, load = checkpointer.save, checkpointer.load
+    due = getattr(checkpointer, "_should_save", None)
+
+    @functools.wraps(save)
+    def marked_save(*args: Any, **kwargs: Any) -> Any:
+        step = args[0] if args else kwargs.get("curr_step", 0)
+        last = args[1] if len(args) > 1 else kwargs.get("last_step", False)
+        if due is not None and not due(step, last):
+            return save(*args, **kwargs)
+        with agent.phase("checkpoint_save"):
+            return save(*args, **kwargs)
+
+    @functools.wraps(load)
+    def marked_load(*args: Any, **kwargs: Any) -> Any:
+        with agent.phase("checkpoint_load"):
+            return load(*args, **kwargs)
+
+    checkpointer.save, checkpointer.load = marked_save, marked_load
 
 
 def _instrumented_train(train: Any) -> Any:

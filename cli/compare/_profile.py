@@ -99,6 +99,7 @@ def profile_of_content(content: ReportContent, kind: str) -> RunProfile:
         named_stragglers=tuple(s.rank for s in view.named),
         run_key=next((r.run_key for r in run.ranks if r.run_key), ""),
         peak_sources=tuple(sorted({r.peak_source for r in run.ranks if r.peak_flops})),
+        effective_mfu=run.job_time.effective_mfu,
     )
 
 
@@ -190,6 +191,7 @@ def profile_of_summary(document: Mapping[str, Any], job: str | None, source: str
             stragglers=tuple(sorted(stragglers, key=lambda s: -s[1])),
             named_stragglers=tuple(rank for rank, ratio in stragglers if is_straggler(ratio)),
             run_key=str(chosen.get("run_key") or ""),
+            effective_mfu=_number(chosen.get("effective_mfu"), "effective_mfu"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ReportInputError(f"{source}: not a collector summary ({exc!r})") from None

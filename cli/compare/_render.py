@@ -139,9 +139,9 @@ def render_text(
         "",
         f"  {'':<{_LABEL}} {'baseline':>12} {'candidate':>12}  delta",
     ]
-    step, mfu, hfu = comparison.headline
+    step, *ratios = comparison.headline
     out.append(_line(step, _ms, _delta_ms))
-    out += [_line(row, _pct, _delta_points) for row in (mfu, hfu)]
+    out += [_line(row, _pct, _delta_points) for row in ratios]
     if comparison.slices:
         kind = (
             "MFU waterfall (share of the peak FLOPs lost to each slice)"

@@ -26,6 +26,7 @@ __all__ = [
     "DemoState",
     "breakdown_line",
     "decomposition_bar",
+    "job_time_text",
     "render",
     "status_line",
     "straggler_text",
@@ -144,12 +145,24 @@ def straggler_text(job: Mapping[str, Any]) -> str:
     )
 
 
+def job_time_text(seconds: Mapping[str, float]) -> str:
+    """Where the ranks' time went so far (the job-time ledger's largest shares)."""
+    total = sum(seconds.values())
+    if not total > 0:
+        return "every rank-second of the job, startup included (none booked yet)"
+    top = sorted(((s / total, c) for c, s in seconds.items() if s > 0), reverse=True)[:4]
+    return "of every rank-second: " + ", ".join(f"{c} {_pct(share)}" for share, c in top)
+
+
 def status_line(state: DemoState) -> str:
     """One plain line: progress, MFU/HFU, the buckets and the reports (for --no-live)."""
     parts = [_progress(state)]
     job = state.summary
     if job:
-        parts.append(f"MFU {_pct(job.get('mfu'))} HFU {_pct(job.get('hfu'))}")
+        parts.append(
+            f"MFU {_pct(job.get('mfu'))} HFU {_pct(job.get('hfu'))} "
+            f"effective MFU {_pct(job.get('effective_mfu'))}"
+        )
         components = job.get("components") or {}
         if components:
             parts.append(
@@ -190,6 +203,13 @@ def _headline(state: DemoState) -> Table:
             " / ",
             (_pct(job.get("hfu")), "bold magenta"),
             f"   last {window} steps per rank; {peak_text}" if window else "",
+        ),
+    )
+    grid.add_row(
+        "effective MFU",
+        Text.assemble(
+            (_pct(job.get("effective_mfu")), "bold green"),
+            "   " + job_time_text(job.get("job_time_s") or {}),
         ),
     )
     components = job.get("components") or {}

@@ -77,6 +77,7 @@ def _job_entry(document: Mapping[str, Any] | None, job: str) -> Mapping[str, Any
 def agent_output_section(content: Any) -> dict[str, Any]:
     """The figures the terminal summary prints from the agents' reports, for summary.json (base
     units, ratios 0..1)."""
+    from mfuscope.core.ledger import CATEGORIES
     from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
 
     run, cov, view = content.run, content.coverage, content.stragglers
@@ -96,6 +97,9 @@ def agent_output_section(content: Any) -> dict[str, Any]:
                 {(r.peak_flops, r.peak_source) for r in run.ranks if r.peak_flops}
             )
         ],
+        "effective_mfu": run.job_time.effective_mfu,
+        "effective_mfu_covers": "every rank-second, from each process's start to its exit",
+        "job_time_s": dict(zip(CATEGORIES, run.job_time.seconds, strict=True)),
         "breakdowns": {
             "windows": cov.windows,
             "measured_steps": cov.measured,
@@ -205,7 +209,8 @@ def print_summary(
         lines.append(
             f"  at the collector: MFU {_pct(job.get('mfu'))}  HFU {_pct(job.get('hfu'))} over "
             f"each rank's last {job.get('window_steps')} steps (its live gauges: the end of the "
-            "run, where the run's MFU above covers every step); "
+            "run, where the run's MFU above covers every step), effective MFU "
+            f"{_pct(job.get('effective_mfu'))} over every rank-second; "
             f"{reports.get('accepted', 0)} step reports from {job.get('ranks', 0)} of "
             f"{job.get('world_size', 0)} ranks ({reports.get('duplicates', 0)} duplicates, "
             f"{reports.get('dropped_by_agents', 0)} dropped by agents, {rejected} batches "

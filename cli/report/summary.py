@@ -15,7 +15,7 @@ from mfuscope.core.run_summary.breakdowns import segment_label
 from mfuscope.core.stragglers import STRAGGLER_MIN_RATIO
 from mfuscope.core.vocabulary import COMPONENTS
 
-__all__ = ["describe_run", "headline_mfu", "peak_words", "straggler_line"]
+__all__ = ["describe_run", "headline_mfu", "job_time_line", "peak_words", "straggler_line"]
 
 
 def _plural(count: int, word: str) -> str:
@@ -49,10 +49,27 @@ def headline_mfu(content: ReportContent) -> str:
     if content.overall is None:
         why = content.missing("utilization") or "unknown"
         return f"MFU unknown: {why}"
+    effective = run.job_time.effective_mfu
+    beside = (
+        "" if effective is None else f"; effective MFU {_pct(effective)} over every rank-second"
+    )
     return (
         f"MFU {_pct(content.overall[0])}  HFU {_pct(content.overall[1])}  over all "
-        f"{run.step_reports} rank-steps (the run's MFU; HFU adds recomputation); "
+        f"{run.step_reports} rank-steps (the run's MFU; HFU adds recomputation){beside}; "
         f"{peak_words(content)}; from {run.source}"
+    )
+
+
+def job_time_line(content: ReportContent) -> str | None:
+    """Where the ranks' time went (the job-time ledger's shares), with effective MFU; None when
+    no agent sent a ledger."""
+    time = content.run.job_time
+    if not time.rank_seconds > 0:
+        return None
+    shares = ", ".join(f"{category} {_pct(share)}" for category, share in time.shares())
+    return (
+        f"job time: {time.rank_seconds:.1f} rank-seconds: {shares}; effective MFU "
+        f"{_pct(time.effective_mfu)} (useful model FLOPs over the peak x every rank-second)"
     )
 
 
@@ -122,6 +139,9 @@ def describe_run(content: ReportContent) -> list[str]:
             "earlier launch had reported"
         )
     lines.append("  " + headline_mfu(content))
+    job_time = job_time_line(content)
+    if job_time is not None:
+        lines.append("  " + job_time)
     lines.append(f"  breakdowns: {content.coverage.describe()}")
     if content.decomposition:
         lines.append("  step (measured steps, mean over ranks): " + _buckets(content))

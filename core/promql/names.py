@@ -14,6 +14,8 @@ __all__ = [
     "COLLECTIVE_BYTES_5M",
     "COLLECTIVE_OVERLAP_5M",
     "COLLECTIVE_OVERLAP_LATEST",
+    "EFFECTIVE_MFU",
+    "EFFECTIVE_MFU_1H",
     "EFFICIENCY_5M",
     "EFFICIENCY_LATEST",
     "ELEMENTWISE_5M",
@@ -21,6 +23,8 @@ __all__ = [
     "EXPOSED_COMM_AXIS_TIER_5M",
     "HANG_SUSPECT_SECONDS",
     "HFU_5M",
+    "JOB_TIME_BUDGET_1H",
+    "JOB_TIME_SHARE_1H",
     "KERNEL_EFFICIENCY_5M",
     "KERNEL_INEFFICIENCY_5M",
     "MEAN_MESSAGE_BYTES_5M",
@@ -111,3 +115,11 @@ RUN_WATERFALL_COUNT_30D = "job_component:mfuscope_run_waterfall_slice:count30d"
 WATERFALL_RUN_BASELINE = "job_component:mfuscope_waterfall_slice:ratio_run_baseline"
 MFU_BELOW_RUN_BASELINE = "job:mfuscope_mfu_below_run_baseline:ratio"
 WATERFALL_RUN_BASELINE_GROWTH = "job_component:mfuscope_waterfall_slice_run_baseline_growth:ratio"
+
+# The job-time ledger (`_rules_job_time`): each category's share of the rank-seconds over the last
+# hour, the budget groups MFUScopeJobTimeLost reads, and effective MFU over the job's life and
+# the last hour.
+JOB_TIME_SHARE_1H = "job_category:mfuscope_job_time:ratio_increase1h"
+JOB_TIME_BUDGET_1H = "job_budget:mfuscope_job_time:ratio_increase1h"
+EFFECTIVE_MFU = "job:mfuscope_effective_mfu:ratio"
+EFFECTIVE_MFU_1H = "job:mfuscope_effective_mfu:ratio_increase1h"

@@ -37,8 +37,11 @@ __all__ = [
     "DASHBOARD_RATE",
     "FORMULA_INPUTS",
     "HARDWARE_FLOPS",
+    "INCREASE_1H",
     "INCREASE_6H_BASELINE",
     "INCREASE_15M",
+    "JOB_PEAK_FLOP_SECONDS",
+    "JOB_RANK_SECONDS",
     "MODEL_FLOPS",
     "OVERLAPPED_COMM_SECONDS",
     "PEAK_FLOPS",
@@ -48,14 +51,17 @@ __all__ = [
     "STEPS",
     "STEP_SECONDS",
     "TIER_SPEC",
+    "USEFUL_MODEL_FLOPS",
     "bubble_matcher",
     "bucket_fraction",
     "busbw",
     "busbw_efficiency",
     "collective_overlap",
+    "effective_mfu",
     "elementwise_fraction",
     "elementwise_slice",
     "hfu",
+    "job_time_share",
     "kernel_efficiency",
     "kernel_inefficiency",
     "mean_message_bytes",
@@ -75,6 +81,8 @@ JOB = ("job",)
 # The windows the rules and dashboards use.
 RATE_5M = Window("rate", "5m")
 INCREASE_15M = Window("increase", "15m")
+# The job-time ledger's window: the job now against its budgets (MFUScopeJobTimeLost).
+INCREASE_1H = Window("increase", "1h")
 # The regression alert's baseline: the 6 h that end 30 min ago, so the drop stays out of it.
 INCREASE_6H_BASELINE = Window("increase", "6h", "30m")
 DASHBOARD_RATE = Window("rate", "$__rate_interval")
@@ -99,6 +107,11 @@ COLLECTIVE_PROFILED_SECONDS = "mfuscope_collective_profiled_seconds_total"
 BUS_SIZED_BYTES = "mfuscope_collective_sized_bus_bytes_total"
 BUS_SECONDS = "mfuscope_collective_sized_seconds_total"
 TIER_SPEC = "mfuscope_tier_peak_bandwidth_bytes_per_second"
+# The job-time ledger (docs/definitions.md#job-time-ledger): rank-seconds per category, the model
+# FLOPs of the steps not redone, and the peak FLOP/s x every rank-second.
+JOB_RANK_SECONDS = "mfuscope_job_rank_seconds_total"
+USEFUL_MODEL_FLOPS = "mfuscope_useful_model_flops_total"
+JOB_PEAK_FLOP_SECONDS = "mfuscope_job_peak_flop_seconds_total"
 # Value 1 per job, label run_key: which runs are the same workload (the live baseline across runs).
 RUN_INFO = "mfuscope_run_info"
 _ELEMENTWISE_CLASS = KERNEL_CLASSES[2]  # elementwise_norm_reduce
@@ -119,6 +132,9 @@ FORMULA_INPUTS: frozenset[str] = frozenset(
         COLLECTIVE_CALLS,
         COLLECTIVE_OVERLAPPED_SECONDS,
         COLLECTIVE_PROFILED_SECONDS,
+        JOB_RANK_SECONDS,
+        USEFUL_MODEL_FLOPS,
+        JOB_PEAK_FLOP_SECONDS,
     }
 )
 
@@ -144,6 +160,34 @@ def mfu(window: Window, by: Sequence[str] = JOB, matchers: str = "") -> str:
 def hfu(window: Window, by: Sequence[str] = JOB, matchers: str = "") -> str:
     """HFU: MFU with recomputation counted as work (hardware FLOPs); HFU >= MFU."""
     return _flop_ratio(HARDWARE_FLOPS, window, by, matchers)
+
+
+def _changed(counter: str, window: Window | None, matchers: str) -> str:
+    """The counter's change over `window`, or its value since it started (None: the job's life
+    as the collectors saw it)."""
+    return selector(counter, matchers) if window is None else window.of(counter, matchers)
+
+
+def effective_mfu(window: Window | None, by: Sequence[str] = JOB, matchers: str = "") -> str:
+    """Effective MFU = Σ useful model FLOPs / Σ peak FLOP/s x every rank-second of the job,
+    startup and down included (docs/definitions.md#effective-mfu); `window` None: over the
+    counters' whole life."""
+    return utilization(
+        total(_changed(USEFUL_MODEL_FLOPS, window, matchers), by),
+        total(_changed(JOB_PEAK_FLOP_SECONDS, window, matchers), by),
+    )
+
+
+def job_time_share(
+    window: Window, by: Sequence[str] = JOB, matchers: str = "", part: str = ""
+) -> str:
+    """Each job-time category's share of the job's rank-seconds over the window, per
+    ``category`` (`part` selects categories of the numerator); a job's shares sum to 1."""
+    numerator = total(
+        window.of(JOB_RANK_SECONDS, joined_matchers(matchers, part)), (*by, "category")
+    )
+    denominator = total(window.of(JOB_RANK_SECONDS, matchers), by)
+    return ratio(numerator, denominator, on=by)
 
 
 def step_seconds(window: Window, by: Sequence[str] = JOB, matchers: str = "") -> str:

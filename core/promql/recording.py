@@ -17,6 +17,7 @@ from mfuscope.core.promql._rules_job import (
     utilisation_rules,
     waterfall_rules,
 )
+from mfuscope.core.promql._rules_job_time import job_time_group
 from mfuscope.core.promql._rules_regression import regression_group, restarts_group
 from mfuscope.core.promql._rules_run_baseline import run_baseline_group
 from mfuscope.core.promql.rules_file import Group, Rule, render, without_fresh_reads
@@ -59,13 +60,14 @@ WRITTEN_GROUPS: tuple[Group, ...] = (
     hangs_group(),
     arrivals_group(),
     run_baseline_group(),
+    job_time_group(),
 )
 # The groups whose rules are written out from the raw series as shipped (`without_fresh_reads`),
 # so vmalert gives what Prometheus gives: their 5 min ratios move by much more in one evaluation
-# than a ratio may be off. The others read their own results over 15 min to 30 days, where the
-# previous evaluation's value differs by at most interval / window (15 s / 15 min: 1.7 %), and
-# written out they would cost about three times the evaluation (the 6 h and 30 d ranges computed
-# once per reading rule).
+# than a ratio may be off. The others read their own results over 15 min to 30 days (the job-time
+# budgets over 1 h), where the previous evaluation's value differs by at most interval / window
+# (15 s / 15 min: 1.7 %), and written out they would cost about three times the evaluation (the
+# 6 h and 30 d ranges computed once per reading rule).
 WRITTEN_OUT: tuple[str, ...] = (
     "mfuscope.job",
     "mfuscope.restarts",

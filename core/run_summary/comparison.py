@@ -77,6 +77,8 @@ class RunProfile:
     run_key: str = ""  # which runs are the same workload (docs/compare.md); "": not known
     # Where the peaks came from (vocabulary.PEAK_SOURCES: spec, measured, user); () unknown.
     peak_sources: tuple[str, ...] = ()
+    # useful model FLOPs over the peak x every rank-second (docs/definitions.md#effective-mfu)
+    effective_mfu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ class Regression:
 class Comparison:
     baseline: RunProfile
     candidate: RunProfile
-    headline: tuple[Row, ...]  # mean step time, MFU, HFU
+    headline: tuple[Row, ...]  # mean step time, MFU, HFU, effective MFU
     slices: tuple[Row, ...]  # the waterfall's when both sides have one, else bucket shares
     slices_are_waterfall: bool
     kernel_classes: tuple[Row, ...]
@@ -252,6 +254,7 @@ def compare(base: RunProfile, cand: RunProfile, *, top_families: int = 5) -> Com
         Row("mean step time", base.mean_step_s, cand.mean_step_s),
         Row("MFU", base.mfu, cand.mfu),
         Row("HFU", base.hfu, cand.hfu),
+        Row("effective MFU", base.effective_mfu, cand.effective_mfu),
     )
     keyed_b = {(c.op, c.axis, c.tier): c for c in base.collectives}
     keyed_c = {(c.op, c.axis, c.tier): c for c in cand.collectives}

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mfuscope.core.errors import ReportInputError
+from mfuscope.core.ledger import ProcessTime, book_batch, wall_ns
+from mfuscope.core.run_summary.job_time import JobTime, JobTimeTally
 from mfuscope.core.schema import AgentHealth, ReportBatch, StepReport, Topology
 from mfuscope.core.stragglers import DEFAULT_WINDOW_STEPS
 
@@ -71,6 +73,8 @@ class RunData:
     source: str
     flops_known: bool = True
     launches: Launches = field(default_factory=Launches)
+    # The job-time ledger as the collector would book these batches (docs/definitions.md).
+    job_time: JobTime = field(default_factory=JobTime)
 
     @property
     def step_count(self) -> int:
@@ -97,17 +101,36 @@ class _RankReplay:
     highest: dict[int, int] = field(default_factory=dict)  # launch -> highest step reported
     reruns: int = 0
     duplicates: int = 0
+    process: ProcessTime | None = None  # the rank's latest process in the job-time ledger
 
-    def take(self, launch: int, report: StepReport) -> None:
+    def take(self, launch: int, report: StepReport) -> bool | None:
+        """Count `report`: None for a re-send, else whether it re-ran an earlier launch's step."""
         seen = self.seen.setdefault(launch, set())
         if report.step in seen:
             self.duplicates += 1
-            return
+            return None
         seen.add(report.step)
         earlier = max((h for n, h in self.highest.items() if n < launch), default=-1)
-        self.reruns += report.step <= earlier
+        redone = report.step <= earlier
+        self.reruns += redone
         self.highest[launch] = max(self.highest.get(launch, -1), report.step)
         self.counted.append(report)
+        return redone
+
+    def book(self, launch: int, batch: ReportBatch, tally: JobTimeTally) -> None:
+        """Take the batch's steps and ledger into the job-time ledger, as the collector does."""
+        steps = []
+        for report in batch.reports:
+            redone = self.take(launch, report)
+            if redone is None:
+                continue
+            steps.append((wall_ns(report.wall_s), redone))
+            if not redone:
+                tally.useful_model_flops += report.model_flops
+        groups = batch.comm.groups if batch.comm is not None else None
+        process, booked = book_batch(self.process, launch, batch.ledger, steps, groups)
+        self.process = process or self.process
+        tally.add(booked, batch.peak_flops)
 
 
 def merge_batches(
@@ -137,12 +160,11 @@ def merge_batches(
     launch_of: dict[str, int] = {}
     replays: dict[int, _RankReplay] = {}
     by_rank: dict[int, list[ReportBatch]] = {}
+    tally = JobTimeTally()
     for batch in mine:
         launch = launch_of.setdefault(batch.incarnation, len(launch_of))
         by_rank.setdefault(batch.rank, []).append(batch)
-        replay = replays.setdefault(batch.rank, _RankReplay())
-        for report in batch.reports:
-            replay.take(launch, report)
+        replays.setdefault(batch.rank, _RankReplay()).book(launch, batch, tally)
     ranks = []
     for rank in sorted(by_rank):
         rank_batches = by_rank[rank]
@@ -175,4 +197,5 @@ def merge_batches(
         ranks=tuple(ranks),
         source=source,
         launches=launches,
+        job_time=tally.result(),
     )

@@ -1,5 +1,5 @@
-"""Job: MFU/HFU, step decomposition, MFU waterfall, step time, stragglers, hangs and arrival
-skew, restarts and redone work, telemetry health."""
+"""Job: MFU/HFU, where the job's time went (effective MFU), step decomposition, MFU waterfall,
+step time, stragglers, hangs and arrival skew, restarts and redone work, telemetry health."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from breakdown_age import breakdown_age_panel, breakdown_spread_panel
 from fleet_dashboard import EXPOSED_BANDS, MFU_BANDS, MFU_MEANING, REGRESSION_BANDS
 from hangs_row import hangs_row
 from hardware_rows import hardware_rows
+from job_time_row import job_time_row
 from mfuscope.core.promql import names as n
 from mfuscope.core.promql import quantities as q
 
@@ -454,11 +455,13 @@ def build() -> Any:
     return build_dashboard(
         UID,
         "mfuscope / Job",
-        "One training job: MFU and HFU, where each step's time goes, the MFU waterfall, step time "
+        "One training job: MFU and HFU, where the job's time went (effective MFU), where each "
+        "step's time goes, the MFU waterfall, step time "
         "and stragglers, hangs and arrival skew, restarts and redone work, the hardware counters "
         "per tier, and the health of its telemetry.",
         [
             _utilisation_row(),
+            job_time_row(),
             _decomposition_row(),
             _step_time_row(),
             hangs_row(),

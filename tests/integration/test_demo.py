@@ -146,6 +146,14 @@ def test_demo_data_parallel(tmp_path: Path) -> None:
     # The ranks share the machine's cached CPU peak: said once, for every rank.
     assert re.search(r"peak [\d.]+ GFLOP/s per rank \(measured\)", stdout), stdout
     assert stdout.count("GFLOP/s") == 1, stdout
+    # Effective MFU beside the steps' MFU: from the agents' output and at the collector.
+    assert re.search(
+        r"\(the run's MFU; HFU adds recomputation\); effective MFU \d+\.\d% over every "
+        r"rank-second",
+        stdout,
+    ), stdout
+    assert re.search(r"job time: [\d.]+ rank-seconds: .*startup", stdout)
+    assert re.search(r"effective MFU \d+\.\d% over every rank-second; ", stdout)
     assert f"report        {out / 'report' / 'report.html'}" in stdout
     assert "importing torch" in result.stdout  # progress while torch starts
     job = _check_outputs(out, steps, result.stdout + result.stderr)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mfuscope.core.schema import decode_batch
 
 from tests.support.collector_process import CollectorProcess
 from tests.support.framework_jobs import JobShape
@@ -139,3 +142,48 @@ def test_lightning_ddp_two_ranks(collector: CollectorProcess, tmp_path: Path) ->
     run_job("lightning_job.py", collector, tmp_path, "ddp:1", "ddp:2")
     jobs = {1: "lightning-ddp-ga1", 2: "lightning-ddp-ga2"}
     check_runs(collector, tmp_path, jobs, mlp_flops_per_token(SHAPE))
+
+
+def rank_ledgers(out: Path, job: str) -> list[Any]:
+    """Each rank's job-time totals from its agent's last batch (its JSONL sink)."""
+    ledgers = []
+    for rank in (0, 1):
+        last = (out / f"{job}-{rank}.jsonl").read_text().splitlines()[-1]
+        ledgers.append(decode_batch(last).ledger)
+    return ledgers
+
+
+def collector_time(collector: CollectorProcess, job: str) -> dict[str, float]:
+    with urllib.request.urlopen(collector.url + "/metrics", timeout=30) as response:
+        text = response.read().decode()
+    pattern = rf'^mfuscope_job_rank_seconds_total{{category="(\w+)",job="{job}"}} (\S+)$'
+    return {c: float(v) for c, v in re.findall(pattern, text, re.M)}
+
+
+def test_huggingface_trainer_evaluations_and_saves_are_phases(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    """Evaluation and checkpoint saves every 2 steps, configured on the Trainer only: the
+    callback marks both (no user code), on every rank and in the collector's ledger."""
+    run_job("hf_job.py", collector, tmp_path, "1:phases")
+    for ledger in rank_ledgers(tmp_path, "hf-ga1-phases"):
+        assert ledger is not None
+        assert ledger.evaluation_ns > 0 and ledger.checkpoint_save_ns > 0
+    time = collector_time(collector, "hf-ga1-phases")
+    assert time["evaluation"] > 0 and time["checkpoint_save"] > 0 and time["step"] > 0
+    assert any((tmp_path / "hf-ga1-phases").glob("checkpoint-*"))  # the Trainer did save
+
+
+def test_lightning_validation_saves_and_load_are_phases(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    """Validation and ModelCheckpoint saves every 2 steps, then a fit from the last checkpoint:
+    the callback marks validation, saves and the load (no user code)."""
+    run_job("lightning_job.py", collector, tmp_path, "ddp:1:phases")
+    for ledger in rank_ledgers(tmp_path, "lightning-ddp-ga1-phases"):
+        assert ledger is not None
+        assert ledger.evaluation_ns > 0 and ledger.checkpoint_save_ns > 0
+    for ledger in rank_ledgers(tmp_path, "lightning-ddp-ga1-phases-resumed"):
+        assert ledger is not None and ledger.checkpoint_load_ns > 0
+    time = collector_time(collector, "lightning-ddp-ga1-phases-resumed")
+    assert time["checkpoint_load"] > 0 and time["evaluation"] > 0 and time["step"] > 0

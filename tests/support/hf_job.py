@@ -5,9 +5,10 @@ Run under torchrun by tests/integration/test_framework_integrations.py:
     OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/support/hf_job.py \
         --collector-url URL --out DIR --runs 1 2 [--layers 2 --width 64 ...]
 
-One Trainer run per `--runs` value (the gradient accumulation factor k), one after the other in
-the same process group, each its own mfuscope job `hf-ga<k>` writing `DIR/hf-ga<k>-<rank>.jsonl`
-besides the collector. The model is built from a config (no weights are downloaded); attention
+One Trainer run per `--runs` value (the gradient accumulation factor k, or `k:phases` to also
+evaluate and save a checkpoint every 2 steps), one after the other in the same process group,
+each its own mfuscope job `hf-ga<k>` (`hf-ga<k>-phases`) writing `DIR/<job>-<rank>.jsonl` besides
+the collector. The model is built from a config (no weights are downloaded); attention
 is the eager matmul implementation, so the counted FLOPs follow the formula the test derives.
 """
 
@@ -34,7 +35,9 @@ class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         return {"input_ids": self.tokens[index], "labels": self.tokens[index]}
 
 
-def train(grad_accum: int, shape: JobShape, collector_url: str, out: Path) -> None:
+def train(
+    grad_accum: int, shape: JobShape, collector_url: str, out: Path, phases: bool = False
+) -> None:
     torch.manual_seed(0)
     config = GPT2Config(
         n_layer=shape.layers,
@@ -46,7 +49,10 @@ def train(grad_accum: int, shape: JobShape, collector_url: str, out: Path) -> No
         eos_token_id=None,
     )
     config._attn_implementation = "eager"
-    job = f"hf-ga{grad_accum}"
+    job = f"hf-ga{grad_accum}" + ("-phases" if phases else "")
+    # With phases: an evaluation and a checkpoint save every 2 steps, nothing else told to the
+    # callback (the integration marks them itself).
+    every = {"eval_strategy": "steps", "eval_steps": 2, "save_strategy": "steps", "save_steps": 2}
     args = TrainingArguments(
         output_dir=str(out / job),
         run_name=job,
@@ -57,9 +63,9 @@ def train(grad_accum: int, shape: JobShape, collector_url: str, out: Path) -> No
         ddp_backend="gloo",
         ddp_find_unused_parameters=False,
         report_to="none",
-        save_strategy="no",
         logging_strategy="no",
         disable_tqdm=True,
+        **(every if phases else {"save_strategy": "no"}),
     )
     options = agent_options(job, collector_url, out)
     del options["job"]  # the callback takes the Trainer's run_name
@@ -68,6 +74,7 @@ def train(grad_accum: int, shape: JobShape, collector_url: str, out: Path) -> No
         model=GPT2LMHeadModel(config),
         args=args,
         train_dataset=RandomTokens(world * shape.batch * shape.micro_batches, shape),
+        eval_dataset=RandomTokens(world * shape.batch, shape) if phases else None,
         callbacks=[MfuscopeCallback(**options)],
     )
     trainer.train()
@@ -75,8 +82,9 @@ def train(grad_accum: int, shape: JobShape, collector_url: str, out: Path) -> No
 
 def main() -> None:
     options, shape = parse_job_args("gradient accumulation factors, one Trainer run each")
-    for grad_accum in options.runs:
-        train(int(grad_accum), shape, options.collector_url, options.out)
+    for run in options.runs:
+        grad_accum, _, phases = run.partition(":")
+        train(int(grad_accum), shape, options.collector_url, options.out, phases == "phases")
 
 
 if __name__ == "__main__":

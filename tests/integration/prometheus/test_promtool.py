@@ -45,6 +45,7 @@ def test_rule_unit_tests_pass(promtool: str) -> None:
         "definitions_test.yml",
         "fleet_stragglers_test.yml",
         "hangs_test.yml",
+        "job_time_test.yml",
         "recording_test.yml",
         "regression_test.yml",
         "run_baseline_test.yml",

@@ -102,6 +102,24 @@ def test_reads_a_real_gloo_recorder_incrementally(json_form: bool) -> None:
     assert not records.durations and records.lost_total == 0
 
 
+def test_progress_starts_from_the_ops_before_the_agent_and_known_groups_from_nothing() -> None:
+    """What a rank entered before its agent started counts as entered (no traffic), and a group
+    it belongs to but never used shows 0: a rank stuck before its first collective on it is
+    behind the ranks that wait there (docs/definitions.md#hangs)."""
+    start = gloo_dump("gloo-rank0-waiting.json")
+    base = {"entries": start["entries"][:4]}  # #1-#4 of group "1", before the agent
+    reader = _reader(
+        ScriptedSource([base], json_form=True).source(), groups=[("1", ""), ("7", "mesh_tp")]
+    )
+    reader.baseline()
+    records = reader.records()
+    assert records.traffic == ()
+    assert [(g.group, g.entered_seq, g.completed_seq) for g in records.groups] == [
+        ("1", 4, 4),
+        ("7", 0, 0),
+    ]
+
+
 def test_nccl_durations_and_a_duplicate_binding_of_one_ring() -> None:
     entries = [nccl_entry(i, i + 1, shape=(1024,), duration_ms=2.0) for i in range(3)]
     first = ScriptedSource([nccl_dump(entries[:1]), nccl_dump(entries)], json_form=False)

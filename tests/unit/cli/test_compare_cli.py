@@ -17,6 +17,7 @@ from mfuscope.core.schema import (
     ClassShare,
     CollectiveSample,
     ComponentShare,
+    LedgerTotals,
     ReportBatch,
     StepReport,
     encode_batch,
@@ -177,6 +178,8 @@ def _batches(
             sent_unix_ns=first,
             reports=tuple(_step(s, rank, slow) for s in range(first, first + 4)),
             run_key=run_key,
+            # 0.8 s of startup per rank: effective MFU below the steps' MFU
+            ledger=LedgerTotals(process_start_unix_ns=1, startup_ns=800_000_000),
         )
         for rank in range(2)
         for first in (0, 4)
@@ -229,6 +232,12 @@ def test_collector_summaries(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     code, out, err = _compare([str(base), str(agent), "--max-regression", "0.001"], capsys)
     assert code == 0, out
     assert "different inputs (collector summary vs agent output)" in err
+    code, doc = _json([str(base), str(agent)], capsys)
+    effective = next(r for r in doc["headline"] if r["label"] == "effective MFU")
+    # 8 steps of 2e9 FLOPs per rank over 1e11 FLOP/s x (8 x 0.1 s + 0.8 s)
+    assert effective["baseline"] == pytest.approx(16e9 / (1e11 * 1.6))
+    assert effective["candidate"] == pytest.approx(effective["baseline"])
+    assert "effective MFU" in _compare([str(base), str(agent)], capsys)[1]
 
 
 def test_different_world_sizes_and_peaks_warn(

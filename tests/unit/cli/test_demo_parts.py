@@ -43,6 +43,8 @@ SUMMARY: dict[str, Any] = {
     "straggler_basis": "self",
     "reports": {"accepted": 240, "duplicates": 0, "dropped_by_agents": 0},
     "agent_health": {"send_failures_total": 0},
+    "effective_mfu": 0.2904,
+    "job_time_s": {"startup": 6.0, "step": 40.0, "checkpoint_save": 4.0, "down": 0.0},
 }  # fmt: skip
 
 
@@ -71,7 +73,7 @@ def _text(state: DemoState) -> str:
 def test_status_line_carries_mfu_hfu_buckets_and_reports() -> None:
     line = status_line(_state(SUMMARY))
     assert "step 42/100" in line and "loss 1.620 (floor 1.386)" in line
-    assert "MFU 38.1% HFU 42.3%" in line
+    assert "MFU 38.1% HFU 42.3% effective MFU 29.0%" in line
     assert "compute 55.0% recompute 12.0% exposed comm 20.0% idle 13.0%" in line
     assert "reports 240 from 2/2 ranks, dropped 0" in line
     assert "MFU" not in status_line(_state(None))
@@ -81,6 +83,7 @@ def test_render_shows_every_part_of_the_summary() -> None:
     text = _text(_state(SUMMARY))
     for expected in (
         "38.1% / 42.3%",
+        "29.0%   of every rank-second: step 80.0%, startup 12.0%, checkpoint_save 8.0%",
         "http://127.0.0.1:9464/metrics",
         "exposed comm by axis/tier",
         "all_reduce",

@@ -284,3 +284,37 @@ def test_a_group_whole_on_one_collector_exports_no_held_samples() -> None:
     assert _series(collector, "mfuscope_collective_arrival_seq") == {}
     assert _series(collector, "mfuscope_collective_group_size") == {}
     assert _series(collector, "mfuscope_collective_arrival_skew_seconds") != {}
+
+
+def test_a_rank_stuck_before_its_first_step_is_named_in_every_layout() -> None:
+    """Ranks 0, 1 and 3 wait in their first step's all_reduce (#1 of group "3"); rank 2 never
+    reached it (stuck in its start-up: data, NCCL's set-up): its agent reports the group with
+    nothing entered, and no step at all."""
+    waiting_group = _group(1, (1, 12.0))
+    waiting_group["completed_seq"] = 0
+    # One collector: its own join names rank 2.
+    clock = FakeClock()
+    one = Aggregator(StateConfig(), clock=clock)
+    for rank in (0, 1, 3):
+        _send(one, rank, comm=_comm(groups=[waiting_group]))
+    _send(one, 2, comm=_comm(groups=[_group(0)]))
+    key = ("job-a", "2", "h2", "n1", "all_reduce", "1", "dp", "inter_node", "not_joined")
+    assert set(_series(one, "mfuscope_collective_hang_suspect_seconds")) == {key}
+    # Per-node sidecars: rank 2's sidecar sees nobody blocked; from OVERDUE_AFTER_S after rank
+    # 2's first report (it never reported a step) it exports rank 2's progress for the rules'
+    # join (a rank that never stepped was never overdue before).
+    clock = FakeClock()
+    waiting, stalled = (
+        Aggregator(StateConfig(), clock=clock),
+        Aggregator(StateConfig(), clock=clock),
+    )
+    for rank in (0, 1, 3):
+        _send(waiting, rank, comm=_comm(groups=[waiting_group]))
+    _send(stalled, 2, comm=_comm(groups=[_group(0)]))
+    assert _series(stalled, "mfuscope_collective_group_entered_seq") == {}
+    clock.advance(OVERDUE_AFTER_S + 1.0)
+    _send(stalled, 2, comm=_comm(groups=[_group(0)]))
+    entered = _series(stalled, "mfuscope_collective_group_entered_seq")
+    assert entered == {("job-a", "2", "h2", "n1", "3", "dp", "inter_node"): 0.0}
+    waited = _series(waiting, "mfuscope_collective_group_waiting_seq")
+    assert waited == {("job-a", "3", "1", "all_reduce", "dp", "inter_node"): 1.0}

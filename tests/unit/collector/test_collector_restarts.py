@@ -119,7 +119,7 @@ def test_legacy_batches_without_an_incarnation_are_one_launch() -> None:
     assert collector.ingest(json.dumps(legacy).encode()).duplicates == 2
     assert _counters(collector)["mfuscope_job_restarts_total"] == 0
     # An upgraded agent relaunched under the same name is a restart.
-    assert SCHEMA_VERSION == "1.3"
+    assert SCHEMA_VERSION == "1.4"
     assert _send(collector, "new", [2, 3]).reruns == 1
     assert _counters(collector)["mfuscope_job_restarts_total"] == 1
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector.app import CollectorConfig
+from mfuscope.core.ledger import LedgerTotals
 from mfuscope.core.run_summary.rank_pace import straggler_view
 from mfuscope.core.run_summary.run_data import merge_batches
 from mfuscope.core.schema import ComponentShare, ReportBatch, StepReport
@@ -36,6 +37,12 @@ def _step(n: int, compute_s: float, *, measured: bool = True) -> StepReport:
 
 
 def _batch(rank: int, incarnation: str, sent: int, steps: list[StepReport]) -> ReportBatch:
+    # Each launch's processes start 100 s apart and grow their startup with every batch.
+    ledger = LedgerTotals(
+        process_start_unix_ns=(100 if incarnation == "b" else 0) * 1_000_000_000,
+        startup_ns=sent * 1_000_000_000,
+        evaluation_ns=rank * 250_000_000,
+    )
     return ReportBatch(
         job="job-a",
         rank=rank,
@@ -47,6 +54,7 @@ def _batch(rank: int, incarnation: str, sent: int, steps: list[StepReport]) -> R
         sent_unix_ns=sent,
         reports=tuple(steps),
         incarnation=incarnation,
+        ledger=ledger,
     )
 
 
@@ -79,6 +87,21 @@ def test_the_report_counts_steps_reruns_and_restarts_as_the_collector_does() -> 
     assert run.launches.restarts == job.restarts == 1
     assert run.step_reports == run.launches.step_reports
     assert run.step_count == 45  # distinct step numbers
+
+
+def test_the_report_books_the_collectors_job_time_and_effective_mfu() -> None:
+    batches = _restarted_job()
+    collector = Aggregator(StateConfig(), clock=FakeClock())
+    for batch in batches:
+        collector.apply(batch)
+    (totals,) = collector.snapshot().jobs[0].totals
+    time = merge_batches(batches).job_time
+    assert time.seconds == totals.time_seconds
+    assert time.useful_model_flops == totals.useful_model_flops == 2 * 45 * 1e9
+    assert time.peak_flop_seconds == pytest.approx(totals.time_peak_flop_seconds)
+    seconds = dict(zip(("startup", "step", "redone_step"), time.seconds, strict=False))
+    assert seconds == {"startup": 2 * (2 + 5), "step": 2 * 45, "redone_step": 2 * 10}
+    assert time.effective_mfu == pytest.approx(90e9 / (1e11 * time.rank_seconds))
 
 
 def test_the_report_gives_the_collectors_straggler_ratio() -> None:

@@ -98,6 +98,19 @@ def test_progress_names_the_oldest_open_collective_per_group() -> None:
     assert tracker.records(names, now)[1].pending is None
 
 
+def test_groups_the_rank_belongs_to_are_reported_before_it_enters_them() -> None:
+    # A rank stuck before its first collective on group "1" (its first step, NCCL's set-up)
+    # reports it with nothing entered: behind whoever waits there.
+    tracker = ProgressTracker(known=[("0", "default_pg"), ("1", "mesh_dp")])
+    before = _entries(gloo_dump("gloo-rank1-before.json"))
+    tracker.observe([e for e in before if e.group == "0"], [])
+    records = tracker.records(names, 0)
+    assert [(g.group, g.entered_seq, g.completed_seq, g.pending) for g in records] == [
+        ("0", 2, 2, None),
+        ("1", 0, 0, None),
+    ]
+
+
 def test_arrival_samples_are_the_first_completed_collective_of_each_step() -> None:
     base = 1_000_000_000_000
     created = [base + 10, base + 20, base + 110, base + 120, base + 210]

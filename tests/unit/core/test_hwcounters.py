@@ -55,7 +55,7 @@ def test_one_wrap_is_undone(start: int, increase: int) -> None:
 
 def test_hardware_round_trip_and_version() -> None:
     batch = decode_value(batch_dict(hardware=HARDWARE))
-    assert s.SCHEMA_VERSION == "1.3"
+    assert s.SCHEMA_VERSION == "1.4"
     assert batch.hardware == HardwareCounters(
         memory_busy_ratio=0.4,
         sm_clock_ratio=0.9,

@@ -72,7 +72,7 @@ def test_incarnation_is_optional_and_round_trips() -> None:
     batch = decode_value(_batch(version="1.1", incarnation="5f0c9a1e2b7d4c38"))
     assert batch.incarnation == "5f0c9a1e2b7d4c38"
     assert s.decode_batch(s.encode_batch(batch)) == batch
-    assert json.loads(s.encode_batch(batch))["version"] == s.SCHEMA_VERSION == "1.3"
+    assert json.loads(s.encode_batch(batch))["version"] == s.SCHEMA_VERSION == "1.4"
 
 
 def test_newer_minor_accepted_and_unknown_fields_ignored() -> None:
@@ -241,10 +241,10 @@ _WIRE = Path(__file__).parents[2] / "data" / "wire"
 
 
 # Fields added after a recorded version, with the default that version's bodies decode to.
-_ADDED_SINCE = {"1.3": {"run_key": ""}}
+_ADDED_SINCE = {"1.3": {"run_key": ""}, "1.4": {"ledger": None}}
 
 
-@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2", "1.3"])
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2", "1.3", "1.4"])
 def test_recorded_bodies_of_every_version_decode_as_they_did(version: str) -> None:
     # Bodies written by each version's own encoder, and what the parser of that version read
     # from them (tests/data/README.md); later fields decode to their defaults, and the dict
@@ -258,7 +258,7 @@ def test_recorded_bodies_of_every_version_decode_as_they_did(version: str) -> No
     batch = s.decode_batch(body)
     assert json.loads(s.encode_batch(batch)) == expected
     assert s.decode_batch(s.encode_batch(batch)) == batch
-    assert s.encode_batch(batch).startswith(b'{"schema":"mfuscope.report","version":"1.3",')
+    assert s.encode_batch(batch).startswith(b'{"schema":"mfuscope.report","version":"1.4",')
 
 
 @pytest.mark.parametrize(

@@ -32,12 +32,19 @@ RUN_BASELINE_TESTS = PROMETHEUS / "tests" / "run_baseline_test.yml"
 # The hang alert, and a normal end and a long pause paging nobody.
 HANG_TESTS = PROMETHEUS / "tests" / "hangs_test.yml"
 ARRIVAL_TESTS = PROMETHEUS / "tests" / "arrivals_test.yml"
+# The job-time ledger's rules and MFUScopeJobTimeLost, fed the collector's raw counters.
+JOB_TIME_TESTS = PROMETHEUS / "tests" / "job_time_test.yml"
 # The recording rules against core's Python definitions on the same totals (generated:
 # tests/support).
 DEFINITIONS_TESTS = PROMETHEUS / "tests" / "definitions_test.yml"
 # Alerts whose annotations also name the cause (the MFU waterfall slice that grew most; the rank
 # a hung job waits for).
-WITH_CAUSE = {"MFUScopeMFURegression", "MFUScopeCollectiveHang", "MFUScopeBelowRunBaseline"}
+WITH_CAUSE = {
+    "MFUScopeMFURegression",
+    "MFUScopeCollectiveHang",
+    "MFUScopeBelowRunBaseline",
+    "MFUScopeJobTimeLost",
+}
 OPERATIONS = ROOT / "docs" / "operations.md"
 SCRAPE_CONFIGS = [
     PROMETHEUS / "prometheus.yml",
@@ -131,6 +138,8 @@ def test_recording_rule_naming(rule: Rule) -> None:
             "quantile",
             "instance",
             "rank",
+            "category",
+            "budget",
         ), (
             name,
             label,
@@ -211,6 +220,7 @@ def test_every_recording_rule_is_checked_by_a_promtool_test() -> None:
         HANG_TESTS,
         ARRIVAL_TESTS,
         RUN_BASELINE_TESTS,
+        JOB_TIME_TESTS,
     )
     tests = [t for f in files for t in _yaml(f)["tests"]]
     checked_exprs = [t["expr"] for test in tests for t in test.get("promql_expr_test", [])]
@@ -236,6 +246,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
             WINDOW_TESTS,
             HANG_TESTS,
             RUN_BASELINE_TESTS,
+            JOB_TIME_TESTS,
         )
         for t in _yaml(f)["tests"]
     ]:
@@ -263,6 +274,7 @@ def test_promtool_test_files_load_the_project_rules() -> None:
         HANG_TESTS,
         DEFINITIONS_TESTS,
         RUN_BASELINE_TESTS,
+        JOB_TIME_TESTS,
     ):
         for rule_file in _yaml(path)["rule_files"]:
             assert (path.parent / rule_file).resolve() in [p.resolve() for p in RULE_FILES]
@@ -334,7 +346,7 @@ def test_no_rule_reads_a_fresh_result_of_its_own_group() -> None:
     groups = _yaml(PROMETHEUS / "rules" / "mfuscope-recording.yml")["groups"]
     # The groups over 15 min to 30 days may read their own results: one evaluation's lag moves
     # them by at most interval / window (core/promql/recording.py says why).
-    long_windows = {"mfuscope.regression", "mfuscope.run_baseline"}
+    long_windows = {"mfuscope.regression", "mfuscope.run_baseline", "mfuscope.job_time"}
     assert {g["name"] for g in groups} - long_windows == set(recording.WRITTEN_OUT)
     for group in (g for g in groups if g["name"] not in long_windows):
         recorded: list[str] = []

@@ -82,6 +82,8 @@ _CALLS: dict[str, list[Callable[[], str]]] = {
     "collective_overlap": [lambda: q.collective_overlap(W, ("job",))],
     "tier_spec": [lambda: q.tier_spec()],
     "busbw_efficiency": [lambda: q.busbw_efficiency(R)],
+    "effective_mfu": [lambda: q.effective_mfu(W), lambda: q.effective_mfu(None)],
+    "job_time_share": [lambda: q.job_time_share(W)],
 }
 
 

@@ -97,9 +97,27 @@ mfuscope_reports_duplicate_total{job="train"} 1.0
 # HELP mfuscope_rerun_steps_total step reports accepted whose step an earlier launch of the job had already reported (work redone after a restart; also in mfuscope_steps_total)
 # TYPE mfuscope_rerun_steps_total counter
 mfuscope_rerun_steps_total{job="train"} 0.0
+# HELP mfuscope_useful_model_flops_total model FLOPs of the steps that advanced training (redone steps left out): the effective MFU numerator
+# TYPE mfuscope_useful_model_flops_total counter
+mfuscope_useful_model_flops_total{job="train"} 1.2e+12
+# HELP mfuscope_job_peak_flop_seconds_total dense peak FLOP/s of the rank's device x its rank-seconds in every job-time category, summed (the effective MFU denominator: effective MFU = increase(useful model FLOPs) / increase(this))
+# TYPE mfuscope_job_peak_flop_seconds_total counter
+mfuscope_job_peak_flop_seconds_total{job="train"} 0.0
 # HELP mfuscope_job_restarts_total new launches of the job (agent incarnations) after the first one seen
 # TYPE mfuscope_job_restarts_total counter
 mfuscope_job_restarts_total{job="train"} 0.0
+# HELP mfuscope_job_rank_seconds_total each rank's seconds from its process start to its exit, by job-time category (startup, step, redone_step, checkpoint_save, checkpoint_load, evaluation, other_phase, hung, down, shutdown): the categories sum to the ranks' rank-seconds
+# TYPE mfuscope_job_rank_seconds_total counter
+mfuscope_job_rank_seconds_total{category="startup",job="train"} 0.0
+mfuscope_job_rank_seconds_total{category="step",job="train"} 0.0
+mfuscope_job_rank_seconds_total{category="redone_step",job="train"} 0.0
+mfuscope_job_rank_seconds_total{category="checkpoint_save",job="train"} 0.0
+mfuscope_job_rank_seconds_total{category="checkpoint_load",job="train"} 0.0
+mfuscope_job_rank_seconds_total{category="evaluation",job="train"} 0.0
+mfuscope_job_rank_seconds_total{category="other_phase",job="train"} 0.0
+mfuscope_job_rank_seconds_total{category="hung",job="train"} 0.0
+mfuscope_job_rank_seconds_total{category="down",job="train"} 0.0
+mfuscope_job_rank_seconds_total{category="shutdown",job="train"} 0.0
 # HELP mfuscope_step_component_seconds_total step time per bucket (compute, recompute, exposed_comm, other, bubble_pipeline, bubble_idle, instrumentation); axis and tier set on exposed_comm, axis pp on bubble_pipeline, seconds
 # TYPE mfuscope_step_component_seconds_total counter
 mfuscope_step_component_seconds_total{axis="",component="compute",job="train",tier=""} 2.125

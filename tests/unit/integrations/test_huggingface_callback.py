@@ -100,3 +100,32 @@ def test_user_options_then_environment_then_the_models_estimate(
     # and the user's keywords win over the environment
     agent = _started(tmp_path, monkeypatch, env, count_flops=False, flops_per_step=7.0, job="arg")
     assert (agent.config.flops_per_step, agent.config.job) == (7.0, "arg")
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "save"), [(True, True), (True, False), (False, True), (False, False)]
+)
+def test_evaluations_and_saves_the_trainer_runs_are_phases(
+    tmp_path: Path, evaluate: bool, save: bool
+) -> None:
+    """The Trainer's flow callback sets `control` at a step's end; the Trainer then evaluates
+    (`on_evaluate` at its end) and saves (`on_save` at its end)."""
+    path = tmp_path / "r.jsonl"
+    callback = MfuscopeCallback(
+        jsonl_path=str(path), profile=False, peak_flops=1e11, flops_per_step=1e9
+    )
+    args = trainer_args(tmp_path, grad_accum=1)
+    callback.on_train_begin(args, None, None, model=tiny_gpt2())
+    control = SimpleNamespace(should_evaluate=evaluate, should_save=save)
+    for _ in range(2):
+        callback.on_step_begin(args, None, control)
+        callback.on_step_end(args, None, control)
+        if evaluate:
+            callback.on_evaluate(args, None, control)
+        if save:
+            callback.on_save(args, None, control)
+    callback.on_train_end(args, None, None)
+    ledger = decode_batch(path.read_text().splitlines()[-1]).ledger
+    assert ledger is not None
+    assert (ledger.evaluation_ns > 0, ledger.checkpoint_save_ns > 0) == (evaluate, save)
+    assert len(reports(path)) == 2

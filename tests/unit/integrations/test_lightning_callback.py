@@ -71,3 +71,36 @@ def test_user_options_then_environment_then_the_loggers_name(
     agent = callback.agent
     callback.on_train_end(trainer, None)
     assert (agent.config.job, agent.config.flops_per_step) == (job, 9.0)
+
+
+class StandInTrainer(SimpleNamespace):
+    """What the callback reads of a Lightning ``Trainer``: its strategy's checkpoint load (the
+    file read of ``fit(ckpt_path=...)``) and its ``save_checkpoint``."""
+
+    def save_checkpoint(self, filepath: str, weights_only: bool = False) -> str:
+        return filepath
+
+
+def test_validation_checkpoint_saves_and_the_load_are_phases(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    callback = MfuscopeCallback(
+        job="j", jsonl_path=str(path), profile=False, peak_flops=1e11, flops_per_step=7.0
+    )
+    strategy = SimpleNamespace(load_checkpoint=lambda path, weights_only=None: {"step": 3})
+    trainer = StandInTrainer(global_step=0, logger=None, strategy=strategy)
+    callback.setup(trainer, None, "fit")
+    assert trainer.strategy.load_checkpoint("ckpt") == {"step": 3}  # before the Agent exists
+    callback.on_train_start(trainer, None)
+    for batch_idx in range(2):
+        callback.on_train_batch_start(trainer, None, None, batch_idx)
+        trainer.global_step += 1
+        callback.on_train_batch_end(trainer, None, None, None, batch_idx)
+        callback.on_validation_start(trainer, None)
+        callback.on_validation_end(trainer, None)
+        assert trainer.save_checkpoint("last.ckpt") == "last.ckpt"
+    callback.on_train_end(trainer, None)
+    assert "save_checkpoint" not in vars(trainer)  # unwrapped at the end
+    ledger = decode_batch(path.read_text().splitlines()[-1]).ledger
+    assert ledger is not None
+    assert ledger.checkpoint_load_ns > 0
+    assert ledger.evaluation_ns > 0 and ledger.checkpoint_save_ns > 0

@@ -115,3 +115,42 @@ def test_user_options_then_environment_then_derived_values(
     agent = glue.instrument(StandInTrainer(1000), hardware_counters=False, **AGENT, **options)
     agent.close()
     assert (agent.config.flops_per_step, agent.config.job) == (flops, job)
+
+
+class StandInCheckpointer:
+    """torchtitan's ``CheckpointManager`` as the glue sees it: ``save`` after every step saves
+    only when ``_should_save`` says so; ``load`` before the first step."""
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval
+        self.saved: list[int] = []
+
+    def _should_save(self, curr_step: int, last_step: bool = False) -> bool:
+        return last_step or curr_step % self.interval == 0
+
+    def save(self, curr_step: int, last_step: bool = False) -> None:
+        if self._should_save(curr_step, last_step):
+            self.saved.append(curr_step)
+
+    def load(self, step: int = -1) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("interval", "saves"), [(3, [3]), (10, [])])
+def test_the_checkpoint_managers_saves_and_load_are_phases(
+    tmp_path: Path, interval: int, saves: list[int]
+) -> None:
+    trainer = StandInTrainer(1000)
+    trainer.checkpointer = StandInCheckpointer(interval)  # type: ignore[attr-defined]
+    path = tmp_path / "r.jsonl"
+    agent = glue.instrument(trainer, job="titan", jsonl_path=str(path), **AGENT)
+    assert trainer.checkpointer.load(step=-1) is True  # type: ignore[attr-defined]
+    for step in range(1, 5):
+        trainer.train_step(step)
+        trainer.checkpointer.save(step)  # type: ignore[attr-defined]
+    agent.close()
+    assert trainer.checkpointer.saved == saves  # type: ignore[attr-defined]
+    ledger = decode_batch(path.read_text().splitlines()[-1]).ledger
+    assert ledger is not None and ledger.checkpoint_load_ns > 0
+    # a save call that does not save is no phase
+    assert (ledger.checkpoint_save_ns > 0) == bool(saves)
