@@ -176,6 +176,7 @@ class Agent:
             log=self._log,
             timer=runtime.timer,
             collectives=collectives,
+            known_waits=runtime.known_waits,
         )
         if collectives is not None:
             collectives.follow_steps(self._reporter.drain)

@@ -32,6 +32,7 @@ from mfuscope.core.schema import MIN_STEP_SECONDS, StepReport
 if TYPE_CHECKING:
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
     from mfuscope.agent.collective_reader import CollectiveReader
+    from mfuscope.agent.known_waits import KnownWaits
 
 __all__ = ["StepReporter"]
 
@@ -59,12 +60,15 @@ class StepReporter:
         log: RateLimitedLog,
         timer: StepTimer | None = None,
         collectives: CollectiveReader | None = None,
+        known_waits: KnownWaits | None = None,
         interval_s: float = INTERVAL_S,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         wall_clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         """`clock_ns`: the recorder's clock (`time.perf_counter_ns`); `wall_clock_ns`: the wall
-        clock the reports' start times are given in (ns since the epoch)."""
+        clock the reports' start times are given in (ns since the epoch). `known_waits`: the
+        blocked time the agent can name per step (a data loader's, its own profiler's), left out
+        of each step's blocked time (`known_waits`)."""
         self._recorder = recorder
         self._assembler = assembler
         self._windows = windows
@@ -73,6 +77,7 @@ class StepReporter:
         self._log = log
         self._timer = timer
         self._collectives = collectives
+        self._known_waits = known_waits
         self._interval_s = interval_s
         self._clock_ns = clock_ns
         self._wall_clock_ns = wall_clock_ns
@@ -180,8 +185,10 @@ class StepReporter:
             following = starts[(n + 1) & (CAPACITY - 1)]
             period_s = _period_s(start, following)
             following_times = self._slot_times(n + 1) if clocked else None
-            thread = _blocked_and_delay(times, following_times, following - start)
-            done.append(TimedStep(first + n, start + offset_ns, period_s, *thread))
+            blocked, delay = _blocked_and_delay(times, following_times, following - start)
+            if blocked is not None and self._known_waits is not None:
+                blocked = max(blocked - self._known_waits.blocked_s(n), 0.0)
+            done.append(TimedStep(first + n, start + offset_ns, period_s, blocked, delay))
             times = following_times
             n += 1
         if final and n < begun:
