@@ -17,6 +17,7 @@ failed window's steps keep the previous breakdown and carry no collectives.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -98,6 +99,7 @@ class ReportAssembler:
         self._comm = comm
         self.closing = False
         self._flops: dict[int, StepFlopsValue] = {}
+        self._data_waits: dict[int, float] = {}  # s blocked in a data loader (CPU timelines)
         self._held: dict[int, TimedStep] = {}
         self._from_window: dict[int, _FromWindow] = {}
         self._last_finished: int | None = None  # the latest step whose period came in
@@ -106,6 +108,11 @@ class ReportAssembler:
 
     def flops_counted(self, step: int, flops: StepFlopsValue) -> None:
         self._flops[step] = flops
+
+    def data_waited(self, step: int, seconds: float) -> None:
+        """How long `step`'s training thread was blocked in a data loader (CPU timelines; left
+        out of its `blocked_s` already): beyond its window's, it is idle time."""
+        self._data_waits[step] = seconds
 
     def step_finished(self, timed: TimedStep, *, hold: bool) -> list[StepReport]:
         """A step's period is in (steps come in order). `hold`: its window's analysis is still
@@ -147,7 +154,16 @@ class ReportAssembler:
             # which earlier windows must not outvote (pooling the last 3 kept a slowed job's
             # new idle time as communication, and its page named the wrong cause).
             elsewhere = blocked_elsewhere_s(self._blocked(result))
-            window = replace(window, blocked_elsewhere_s=elsewhere)
+            waits = [
+                self._data_waits[d.step]
+                for d in result.decompositions
+                if d.step in self._data_waits
+            ]
+            window = replace(
+                window,
+                blocked_elsewhere_s=elsewhere,
+                data_wait_s=statistics.median(waits) if waits else None,
+            )
             self.breakdown = window
             by_step = {d.step: d for d in result.decompositions}
             for step in result.steps:
@@ -161,9 +177,10 @@ class ReportAssembler:
         return [self._report(self._held.pop(s)) for s in result.steps if s in self._held]
 
     def _blocked(self, result: WindowResult) -> list[BlockedSample]:
-        """The window's steps' thread times beside their decomposition (CPU timelines)."""
+        """The window's steps' thread times beside their decomposition, in step order (CPU
+        timelines)."""
         samples = []
-        for decomposition in result.decompositions:
+        for decomposition in sorted(result.decompositions, key=lambda d: d.step):
             timed = self._held.get(decomposition.step)
             if timed is None or timed.blocked_s is None or timed.run_delay_s is None:
                 continue
@@ -221,6 +238,7 @@ class ReportAssembler:
 
     def _report(self, timed: TimedStep) -> StepReport:
         flops = self._flops.pop(timed.step, None) or _NO_FLOPS
+        data_wait_s = self._data_waits.pop(timed.step, None)
         own = self._from_window.pop(timed.step, None)
         return make_report(
             step=timed.step,
@@ -232,4 +250,5 @@ class ReportAssembler:
             collectives=own.collectives if own is not None else (),
             measured_s=own.measured_s if own is not None else None,
             blocked_s=timed.blocked_s,
+            data_wait_s=data_wait_s,
         )

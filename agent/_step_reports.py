@@ -150,7 +150,8 @@ class StepReporter:
         results = self._results
         while recorder.window_results:
             results.append(recorder.window_results.popleft())
-        last_open = recorder.first_step + begun - 1 if final and recorder.depth else None
+        first = recorder.first_step
+        last_open = first + begun - 1 if final and recorder.depth else None
         for step in timed:
             # A window result picked up at the end of step k: reports from step k on carry it.
             while results and results[0][0] <= step.step:
@@ -158,6 +159,8 @@ class StepReporter:
             flops = _UNKNOWN if step.step == last_open else self._flops_of(step.step)
             self._windows.observe_wall(step.step, step.wall_s)
             assembler.flops_counted(step.step, flops)
+            if self._known_waits is not None and step.blocked_s is not None:
+                assembler.data_waited(step.step, self._known_waits.data_s(step.step - first))
             hold = step.step in self._window_steps and not assembler.resolved(step.step)
             self._window_steps.discard(step.step)
             reports.extend(assembler.step_finished(step, hold=hold))

@@ -44,7 +44,17 @@ class KnownWaits:
     Written on the training thread, read by the report thread for steps that have ended (a later
     step has begun), so no slot is read while it is written."""
 
-    __slots__ = ("_begun", "_clock_ns", "_depth", "_first_step", "_ns", "_owner", "_read", "thread")
+    __slots__ = (
+        "_begun",
+        "_clock_ns",
+        "_data_ns",
+        "_depth",
+        "_first_step",
+        "_ns",
+        "_owner",
+        "_read",
+        "thread",
+    )
 
     def __init__(
         self,
@@ -61,13 +71,14 @@ class KnownWaits:
         self._first_step = first_step
         self.thread = threading.get_ident()  # the clock's thread: it opened the file
         self._owner = [-1] * CAPACITY  # the step index each slot holds
-        self._ns = [0] * CAPACITY
+        self._ns = [0] * CAPACITY  # all the named blocked time
+        self._data_ns = [0] * CAPACITY  # the part waiting for data (idle on the trace)
         self._depth = 0  # a measured call inside another (a loader reading a loader) counts once
 
-    def around(self, action: Callable[[], _T], step: int | None = None) -> _T:
+    def around(self, action: Callable[[], _T], step: int | None = None, data: bool = False) -> _T:
         """Run `action` on the clock's thread and add the time it was blocked to step `step`
-        (None: the step in progress). Never raises beyond what `action` raises; a failing clock
-        measures nothing."""
+        (None: the step in progress); `data`: it was waiting for data. Never raises beyond what
+        `action` raises; a failing clock measures nothing."""
         if self._depth or threading.get_ident() != self.thread:
             return action()
         try:
@@ -79,9 +90,9 @@ class KnownWaits:
             return action()
         finally:
             self._depth = 0
-            self._add(before, started, step)
+            self._add(before, started, step, data)
 
-    def _add(self, before: bytes, started: int, step: int | None) -> None:
+    def _add(self, before: bytes, started: int, step: int | None, data: bool) -> None:
         try:
             after, ended = self._read(), self._clock_ns()
             blocked = _blocked_ns(thread_times(before), thread_times(after), ended - started)
@@ -93,14 +104,21 @@ class KnownWaits:
         slot = n & _MASK
         if self._owner[slot] != n:
             self._owner[slot] = n
-            self._ns[slot] = 0
+            self._ns[slot] = self._data_ns[slot] = 0
         self._ns[slot] += blocked
+        if data:
+            self._data_ns[slot] += blocked
 
     def blocked_s(self, n: int) -> float:
         """The named blocked time of the step with index `n` (its number less the first step's;
         s, 0 when none was measured)."""
         slot = n & _MASK
         return self._ns[slot] / 1e9 if self._owner[slot] == n else 0.0
+
+    def data_s(self, n: int) -> float:
+        """The part of `blocked_s(n)` spent waiting for data (s)."""
+        slot = n & _MASK
+        return self._data_ns[slot] / 1e9 if self._owner[slot] == n else 0.0
 
 
 def _blocked_ns(first: ThreadTimes, second: ThreadTimes, wall_ns: int) -> int:
@@ -127,7 +145,7 @@ def install_dataloader(waits: KnownWaits) -> Callable[[], None]:
 
     @functools.wraps(original)
     def __next__(self: Any) -> Any:
-        return waits.around(functools.partial(original, self))
+        return waits.around(functools.partial(original, self), data=True)
 
     __next__._mfuscope_wrapped = True  # type: ignore[attr-defined]
     base.__next__ = __next__

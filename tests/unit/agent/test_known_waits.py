@@ -124,6 +124,7 @@ def test_every_data_loader_fetch_is_measured_until_unwrapped() -> None:
         assert install_dataloader(waits)() is None  # already wrapped: nothing to undo
         assert list(loader) == [0, 1, 2]
         assert waits.blocked_s(0) == pytest.approx(6e-3)
+        assert waits.data_s(0) == pytest.approx(6e-3)  # waiting for data: idle
     finally:
         unwrap()
     assert list(loader) == [0, 1, 2]
@@ -189,6 +190,7 @@ def test_a_window_s_profiler_start_stop_and_export_are_named_on_their_steps(
     assert waits.blocked_s(2) == pytest.approx(3e-3)
     assert waits.blocked_s(3) == pytest.approx(4e-3)
     assert waits.blocked_s(4) == 0.0
+    assert waits.data_s(2) == waits.data_s(3) == 0.0  # the profiler's, not waiting for data
     result = coordinator.wait(10.0)
     assert result is not None and [d.step for d in result.decompositions] == [2, 3]
     assert log[-1] == "analyse"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -108,30 +109,31 @@ def test_the_carried_breakdown_leaves_out_the_window_step_the_profiler_starts_in
 
 
 def test_blocked_time_elsewhere_is_the_median_of_the_bounded_window_steps() -> None:
-    # per step: blocked - exposed comm, at least 0 and at most the step's idle time; with run
-    # delay, the midpoint between that bounded value without it and with it
+    # per step: blocked - exposed comm, at most the step's idle time and at least minus its run
+    # delay; the median over the steps but the first (the profiler's start)
+    started = BlockedSample(blocked_s=0.0, run_delay_s=0.5, exposed_comm_s=0.4, idle_s=0.0045)
     samples = [
+        started,  # -0.4: left out
         BlockedSample(blocked_s=0.010, run_delay_s=0.0, exposed_comm_s=0.006, idle_s=0.0045),
         # 0.004
-        BlockedSample(blocked_s=0.004, run_delay_s=0.0, exposed_comm_s=0.007, idle_s=0.0045),
-        # -0.003 -> 0
+        BlockedSample(blocked_s=0.004, run_delay_s=0.002, exposed_comm_s=0.007, idle_s=0.0045),
+        # -0.003 -> -0.002
         BlockedSample(blocked_s=0.020, run_delay_s=0.0, exposed_comm_s=0.002, idle_s=0.0045),
         # 0.018 -> 0.0045
         BlockedSample(blocked_s=0.0081, run_delay_s=0.0, exposed_comm_s=0.0042, idle_s=0.0045),
         # 0.0039
         BlockedSample(blocked_s=math.nan, run_delay_s=0.0, exposed_comm_s=0.001, idle_s=0.0045),
-        # nan -> 0
+        # nan -> 0 - 0.001
     ]
     assert blocked_elsewhere_s(samples) == pytest.approx(0.0039)
-    assert blocked_elsewhere_s(samples[:1]) == pytest.approx(0.004)
+    assert blocked_elsewhere_s(samples[:2]) == pytest.approx(0.004)
+    assert blocked_elsewhere_s([started, samples[2]]) == pytest.approx(-0.002)
+    assert blocked_elsewhere_s([started]) == pytest.approx(-0.4)  # all there is
     assert blocked_elsewhere_s([]) is None
-    # a woken thread that waited 3 ms for a CPU inside the collective: the trace's 6 ms of comm
-    # hold it, the 7 ms blocked do not; the midpoint of 1 ms (without it) and 4 ms (with it)
-    woken = BlockedSample(blocked_s=0.007, run_delay_s=0.003, exposed_comm_s=0.006, idle_s=0.005)
-    assert blocked_elsewhere_s([woken]) == pytest.approx(0.0025)
-    # the upper value is bounded by the idle time too: midpoint of 1 ms and 2 ms
-    short = BlockedSample(blocked_s=0.007, run_delay_s=0.003, exposed_comm_s=0.006, idle_s=0.002)
-    assert blocked_elsewhere_s([short]) == pytest.approx(0.0015)
+    # a thread that waited 3 ms for a CPU inside the collective: the trace's 6 ms of comm hold
+    # it, its 4 ms blocked do not; a carried step less 2 ms gets that wait too
+    preempted = BlockedSample(blocked_s=0.004, run_delay_s=0.003, exposed_comm_s=0.006, idle_s=0.0)
+    assert blocked_elsewhere_s([started, preempted]) == pytest.approx(-0.002)
 
 
 def _cpu_window(elsewhere: float | None) -> Breakdown:
@@ -181,6 +183,29 @@ def test_without_a_thread_clock_or_window_comm_a_step_carries_the_shares() -> No
     quiet = Breakdown(12, (Share("compute", 0.6), Share("bubble_idle", 0.4)), 0.0, (), 0.001)
     # blocked time is no evidence of communication where the window saw none
     assert carried_components(quiet, 0.010, 0.008) == components_for(quiet, 0.010)
+
+
+def test_a_carried_cpu_step_s_wait_for_data_beyond_the_window_s_is_idle() -> None:
+    # the window waited 1 ms per step in its data loader; this 20 ms step waited 9 ms (a late
+    # loader): 8 ms beyond are idle, its 3 ms of comm are its blocked time less the 4 ms
+    # elsewhere, and the other 9 ms share compute and idle 5:3 as in the window
+    window = replace(_cpu_window(0.004), data_wait_s=0.001)
+    seconds = _seconds(carried_components(window, 0.020, 0.007, 0.009))
+    assert seconds[("exposed_comm", "dp")] + seconds[("exposed_comm", "tp")] == pytest.approx(0.003)
+    assert seconds[("bubble_idle", "")] == pytest.approx(0.008 + 0.009 * 3 / 8)
+    assert seconds[("compute", "")] == pytest.approx(0.009 * 5 / 8)
+    assert math.fsum(seconds.values()) == pytest.approx(0.020, rel=1e-12)
+    # waiting less than the window moves nothing; nor does a wait unknown on either side
+    shares = carried_components(window, 0.020, 0.007)
+    assert carried_components(window, 0.020, 0.007, 0.0005) == shares
+    assert carried_components(_cpu_window(0.004), 0.020, 0.007, 0.009) == shares
+    # a window without idle time still puts the stall there
+    busy = Breakdown(
+        12, (Share("compute", 0.8), Share("exposed_comm", 0.2)), 0.0, (), 0.0, data_wait_s=0.0
+    )
+    stalled = _seconds(carried_components(busy, 0.010, 0.002, 0.004))
+    assert stalled[("bubble_idle", "")] == pytest.approx(0.004)
+    assert stalled[("compute", "")] == pytest.approx(0.004)
 
 
 def test_unattributed_exposed_time_keeps_an_unknown_axis() -> None:
