@@ -79,9 +79,10 @@ class WindowCoordinator:
         record: bool = True,
         known_waits: KnownWaits | None = None,
     ) -> None:
-        """`known_waits`: where the training thread's blocked time inside the profiler's start,
-        step marks and stop is noted (CPU timelines: it is the profiler's, never
-        communication)."""
+        """`known_waits` (CPU timelines): where the training thread's blocked time inside the
+        profiler's start, step marks and stop is noted (it is the profiler's, never
+        communication); with it, the window's last step also exports the trace here
+        (`_end_and_export`)."""
         self._schedule = schedule
         self._known_waits = known_waits
         self._recorder = recorder

@@ -108,27 +108,25 @@ def test_the_carried_breakdown_leaves_out_the_window_step_the_profiler_starts_in
     assert carried_breakdown([], 7) is None
 
 
-def test_blocked_time_elsewhere_is_the_median_of_the_bounded_window_steps() -> None:
+def test_blocked_time_elsewhere_is_the_largest_bounded_figure_of_the_window_steps() -> None:
     # per step: blocked - exposed comm, at most the step's idle time and at least minus its run
-    # delay; the median over the steps but the first (the profiler's start)
-    started = BlockedSample(blocked_s=0.0, run_delay_s=0.5, exposed_comm_s=0.4, idle_s=0.0045)
+    # delay; the largest over the steps but the first (the profiler's start)
+    started = BlockedSample(blocked_s=0.020, run_delay_s=0.5, exposed_comm_s=0.001, idle_s=0.02)
     samples = [
-        started,  # -0.4: left out
-        BlockedSample(blocked_s=0.010, run_delay_s=0.0, exposed_comm_s=0.006, idle_s=0.0045),
-        # 0.004
+        started,  # 0.019: left out
         BlockedSample(blocked_s=0.004, run_delay_s=0.002, exposed_comm_s=0.007, idle_s=0.0045),
         # -0.003 -> -0.002
-        BlockedSample(blocked_s=0.020, run_delay_s=0.0, exposed_comm_s=0.002, idle_s=0.0045),
-        # 0.018 -> 0.0045
         BlockedSample(blocked_s=0.0081, run_delay_s=0.0, exposed_comm_s=0.0042, idle_s=0.0045),
         # 0.0039
         BlockedSample(blocked_s=math.nan, run_delay_s=0.0, exposed_comm_s=0.001, idle_s=0.0045),
         # nan -> 0 - 0.001
     ]
     assert blocked_elsewhere_s(samples) == pytest.approx(0.0039)
-    assert blocked_elsewhere_s(samples[:2]) == pytest.approx(0.004)
-    assert blocked_elsewhere_s([started, samples[2]]) == pytest.approx(-0.002)
-    assert blocked_elsewhere_s([started]) == pytest.approx(-0.4)  # all there is
+    assert blocked_elsewhere_s(samples[:2]) == pytest.approx(-0.002)
+    # bounded by the idle time: blocked time outside communication is idle on the trace
+    long = BlockedSample(blocked_s=0.020, run_delay_s=0.0, exposed_comm_s=0.002, idle_s=0.0045)
+    assert blocked_elsewhere_s([started, long]) == pytest.approx(0.0045)
+    assert blocked_elsewhere_s([started]) == pytest.approx(0.019)  # all there is
     assert blocked_elsewhere_s([]) is None
     # a thread that waited 3 ms for a CPU inside the collective: the trace's 6 ms of comm hold
     # it, its 4 ms blocked do not; a carried step less 2 ms gets that wait too
