@@ -20,7 +20,6 @@ training thread, the `instrumentation` component (docs/definitions.md#instrument
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
