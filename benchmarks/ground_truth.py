@@ -1,7 +1,7 @@
 """The agent's step breakdown against ground truth: a 2-rank gloo job that times its own phases.
 
     .venv/bin/python benchmarks/ground_truth.py [--runs 3] [--steps 300] [--every 60] [--window 3]
-        [--busy N]
+        [--busy N] [--keep DIR]
 
 Runs `tests/support/ground_truth_job.py` under `torchrun --standalone --nproc_per_node=2`
 (OMP_NUM_THREADS=1): each step 12 x (matmul + tanh) on 256 x 256, a blocking all_reduce of 1 MiB
@@ -34,6 +34,7 @@ and after within a run.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,6 +63,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=60)
     parser.add_argument("--window", type=int, default=3)
     parser.add_argument("--busy", type=int, default=0, help="busy loops beside the job")
+    parser.add_argument("--keep", help="keep each run's files under this folder")
     args = parser.parse_args()
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     try:
@@ -92,8 +94,8 @@ def _measure(args: argparse.Namespace) -> None:
                 sys.exit(done.stderr[-3000:])
             for rank in (0, 1):
                 known, late = (
+                    load_run(Path(workdir), rank, relaxed=False),
                     load_run(Path(workdir), rank),
-                    load_run(Path(workdir), rank, relaxed=True),
                 )
                 assert known is not None and late is not None
                 by = {
@@ -108,11 +110,17 @@ def _measure(args: argparse.Namespace) -> None:
                 print(
                     f"{n:3d} {rank:4d} {coverage.windows:7d} {len(late.carried):7d} | "
                     f"{_worst(ground_truth.trace_errors(run, rank))}, "
-                    f"{_worst(ground_truth.report_errors(run, rank).window)} | "
+                    f"{_worst(ground_truth.report_errors(run, rank, late=False).window)} | "
                     + ", ".join(f"{a:+5.1f}/{b:+5.1f}" for a, b in by.values())
                     + " | "
                     + ("-" if spread is None else f"{100 * spread:.1f}"),
                     flush=True,
+                )
+            if args.keep:
+                shutil.copytree(
+                    workdir,
+                    Path(args.keep) / f"allreduce-{n}",
+                    ignore=shutil.ignore_patterns("tmp"),
                 )
     print("carried by time with late calls, mean |error| over runs and ranks (rank-runs within 4):")
     for name, values in scores.items():

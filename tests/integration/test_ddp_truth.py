@@ -12,12 +12,15 @@ windows, which carry their exposed communication from their own blocked time
 the same run, so the machine's load (other tests beside it) moves them together.
 
 Bounds, and why they are looser than `benchmarks/ddp_truth.py`'s target (4 points per rank over
-~300 steps): this run has ~80 carried steps, and under load the thread waits for a CPU inside the
+~300 steps): this run has ~75 carried steps, and under load the thread waits for a CPU inside the
 collectives' calls (tens of milliseconds on a loaded 2-core machine), a wait each carried step holds
-as much as the window's steps did on average, not exactly; on profiled steps the trace also counts
-the thread's preemption between autograd operators while a bucket is in flight, which the job
-cannot see (measured here up to 8 points on a step, a point on average, with the machine's load
-average at 8-12).
+about as much as the window's least-waiting step did, not exactly: a window whose steps waited
+unusually long (33 ms against the 5.5 ms of the steps after it) moved a rank-run by 5.8 points, and
+6 runs of this test here stayed within 3.6 points per rank. On profiled steps the trace
+also counts the thread's preemption between autograd operators while a bucket is in flight, which
+the job cannot see, and the job's completion callbacks need the GIL, so they can run late: single
+profiled steps were off by up to 20 points, and by a point on average, in
+`benchmarks/ddp_truth.py` runs with the machine's load average at 5-9.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ import pytest
 from tests.support import ddp_truth
 from tests.support.ddp_truth_job import STALL_AT, STALL_EVERY
 
-STEPS = 90
+STEPS = 100
 OPTIONS = (
-    "profile_first_step=5",
+    "profile_first_step=10",
     "profile_every_steps=30",
     "profile_max_overhead_ratio=1",
     "profile_every_s=1000",
@@ -70,7 +73,7 @@ def test_profiled_steps_agree_with_the_job(run: ddp_truth.Run, rank: int) -> Non
     ):
         assert len(errors) >= 9, (what, errors)  # 3 windows of 3 steps at least
         worst = max(errors, key=lambda step: abs(errors[step]))
-        assert abs(errors[worst]) <= 12.0, (what, worst, errors)
+        assert abs(errors[worst]) <= 25.0, (what, worst, errors)
         assert abs(statistics.fmean(errors.values())) <= 3.0, (what, errors)
 
 
@@ -90,8 +93,9 @@ def test_carried_steps_hold_their_exposed_comm(run: ddp_truth.Run, rank: int) ->
 def test_a_data_stall_is_idle_not_communication(run: ddp_truth.Run, rank: int) -> None:
     stalls = ddp_truth.stalls(run, rank)
     assert len(stalls.stall_s) >= 8, stalls
-    # the stalled steps' comm is off the job's by about what the other carried steps' is: a
-    # small part of the stall at most (each is off by a few ms either way) ...
-    assert abs(stalls.comm_gained) <= 0.3, stalls
+    # the stalled steps' comm is off the job's by no more than the other carried steps' is, but
+    # for a small part of the stall (each is off by a few ms either way; the rule before read
+    # 0.5-0.9 of each stall as communication) ...
+    assert stalls.comm_gained <= 0.3, stalls
     # ... and the stall is in their idle time
     assert stalls.idle_gained >= 0.7, stalls

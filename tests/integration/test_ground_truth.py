@@ -16,13 +16,14 @@ which is why exposed comm reads a fraction of a point below the script's time on
 the time a woken caller waits for a CPU after its work completed, nothing in flight any more: under
 load (the profiler starting on the peer, tests beside this one on 2 cores) it reached 8 ms of a
 30 ms step here. The job notes it apart, and the comparison is with the time until completion.
-A step where the training thread stalled around the call so that its completion time is not known
-(the work had completed before its callback was set, or the thread stalled holding the GIL before
-its wait, which delays the callback) is left out: with two jobs side by side such stalls took
-2-7 ms here, time the script would count as communication with nothing in flight. A step whose call
-only returned late, the work still in flight, is kept: the thread waited for a CPU inside the
-call, which the trace counts as communication too (within 0.2 points of the script's time on
-every such profiled step measured), and which the carried steps must hold.
+A step where the training thread stalled around the call (it returned more than 0.5 ms late, or
+after the work had completed, or the thread stalled holding the GIL before its wait, which delays
+the completion callback) is left out of the profiled steps' checks: with two jobs side by side such
+stalls took 2-7 ms here, time the script may count as communication with nothing in flight. The
+carried steps' check keeps those whose call only returned late, the work still in flight
+(`ground_truth.Run.comm_s`): under load they are a quarter to a half of the steps, the ones where
+the thread waited for a CPU inside the call, which the trace counts as communication too and the
+carried steps must hold; left out, they would favour a rule that carries no such wait.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def test_analyze_exposed_comm_is_the_time_blocked_in_the_collective(
 def test_live_agent_exposed_comm_is_the_time_blocked_in_the_collective(
     run: ground_truth.Run, rank: int
 ) -> None:
-    errors = ground_truth.report_errors(run, rank)
+    errors = ground_truth.report_errors(run, rank, late=False)
     _check(errors.window, f"agent, rank {rank}")
     # The same steps as the traces: the agent's reports of its windows are those decompositions.
     assert set(errors.window) == set(ground_truth.trace_errors(run, rank))

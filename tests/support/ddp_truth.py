@@ -18,7 +18,9 @@ the training thread runs no operator. It sees two parts:
 
 What it cannot see: the autograd engine's own gaps between operators while a bucket is in flight
 (microseconds each, more when the thread is preempted there), which the trace also counts as
-exposed. The stall (`stall_s`) is time asleep in the data path, with no collective in flight: idle.
+exposed. And its completion callback needs the GIL: where another thread holds it, the completion
+is noted late. The stall (`stall_s`) is time asleep in the data path, with no collective in flight:
+idle.
 """
 
 from __future__ import annotations

@@ -9,31 +9,28 @@ Run under torchrun:
         --option profile_first_step=10 --option profile_every_steps=60
 
 The loop is a user's: a small GPT (SDPA attention) under plain `DistributedDataParallel` with
-`bucket_cap_mb` small enough for several gradient buckets, so buckets are all-reduced while the
-backward pass still runs; 2 micro-steps per optimizer step, the first under `no_sync()`; one
-`agent.step()` per optimizer step; and a data stall (a sleep in the data path) on some steps, at
-steps and micro-steps that differ between the ranks, so that the other rank waits for it inside
-its all-reduce.
+`bucket_cap_mb` small enough for 7-8 gradient buckets, so buckets are all-reduced while the backward
+pass still runs; 2 micro-steps per optimizer step, the first under `no_sync()`; one `agent.step()`
+per optimizer step; and its batches from a `DataLoader` whose dataset sleeps 25 ms (a loader that
+is late) on one micro-step every 7 steps, at steps and micro-steps that differ between the ranks,
+so that the other rank waits for it inside its all-reduce.
 
-The truth comes from the job itself. A DDP communication hook (the default all-reduce, with
-timestamps) notes each bucket's launch and, from a callback on its future, when its all-reduce
-completed. On the syncing micro-step the reducer waits for every bucket once the backward pass has
-computed the last gradient, which is when the last bucket is launched (its gradients are the last
-to be ready). So per step:
+The truth comes from the job itself: a DDP communication hook, the default all-reduce with
+timestamps, notes each bucket's launch, the return of its call into the process group (which only
+enqueues the work) and, from a callback on its future on gloo's worker thread, its completion. What
+`tests/support/ddp_truth.py` makes of them: the reducer's wait (from the last bucket's launch, when
+the backward pass has computed the last gradient, to the last completion) and the calls that
+launched the earlier buckets are exposed communication; the earlier buckets' flight during the
+backward pass is overlapped; the sleep is idle.
 
-- **exposed communication** = the last completion minus the last bucket's launch, or 0 when
-  every bucket completed before it: the time the training thread waited for communication with
-  nothing else to do. Buckets launched earlier ran under the backward pass (overlapped);
-- **stall** = the time it slept in the data path (idle, not communication);
-- **wake** = from the last completion until `loss.backward()` returned: the reducer's thread
-  waking up (waiting for a CPU on a loaded machine) and DDP's bookkeeping after the wait, with
-  nothing in flight any more.
-
-Each rank writes ``{"buckets": B, "steps": [{"step", "exposed_s", "stall_s", "wake_s",
-"clock"}...]}`` to `--truth` (``{rank}`` replaced). ``clock`` holds the training thread's
-``/proc/thread-self/schedstat`` (CPU time, run delay in ns) and `perf_counter_ns` read at the
-step's start and end, for scoring candidate carried rules offline (`benchmarks/ddp_truth.py
---record`). The agent runs with its ordinary options plus `--option NAME=VALUE`.
+Each rank writes ``{"steps": [{"step", "stall_s", "data_blocked_s", "launched", "called",
+"completed", "backward_s", "clock"}, ...]}`` to `--truth` (``{rank}`` replaced): the stall's
+seconds, the thread's blocked time in the loader, each bucket's launch, call return and completion
+and the syncing backward's return (s after the step's start), and the training thread's
+``/proc/thread-self/schedstat`` (CPU time, run delay, ns) with `perf_counter_ns` at the step's
+start, the last bucket's launch, the syncing backward's return and the step's end, for scoring
+carried rules offline (`benchmarks/carried_rules.py`). The agent runs with its ordinary options
+plus `--option NAME=VALUE`.
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations as objects.
