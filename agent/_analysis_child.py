@@ -54,9 +54,17 @@ class ChildAnalysis:
     `cpu_s`: the CPU time the child spent analysing so far (the window's cost counts it, as it
     counts the analyser thread's own)."""
 
-    def __init__(self, command: Sequence[str] | None = None, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        command: Sequence[str] | None = None,
+        timeout_s: float = 5.0,
+        on_fallback: Callable[[str], object] | None = None,
+    ) -> None:
+        """`on_fallback(why)`: told once, when the analysis moves back to the thread (must not
+        raise)."""
         self._command = list(command or [sys.executable, "-m", "mfuscope.agent._analysis_child"])
         self._timeout_s = timeout_s
+        self._on_fallback = on_fallback
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self.fallback = False
@@ -68,7 +76,7 @@ class ChildAnalysis:
             if not self.fallback:
                 try:
                     status, value, cpu_s = self._ask(path, options)
-                except (OSError, EOFError, pickle.PickleError, struct.error) as exc:
+                except Exception as exc:  # the child, the pipe or a pickle: back to the thread
                     self._give_up(f"{type(exc).__name__}: {exc}")
                 else:
                     self.cpu_s += cpu_s
@@ -99,6 +107,8 @@ class ChildAnalysis:
         self.fallback = True
         self.why = why
         self._stop()
+        if self._on_fallback is not None:
+            self._on_fallback(why)
 
     def close(self) -> None:
         """Stop the child (at the agent's close); never raises."""

@@ -548,7 +548,16 @@ def build_runtime(
     # The analysis runs in a child process: on the analyser thread it held the GIL for hundreds
     # of milliseconds after each window (`_analysis_child`). Its CPU time counts in the window's
     # cost as the thread's own did.
-    child = ChildAnalysis() if seams.analyse is None else None
+    child = None
+    if seams.analyse is None:
+        child = ChildAnalysis(
+            on_fallback=lambda why: log.warning(
+                "analysis-child",
+                "mfuscope: window analysis runs on the agent's thread from here on (its child "
+                "process: %s); it holds the GIL there",
+                why,
+            )
+        )
     analyser = WindowAnalyser(
         seams.analyse or _engine_analyse(topology, device, workers, child),
         keep=_keeper(config, topology, workers),

@@ -96,9 +96,12 @@ def test_a_child_process_gives_the_thread_s_answer(tmp_path: Path) -> None:
 def test_a_child_that_cannot_run_hands_the_analysis_back_to_the_thread(tmp_path: Path) -> None:
     trace = _gloo_trace(tmp_path / "trace.json")
     options = analysis_options(device=None)
-    missing = ChildAnalysis([str(tmp_path / "no-such-python")])
+    told: list[str] = []
+    missing = ChildAnalysis([str(tmp_path / "no-such-python")], on_fallback=told.append)
     assert len(missing(str(trace), options)) == 2
     assert missing.fallback and missing.why is not None and "FileNotFoundError" in missing.why
+    assert len(missing(str(trace), options)) == 2
+    assert told == [missing.why]  # once
     # one that starts but answers nothing (it exits at once)
     silent = ChildAnalysis([sys.executable, "-c", "pass"])
     assert len(silent(str(trace), options)) == 2
