@@ -311,7 +311,8 @@ bucket = st.floats(min_value=0.0, max_value=5.0, allow_nan=False)
     ),
     wall=st.floats(min_value=1e-6, max_value=86_000.0),
     blocked=st.none() | st.floats(min_value=0.0, max_value=1e5),
-    elsewhere=st.floats(min_value=0.0, max_value=1e5),
+    elsewhere=st.floats(min_value=-1e5, max_value=1e5),
+    waits=st.none() | st.tuples(bucket, st.floats(min_value=0.0, max_value=1e5)),
 )
 def test_components_always_sum_to_the_step_and_pass_the_schema(
     compute: float,
@@ -323,7 +324,9 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
     wall: float,
     blocked: float | None,
     elsewhere: float,
+    waits: tuple[float, float] | None,
 ) -> None:
+    # `waits`: the window's and the carried step's time waiting for data
     parts = tuple(Exposed(a, t, s) for a, t, s in exposed)
     total_exposed = math.fsum(p.seconds for p in parts)
     step = Decomposition(
@@ -339,7 +342,11 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
     )
     breakdown = breakdown_from_steps([step], 5)
     if breakdown is not None and blocked is not None:  # a CPU window, a carried step
-        breakdown = dataclasses.replace(breakdown, blocked_elsewhere_s=elsewhere)
+        breakdown = dataclasses.replace(
+            breakdown,
+            blocked_elsewhere_s=elsewhere,
+            data_wait_s=None if waits is None else waits[0],
+        )
     report = make_report(
         step=9,
         start_unix_ns=1,
@@ -348,6 +355,7 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
         recompute_flops=1e11,
         breakdown=breakdown,
         blocked_s=blocked,
+        data_wait_s=None if waits is None else waits[1],
     )
     if breakdown is None:
         assert report.components == ()
