@@ -246,22 +246,24 @@ def blocked_elsewhere_s(samples: Sequence[BlockedSample]) -> float | None:
     waiting for a CPU while the collective ran), which the trace counts in the collective and
     carried steps have too; so it can be negative. It is bounded by the step's idle time above
     (blocked time outside communication is idle) and by minus its run delay below. Then the
-    largest over the steps but the first, when there are several. The first is the step the
-    profiler starts in (as in `carried_breakdown`): its collectives wait for the slowest rank's
-    start, its thread for a CPU while every rank's profiler starts. The largest is the step that
-    waited least for a CPU inside its collectives: the profiler's own work makes profiled steps
-    wait more there than the steps after the window (measured on both ground-truth jobs,
-    docs/agent.md#carried-breakdowns-against-ground-truth, where the median did worse).
+    upper quartile (nearest rank) over the steps but the first, when there are several: of the 2
+    steps a window of 3 leaves, the larger. The first is the step the profiler starts in (as in
+    `carried_breakdown`): its collectives wait for the slowest rank's start, its thread for a CPU
+    while every rank's profiler starts. The upper quartile, not the median: the profiler's own
+    work makes profiled steps wait for a CPU inside their collectives more than the steps after
+    the window, so the steps that waited least are the closest to them; not the largest, which
+    over longer windows picks a step that blocked elsewhere (measured on both ground-truth jobs,
+    docs/agent.md#carried-breakdowns-against-ground-truth).
     """
     kept = samples[1:] if len(samples) > 1 else samples
-    values = [
+    values = sorted(
         min(
             max(_finite(s.blocked_s) - _finite(s.exposed_comm_s), -_finite(s.run_delay_s)),
             _finite(s.idle_s),
         )
         for s in kept
-    ]
-    return max(values) if values else None
+    )
+    return values[int(0.75 * (len(values) - 1) + 0.5)] if values else None
 
 
 def carried_components(

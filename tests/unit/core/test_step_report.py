@@ -108,9 +108,9 @@ def test_the_carried_breakdown_leaves_out_the_window_step_the_profiler_starts_in
     assert carried_breakdown([], 7) is None
 
 
-def test_blocked_time_elsewhere_is_the_largest_bounded_figure_of_the_window_steps() -> None:
+def test_blocked_time_elsewhere_is_the_upper_quartile_of_the_bounded_window_steps() -> None:
     # per step: blocked - exposed comm, at most the step's idle time and at least minus its run
-    # delay; the largest over the steps but the first (the profiler's start)
+    # delay; the upper quartile (nearest rank) over the steps but the first (the profiler's start)
     started = BlockedSample(blocked_s=0.020, run_delay_s=0.5, exposed_comm_s=0.001, idle_s=0.02)
     samples = [
         started,  # 0.019: left out
@@ -121,8 +121,12 @@ def test_blocked_time_elsewhere_is_the_largest_bounded_figure_of_the_window_step
         BlockedSample(blocked_s=math.nan, run_delay_s=0.0, exposed_comm_s=0.001, idle_s=0.0045),
         # nan -> 0 - 0.001
     ]
-    assert blocked_elsewhere_s(samples) == pytest.approx(0.0039)
+    assert blocked_elsewhere_s(samples) == pytest.approx(0.0039)  # of 3: the largest
     assert blocked_elsewhere_s(samples[:2]) == pytest.approx(-0.002)
+    assert blocked_elsewhere_s(samples[:3]) == pytest.approx(0.0039)  # of 2: the larger
+    # of 5: the 4th smallest, not the largest (a step that blocked elsewhere)
+    five = [started, *(replace(samples[2], blocked_s=0.0042 + 0.001 * k) for k in range(5))]
+    assert blocked_elsewhere_s(five) == pytest.approx(0.003)
     # bounded by the idle time: blocked time outside communication is idle on the trace
     long = BlockedSample(blocked_s=0.020, run_delay_s=0.0, exposed_comm_s=0.002, idle_s=0.0045)
     assert blocked_elsewhere_s([started, long]) == pytest.approx(0.0045)
