@@ -71,7 +71,8 @@ def test_profiled_steps_agree_with_the_job(run: ddp_truth.Run, rank: int) -> Non
         (ddp_truth.trace_errors(run, rank), "analyze"),
         (ddp_truth.report_errors(run, rank).window, "agent"),
     ):
-        assert len(errors) >= 9, (what, errors)  # 3 windows of 3 steps at least
+        # 3 windows of 3 steps, or 2 where the schedule postponed one (an analysis still out)
+        assert len(errors) >= 6, (what, errors)
         worst = max(errors, key=lambda step: abs(errors[step]))
         assert abs(errors[worst]) <= 25.0, (what, worst, errors)
         assert abs(statistics.fmean(errors.values())) <= 3.0, (what, errors)
