@@ -198,6 +198,7 @@ class Agent:
             timer=runtime.timer,
             collectives=collectives,
             job_time=job_time,
+            known_waits=runtime.known_waits,
         )
         if collectives is not None:
             collectives.follow_steps(self._reporter.drain)

@@ -24,6 +24,7 @@ carries the window's shares.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -122,6 +123,7 @@ class ReportAssembler:
         self._ledger = ledger
         self.closing = False
         self._flops: dict[int, StepFlopsValue] = {}
+        self._data_waits: dict[int, float] = {}  # s blocked in a data loader (CPU timelines)
         self._held: dict[int, TimedStep] = {}
         self._from_window: dict[int, _FromWindow] = {}
         self._last_finished: int | None = None  # the latest step whose period came in
@@ -138,6 +140,11 @@ class ReportAssembler:
 
     def flops_counted(self, step: int, flops: StepFlopsValue) -> None:
         self._flops[step] = flops
+
+    def data_waited(self, step: int, seconds: float) -> None:
+        """How long `step`'s training thread was blocked in a data loader (CPU timelines; left
+        out of its `blocked_s` already): beyond its window's, it is idle time."""
+        self._data_waits[step] = seconds
 
     def step_finished(self, timed: TimedStep, *, hold: bool) -> list[StepReport]:
         """A step's period is in (steps come in order). `hold`: its window's analysis is still
@@ -216,7 +223,17 @@ class ReportAssembler:
             elsewhere = blocked_elsewhere_s(self._blocked(result))
             chosen = carried_steps(sorted(result.decompositions, key=lambda s: s.step))
             seconds = window_seconds(chosen, *self._window_flops([d.step for d in chosen]))
-            window = replace(window, blocked_elsewhere_s=elsewhere, seconds=seconds)
+            waits = [
+                self._data_waits[d.step]
+                for d in result.decompositions
+                if d.step in self._data_waits
+            ]
+            window = replace(
+                window,
+                blocked_elsewhere_s=elsewhere,
+                seconds=seconds,
+                data_wait_s=statistics.median(waits) if waits else None,
+            )
             self.breakdown = window
             by_step = {d.step: d for d in result.decompositions}
             for step in result.steps:
@@ -230,9 +247,10 @@ class ReportAssembler:
         return [self._report(self._held.pop(s)) for s in result.steps if s in self._held]
 
     def _blocked(self, result: WindowResult) -> list[BlockedSample]:
-        """The window's steps' thread times beside their decomposition (CPU timelines)."""
+        """The window's steps' thread times beside their decomposition, in step order (CPU
+        timelines)."""
         samples = []
-        for decomposition in result.decompositions:
+        for decomposition in sorted(result.decompositions, key=lambda d: d.step):
             timed = self._held.get(decomposition.step)
             if timed is None or timed.blocked_s is None or timed.run_delay_s is None:
                 continue
@@ -308,6 +326,7 @@ class ReportAssembler:
         """`carried`: the breakdown a step that waited for its durations carries (else the
         latest)."""
         flops = self._flops.pop(timed.step, None) or _NO_FLOPS
+        data_wait_s = self._data_waits.pop(timed.step, None)
         own = self._from_window.pop(timed.step, None)
         return make_report(
             step=timed.step,
@@ -320,4 +339,5 @@ class ReportAssembler:
             measured_s=own.measured_s if own is not None else None,
             blocked_s=timed.blocked_s,
             durations=self._durations.pop(timed.step, None) if own is None else None,
+            data_wait_s=data_wait_s,
         )

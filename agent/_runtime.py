@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mfuscope.agent._analysis_child import ChildAnalysis, analyse_in_process
 from mfuscope.agent._announce import window_logger
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._hw_readers import nic_ids
@@ -31,6 +32,7 @@ from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.gpu_identity import GpuRef, cuda_gpu_ref, match_gpu, runs_in_mig_mode
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
 from mfuscope.agent.kept_traces import TraceKeeper
+from mfuscope.agent.known_waits import KnownWaits, install_dataloader
 from mfuscope.agent.profiler_windows import (
     Keep,
     WindowAnalyser,
@@ -85,10 +87,12 @@ class Runtime:
     windows: WindowCoordinator
     analyser: WindowAnalyser
     periodic: Periodic  # the agent's periodic thread: reports, collectives, counters, agreement
-    unwrap_checkpoint: Callable[[], None]
+    unwrap_patches: Callable[[], None]  # restores what the agent patched in torch
     hardware: HardwareSampler | None = None
     collectives: CollectiveReader | None = None
     peak_note: str = ""  # where a measured peak comes from (its calibration and cache)
+    known_waits: KnownWaits | None = None  # CPU timelines with the thread clock
+    analysis_child: ChildAnalysis | None = None  # where windows are analysed (None: in-thread)
 
     def make_transports(
         self, encode: Callable[[Sequence[StepReport], str], bytes]
@@ -150,11 +154,13 @@ class Runtime:
     def shutdown(self) -> None:
         """Undo what construction installed; never raises."""
         with contextlib.suppress(Exception):
-            self.unwrap_checkpoint()
+            self.unwrap_patches()
         with contextlib.suppress(Exception):
             self.flops.close()
         with contextlib.suppress(Exception):
             self.analyser.close(0.5)
+        if self.analysis_child is not None:
+            self.analysis_child.close()
         self.windows.close()
         if self.hardware is not None:
             self.hardware.stop()
@@ -368,10 +374,15 @@ def _group_link_specs(
 
 
 def _engine_analyse(
-    topology: RankTopology, device: _Device, workers: Callable[[str], Mapping[int, str] | None]
+    topology: RankTopology,
+    device: _Device,
+    workers: Callable[[str], Mapping[int, str] | None],
+    child: ChildAnalysis | None,
 ) -> Callable[[str], Sequence[DecompositionLike]]:
+    """The engine on a window's trace, with this rank's options (worked out here: the gloo
+    worker threads are this process's), in `child` when given (`_analysis_child`)."""
+
     def analyse(path: str) -> Sequence[DecompositionLike]:
-        from mfuscope.core.trace import analyze_trace, read_trace
         from mfuscope.core.trace.options import analysis_options
 
         options = analysis_options(
@@ -382,7 +393,9 @@ def _engine_analyse(
             axis_overrides=topology.axis_of_group_name,
             gloo_worker_groups=workers(path),
         )
-        steps: Sequence[DecompositionLike] = analyze_trace(read_trace(path), options).steps
+        steps: Sequence[DecompositionLike] = (
+            analyse_in_process(path, options) if child is None else child(path, options)
+        )
         return steps
 
     return analyse
@@ -532,16 +545,36 @@ def build_runtime(
         log=log,
         thread_clock=thread_clock,
     )
+    # The blocked time the agent can name (a data loader's fetch, its own profiler): left out of
+    # the blocked time carried steps take their exposed communication from.
+    known_waits = unwrap_dataloader = None
+    if thread_clock is not None:
+        known_waits = KnownWaits(thread_clock.read, lambda: recorder.begun, config.first_step)
+        unwrap_dataloader = install_dataloader(known_waits)
     given = None
     if config.flops_per_step is not None:
         given = (config.flops_per_step, config.recompute_flops_per_step or 0.0)
     # One /proc scan per profiled trace, shared by the kept copy and the analysis (the analyser
     # thread keeps a trace, then analyses it).
     workers = functools.lru_cache(maxsize=1)(lambda path: discover_gloo_workers())
+    # The analysis runs in a child process: on the analyser thread it held the GIL for hundreds
+    # of milliseconds after each window (`_analysis_child`). Its CPU time counts in the window's
+    # cost as the thread's own did.
+    child = None
+    if seams.analyse is None:
+        child = ChildAnalysis(
+            on_fallback=lambda why: log.warning(
+                "analysis-child",
+                "mfuscope: window analysis runs on the agent's thread from here on (its child "
+                "process: %s); it holds the GIL there",
+                why,
+            )
+        )
     analyser = WindowAnalyser(
-        seams.analyse or _engine_analyse(topology, device, workers),
+        seams.analyse or _engine_analyse(topology, device, workers, child),
         keep=_keeper(config, topology, workers),
         on_analysed=window_logger(log.logger, topology.rank),
+        thread_time=time.thread_time if child is None else lambda: time.thread_time() + child.cpu_s,
     )
     periodic = Periodic(log, clock=time.monotonic)
     schedule = _window_schedule(config, topology, schedule_values, log, periodic)
@@ -557,6 +590,7 @@ def build_runtime(
         log=log,
         clock=clock,
         record=config.profile,
+        known_waits=known_waits,
     )
     flops = FlopsTracker(
         given=given,
@@ -569,7 +603,13 @@ def build_runtime(
         match=recorder,  # the recorder checks the steady shapes on its fast path
     )
     recorder.bind(flops, windows)
-    unwrap = wrap_checkpoint() if config.wrap_checkpoint else (lambda: None)
+    unwrap_checkpoint = wrap_checkpoint() if config.wrap_checkpoint else (lambda: None)
+
+    def unwrap() -> None:
+        unwrap_checkpoint()
+        if unwrap_dataloader is not None:
+            unwrap_dataloader()
+
     hardware = _hardware(config, device, topology, seams, log, node_nics=node_nics)
     if hardware is not None:
         hardware.start(periodic)
@@ -592,8 +632,10 @@ def build_runtime(
         windows=windows,
         analyser=analyser,
         periodic=periodic,
-        unwrap_checkpoint=unwrap,
+        unwrap_patches=unwrap,
         hardware=hardware,
         collectives=collectives,
         peak_note=peak_note,
+        known_waits=known_waits,
+        analysis_child=child,
     )

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from mfuscope.agent._job_time import JobTime
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
     from mfuscope.agent.collective_reader import CollectiveReader
+    from mfuscope.agent.known_waits import KnownWaits
 
 __all__ = ["StepReporter"]
 
@@ -63,13 +64,16 @@ class StepReporter:
         timer: StepTimer | None = None,
         collectives: CollectiveReader | None = None,
         job_time: JobTime | None = None,
+        known_waits: KnownWaits | None = None,
         interval_s: float = INTERVAL_S,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         wall_clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         """`clock_ns`: the recorder's clock (`time.perf_counter_ns`); `wall_clock_ns`: the wall
         clock the reports' start times are given in (ns since the epoch); `job_time`: the
-        rank's part of the job-time ledger, whose phases come out of the steps' periods."""
+        rank's part of the job-time ledger, whose phases come out of the steps' periods.
+        `known_waits`: the blocked time the agent can name per step (a data loader's, its own
+        profiler's), left out of each step's blocked time (`known_waits`)."""
         self._recorder = recorder
         self._assembler = assembler
         self._windows = windows
@@ -79,6 +83,7 @@ class StepReporter:
         self._timer = timer
         self._collectives = collectives
         self._job_time = job_time
+        self._known_waits = known_waits
         self._interval_s = interval_s
         self._clock_ns = clock_ns
         self._wall_clock_ns = wall_clock_ns
@@ -155,7 +160,8 @@ class StepReporter:
         results = self._results
         while recorder.window_results:
             results.append(recorder.window_results.popleft())
-        last_open = recorder.first_step + begun - 1 if final and recorder.depth else None
+        first = recorder.first_step
+        last_open = first + begun - 1 if final and recorder.depth else None
         for step in timed:
             # A window result picked up at the end of step k: reports from step k on carry it.
             while results and results[0][0] <= step.step:
@@ -163,6 +169,8 @@ class StepReporter:
             flops = _UNKNOWN if step.step == last_open else self._flops_of(step.step)
             self._windows.observe_wall(step.step, step.wall_s)
             assembler.flops_counted(step.step, flops)
+            if self._known_waits is not None and step.blocked_s is not None:
+                assembler.data_waited(step.step, self._known_waits.data_s(step.step - first))
             hold = step.step in self._window_steps and not assembler.resolved(step.step)
             self._window_steps.discard(step.step)
             reports.extend(assembler.step_finished(step, hold=hold))
@@ -209,10 +217,13 @@ class StepReporter:
             phase_ns = self._phase_ns(first + n)
             period_s = _period_s(start, following - phase_ns)
             following_times = self._slot_times(n + 1) if clocked else None
-            thread = (
-                _NONE if phase_ns else _blocked_and_delay(times, following_times, following - start)
-            )
-            done.append(TimedStep(first + n, start + offset_ns, period_s, *thread))
+            if phase_ns:  # a step with a phase: its thread's times span the phase too
+                blocked, delay = _NONE
+            else:
+                blocked, delay = _blocked_and_delay(times, following_times, following - start)
+                if blocked is not None and self._known_waits is not None:
+                    blocked = max(blocked - self._known_waits.blocked_s(n), 0.0)
+            done.append(TimedStep(first + n, start + offset_ns, period_s, blocked, delay))
             times = following_times
             n += 1
         if final and n < begun:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent.known_waits import KnownWaits
 from mfuscope.agent.profiler_windows import (
     ProfilerBusy,
     ProfilerLike,
@@ -76,8 +77,14 @@ class WindowCoordinator:
         log: RateLimitedLog,
         clock: Callable[[], float],
         record: bool = True,
+        known_waits: KnownWaits | None = None,
     ) -> None:
+        """`known_waits` (CPU timelines): where the training thread's blocked time inside the
+        profiler's start, step marks and stop is noted (it is the profiler's, never
+        communication); with it, the window's last step also exports the trace here
+        (`_end_and_export`)."""
         self._schedule = schedule
+        self._known_waits = known_waits
         self._recorder = recorder
         self._analyser = analyser
         self._analysis_timeout_s = analysis_timeout_s
@@ -138,7 +145,7 @@ class WindowCoordinator:
             self._open.append(step)
             with self._costs:
                 self._members.add(step)
-            self._guarded(lambda: self._recorder.begin_step(step, first=False), step)
+            self._guarded(lambda: self._timed(self._recorder.begin_step, step, False), step)
             return
         if not self._record or not self._schedule.opens_at(step):
             return
@@ -154,7 +161,9 @@ class WindowCoordinator:
         with self._costs:
             self._members.add(step)
         started = time.perf_counter()
-        self._guarded(lambda: self._recorder.begin_step(step, first=True), step, starting=True)
+        self._guarded(
+            lambda: self._timed(self._recorder.begin_step, step, True), step, starting=True
+        )
         self._switch_s = time.perf_counter() - started
 
     def end_step(self, step: int) -> None:
@@ -182,11 +191,15 @@ class WindowCoordinator:
             return
         last = len(self._open) >= self._schedule.params.window_steps
         steps = tuple(self._open)
-        profiler = None
+        profiler: ProfilerLike | str | None = None
 
         def end() -> None:
             nonlocal profiler
-            profiler = self._recorder.end_step(last=last)
+            waits = self._known_waits
+            if waits is None:
+                profiler = self._recorder.end_step(last=last)
+            else:
+                profiler = waits.around(lambda: self._end_and_export(last), step)
 
         started = time.perf_counter()
         self._guarded(end, step)
@@ -269,14 +282,33 @@ class WindowCoordinator:
                 cost_s=self._last_cost_s,
             )
 
-    def _hand_off(self, steps: tuple[int, ...], profiler: ProfilerLike | None) -> None:
-        """Give a recorded window to the analyser (None: the recorder had nothing to give)."""
+    def _hand_off(self, steps: tuple[int, ...], profiler: ProfilerLike | str | None) -> None:
+        """Give a recorded window to the analyser: its stopped profiler, or its exported trace
+        (None: the recorder had nothing to give)."""
         if profiler is not None:
             self._awaiting = steps
             self._awaiting_since = self._clock()
             self._analyser.submit(profiler, steps)
         else:
             self._release(steps)
+
+    def _end_and_export(self, last: bool) -> ProfilerLike | str | None:
+        """End the window step; on its last, stop the profiler and (CPU timelines, where
+        `known_waits` is set) export its trace here rather than on the analyser thread
+        (`WindowAnalyser`: the export holds the GIL, and the steps after the window would carry
+        the stall as their own blocked time)."""
+        profiler = self._recorder.end_step(last=last)
+        if profiler is None:
+            return None
+        return self._analyser.export(profiler)
+
+    def _timed(self, begin: Callable[..., None], step: int, first: bool) -> None:
+        """`begin(step, first=first)`, its blocked time noted for `step` (`known_waits`)."""
+        waits = self._known_waits
+        if waits is None:
+            begin(step, first=first)
+        else:
+            waits.around(lambda: begin(step, first=first), step)
 
     def _release(self, steps: tuple[int, ...]) -> None:
         """A window that ended without an analysis: its steps' reports need not wait."""

@@ -311,10 +311,11 @@ OPTION_HELP: dict[str, str] = {
         "... but never sooner than (largest measured window cost of any rank) / ratio"
     ),
     "thread_clock": (
-        "on CPU timelines, read the training thread's CPU time and run delay at each step's "
-        "start (one read of `/proc/thread-self/schedstat`): the steps between windows carry "
-        "their own exposed communication (docs/definitions.md#carried-breakdowns); false: they "
-        "carry the window's share"
+        "on CPU timelines, read the training thread's CPU time and run delay at each step's start"
+        " (one read of `/proc/thread-self/schedstat`), and around each `DataLoader` fetch (two"
+        " reads; the loader's iterator is wrapped while the agent runs): the steps between windows"
+        " carry their own exposed communication, and a late loader's wait as idle"
+        " (docs/definitions.md#carried-breakdowns); false: they carry the window's share"
     ),
     "keep_traces": (
         "keep the Kineto traces of this rank's last N profiled windows (0: none; "

@@ -189,7 +189,16 @@ def release_heap() -> None:
 class WindowAnalyser:
     """One daemon thread, started with the first window: export the stopped profiler's trace,
     analyse it, delete the file. A failure anywhere in that is the window's outcome (an error:
-    the coordinator drops the window, counts and logs it), never the thread's end."""
+    the coordinator drops the window, counts and logs it), never the thread's end.
+
+    `export` runs the first part (export, then free the profiler's events and the heap) on the
+    calling thread instead, for `submit` to take the exported file: exporting and freeing hold
+    the GIL for their whole length, and trimming the heap the allocator's locks (on a 12 MB CPU
+    trace under load, a thread running Python stalled 400 ms in the export and 700 ms in the
+    free; one allocating tensors, 170 ms in the trim). On the analyser thread that stall lands
+    on the training thread's steps after the window, where on CPU timelines it reads as their
+    own blocked time (docs/definitions.md#carried-breakdowns); on the training thread, at the
+    window's last step, it is that step's `instrumentation`."""
 
     def __init__(
         self,
@@ -205,7 +214,7 @@ class WindowAnalyser:
         self._on_analysed = on_analysed
         self._temp_dir = temp_dir
         self._thread_time = thread_time
-        self._jobs: queue.Queue[tuple[ProfilerLike, tuple[int, ...]] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[ProfilerLike | str, tuple[int, ...]] | None] = queue.Queue()
         # Outcomes, oldest first: appended here, popped by `poll` on the training thread without
         # a lock (a deque's append and popleft are atomic under the GIL); `_arrived` wakes `wait`.
         self._results: collections.deque[WindowOutcome] = collections.deque()
@@ -217,7 +226,25 @@ class WindowAnalyser:
     def busy(self) -> bool:
         return self._busy.is_set()
 
-    def submit(self, profiler: ProfilerLike, steps: tuple[int, ...]) -> None:
+    def export(self, profiler: ProfilerLike) -> str:
+        """Export a stopped profiler's trace to a temporary file (its path), then free its events
+        and the heap, here; raises what the export raised (the file is removed)."""
+        fd, path = tempfile.mkstemp(prefix="mfuscope-window-", suffix=".json", dir=self._temp_dir)
+        os.close(fd)
+        try:
+            profiler.export_chrome_trace(path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            raise
+        finally:
+            _drop_events(profiler)
+            release_heap()
+        return path
+
+    def submit(self, profiler: ProfilerLike | str, steps: tuple[int, ...]) -> None:
+        """Analyse a window: a stopped profiler, or the trace `export` wrote for it (the
+        analyser removes the file)."""
         self._busy.set()
         self._jobs.put((profiler, steps))
         if self._thread is None:
@@ -259,16 +286,17 @@ class WindowAnalyser:
             profiler, steps = job
             del job
             outcome = self._outcome(profiler, steps)
-            _drop_events(profiler)
-            del profiler
-            release_heap()
+            if not isinstance(profiler, str):
+                _drop_events(profiler)
+                del profiler
+                release_heap()
             if self._on_analysed is not None and outcome.decompositions:
                 self._on_analysed(outcome.steps, outcome.decompositions)  # its own guard
             self._busy.clear()
             self._results.append(outcome)
             self._arrived.set()
 
-    def _outcome(self, profiler: ProfilerLike, steps: tuple[int, ...]) -> WindowOutcome:
+    def _outcome(self, profiler: ProfilerLike | str, steps: tuple[int, ...]) -> WindowOutcome:
         """The window's outcome; any failure (export, keeping, analysis) is its error."""
         started = self._thread_time()
         kept: list[str | None] = [None, None]  # (kept path, keep error)
@@ -287,12 +315,18 @@ class WindowAnalyser:
         )
 
     def _export_and_analyse(
-        self, profiler: ProfilerLike, steps: tuple[int, ...], kept: list[str | None]
+        self, profiler: ProfilerLike | str, steps: tuple[int, ...], kept: list[str | None]
     ) -> Sequence[DecompositionLike]:
-        fd, path = tempfile.mkstemp(prefix="mfuscope-window-", suffix=".json", dir=self._temp_dir)
-        os.close(fd)
+        if isinstance(profiler, str):
+            path = profiler
+        else:
+            fd, path = tempfile.mkstemp(
+                prefix="mfuscope-window-", suffix=".json", dir=self._temp_dir
+            )
+            os.close(fd)
         try:
-            profiler.export_chrome_trace(path)
+            if not isinstance(profiler, str):
+                profiler.export_chrome_trace(path)
             if self._keep is not None:  # before the analysis: a trace it fails on is kept too
                 try:
                     kept[0] = str(self._keep(path, steps))

@@ -72,7 +72,7 @@ def _exposed_fraction(window: WindowSeconds, took: float) -> float:
 def _windows(rank: ModelRank, profiled: list[int], shape: StepShape) -> dict[int, WindowSeconds]:
     """Each window's seconds as the agent computes them, by the window's last step."""
     device = _Device(DEVICE, True, None)
-    analyse = _engine_analyse(model_topology(rank.rank), device, lambda path: None)
+    analyse = _engine_analyse(model_topology(rank.rank), device, lambda path: None, None)
     groups: list[list[int]] = []
     for step in profiled:
         if groups and groups[-1][-1] == step - 1:

@@ -22,7 +22,6 @@ training thread, the `instrumentation` component (docs/definitions.md#instrument
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -122,12 +121,14 @@ class Share:
 class Breakdown:
     """Bucket fractions of a profiled window; `step` is the window step it is named after.
     `class_fractions`: (kernel class, fraction of the window) splitting the compute share.
-    `blocked_elsewhere_s`: on a CPU timeline whose training thread's blocked time was read, the
-    seconds per step it was blocked outside exposed communication (`blocked_elsewhere_s`), from
+    `blocked_elsewhere_s`: on a CPU timeline whose training thread's blocked time was read, what
+    a step's blocked time holds beyond its exposed communication (`blocked_elsewhere_s`), from
     which the steps after the window carry their exposed communication; None: they carry the
     shares.
     `seconds`: what the window measured per step in seconds, from which the steps after it carry
-    their buckets where their own collective durations are known (GPU timelines, NCCL timing)."""
+    their buckets where their own collective durations are known (GPU timelines, NCCL timing).
+    `data_wait_s`: the seconds per step its training thread was blocked in a data loader (the
+    median over the window's steps; None: not measured)."""
 
     step: int
     shares: tuple[Share, ...]
@@ -135,6 +136,7 @@ class Breakdown:
     class_fractions: tuple[tuple[str, float], ...] = ()
     blocked_elsewhere_s: float | None = None
     seconds: WindowSeconds | None = None
+    data_wait_s: float | None = None
 
 
 class _ClassSecondsLike(Protocol):
@@ -236,9 +238,10 @@ def carried_steps(ordered: Sequence[_T]) -> Sequence[_T]:
 
 @dataclass(frozen=True)
 class BlockedSample:
-    """One profiled step on a CPU timeline: how long the training thread was blocked, and how
-    long it waited for a CPU (run delay), over its whole period; its exposed communication and
-    idle seconds as measured on the trace."""
+    """One profiled step on a CPU timeline: how long the training thread was blocked over its
+    whole period, less the blocked time the agent could name (a data loader's fetch, the
+    profiler's own start and stop), and how long it waited for a CPU (run delay); its exposed
+    communication and idle seconds as measured on the trace."""
 
     blocked_s: float
     run_delay_s: float
@@ -247,36 +250,50 @@ class BlockedSample:
 
 
 def blocked_elsewhere_s(samples: Sequence[BlockedSample]) -> float | None:
-    """Seconds per step the training thread is blocked outside exposed communication, from
-    profiled steps (docs/definitions.md#carried-breakdowns); None when there is no sample.
+    """What a step's blocked time holds beyond its exposed communication, from a window's
+    profiled steps in step order (docs/definitions.md#carried-breakdowns); None when there is no
+    sample. A carried step's exposed communication is its blocked time less this.
 
-    Per step: its blocked time less its exposed communication, bounded by 0 and by its idle time
-    (blocked time outside communication is a sleep, a queue, a wait for data: idle on the trace).
-    Where the thread waited for a CPU in the step, the trace counts that wait in whatever it
-    interrupted, often the collective it was woken from, while the thread clock counts it apart:
-    the step's figure lies between the bounded value without its run delay and the bounded value
-    with it, and the midpoint is taken. The median over the steps then leaves out the steps whose
-    two figures disagree most (the profiler's own start and stop on a window's first and last
-    steps block on threads and files).
+    Per step: its blocked time less its exposed communication. That is its blocked time outside
+    communication (a sleep, a queue, a wait for the GIL: idle on the trace) less the part of its
+    communication it spent runnable rather than blocked (preempted inside a collective's call, or
+    waiting for a CPU while the collective ran), which the trace counts in the collective and
+    carried steps have too; so it can be negative. It is bounded by the step's idle time above
+    (blocked time outside communication is idle) and by minus its run delay below. Then the
+    upper quartile (nearest rank) over the steps but the first, when there are several: of the 2
+    steps a window of 3 leaves, the larger. The first is the step the profiler starts in (as in
+    `carried_breakdown`): its collectives wait for the slowest rank's start, its thread for a CPU
+    while every rank's profiler starts. The upper quartile, not the median: the profiler's own
+    work makes profiled steps wait for a CPU inside their collectives more than the steps after
+    the window, so the steps that waited least are the closest to them; not the largest, which
+    over longer windows picks a step that blocked elsewhere (measured on both ground-truth jobs,
+    docs/agent.md#carried-breakdowns-against-ground-truth).
     """
-    values = []
-    for sample in samples:
-        idle, comm = _finite(sample.idle_s), _finite(sample.exposed_comm_s)
-        low = min(max(_finite(sample.blocked_s) - comm, 0.0), idle)
-        high = min(max(_finite(sample.blocked_s) + _finite(sample.run_delay_s) - comm, 0.0), idle)
-        values.append((low + high) / 2)
-    return statistics.median(values) if values else None
+    kept = samples[1:] if len(samples) > 1 else samples
+    values = sorted(
+        min(
+            max(_finite(s.blocked_s) - _finite(s.exposed_comm_s), -_finite(s.run_delay_s)),
+            _finite(s.idle_s),
+        )
+        for s in kept
+    )
+    return values[int(0.75 * (len(values) - 1) + 0.5)] if values else None
 
 
 def carried_components(
-    breakdown: Breakdown, wall_s: float, blocked_s: float | None
+    breakdown: Breakdown,
+    wall_s: float,
+    blocked_s: float | None,
+    data_wait_s: float | None = None,
 ) -> tuple[ComponentShare, ...]:
     """The components a step of `wall_s` seconds after the window carries.
 
     On a CPU timeline (`breakdown.blocked_elsewhere_s` and the step's `blocked_s` known) whose
     window saw exposed communication: the step's exposed communication is its own blocked time
     less the window's blocked time elsewhere (0 to `wall_s`), split over axes and tiers as in the
-    window; the other buckets share the rest as in the window. Otherwise `components_for`.
+    window; the time it waited for data (`data_wait_s`, blocked in a data loader) beyond the
+    window's is `bubble_idle`; the other buckets share the rest as in the window. Otherwise
+    `components_for`.
     """
     elsewhere = breakdown.blocked_elsewhere_s
     comm = [s for s in breakdown.shares if s.component == "exposed_comm"]
@@ -294,11 +311,22 @@ def carried_components(
     comm_s = min(max(blocked_s - elsewhere, 0.0), wall_s)
     if rest_fraction <= 0:
         comm_s = wall_s
+    stalled_s = 0.0  # waiting for data beyond the window's: idle
+    if data_wait_s is not None and breakdown.data_wait_s is not None and rest_fraction > 0:
+        stalled_s = min(max(_finite(data_wait_s) - breakdown.data_wait_s, 0.0), wall_s - comm_s)
     comm_scale, rest_scale = comm_s / wall_s / comm_fraction, 0.0
     if rest_fraction > 0:
-        rest_scale = (wall_s - comm_s) / wall_s / rest_fraction
+        rest_scale = (wall_s - comm_s - stalled_s) / wall_s / rest_fraction
     shares = [Share(s.component, s.fraction * comm_scale, s.axis, s.tier) for s in comm]
-    shares += [Share(s.component, s.fraction * rest_scale) for s in rest]
+    shares += [
+        Share(
+            s.component,
+            s.fraction * rest_scale + (stalled_s / wall_s if s.component == "bubble_idle" else 0),
+        )
+        for s in rest
+    ]
+    if stalled_s > 0 and not any(s.component == "bubble_idle" for s in rest):
+        shares.append(Share("bubble_idle", stalled_s / wall_s))
     return components_for(
         Breakdown(breakdown.step, tuple(s for s in shares if s.fraction > 0), 0.0), wall_s
     )
@@ -377,6 +405,7 @@ def make_report(
     measured_s: float | None = None,
     blocked_s: float | None = None,
     durations: Mapping[ClassKey, float] | None = None,
+    data_wait_s: float | None = None,
 ) -> StepReport:
     """One schema step report; components are `breakdown` scaled to `wall_s` (empty if None).
 
@@ -384,8 +413,8 @@ def make_report(
     breakdown is scaled to it and the rest of `wall_s` is `instrumentation`. Else the step
     carries a window's breakdown: from its own collective `durations` (seconds per (op, axis,
     tier), GPU timelines) where they and the window's seconds are known (`carried_seconds`),
-    else `carried_components` (`blocked_s`: the time its training thread was blocked, on CPU
-    timelines).
+    else `carried_components` (on CPU timelines `blocked_s`: the time its training thread was
+    blocked outside what the agent could name, `data_wait_s`: in a data loader).
     """
     if (
         breakdown is not None
@@ -414,7 +443,7 @@ def make_report(
     elif measured_s is not None:
         components = components_for(breakdown, wall_s)
     else:
-        components = carried_components(breakdown, wall_s, blocked_s)
+        components = carried_components(breakdown, wall_s, blocked_s, data_wait_s)
     measured = wall_s if measured_s is None or not 0 < measured_s < wall_s else measured_s
     return StepReport(
         step=step,

@@ -222,7 +222,7 @@ def run_rank(
     )
     reader.follow_steps(reporter.drain)
     reader.baseline()
-    analyse = _engine_analyse(topology, _Device(DEVICE, True, None), lambda path: None)
+    analyse = _engine_analyse(topology, _Device(DEVICE, True, None), lambda path: None, None)
     pending = _window_groups(profiled)
     steps = rank.steps
     next_read = read_every_s * 1e6

@@ -20,17 +20,21 @@ Each step, inside `agent.step()`, and each phase timed with `time.perf_counter`:
   from step to step with the ranks' relative speed (between ~5 % and ~35 % of its step on a
   loaded 2-core machine), which is what makes a sampled breakdown hard to carry.
 
-Each rank writes ``{"steps": [[step, compute_s, comm_s, wake_s, sleep_s, unknown], ...]}`` to
-`--truth`, `unknown` 1.0 on a step where the thread stalled around the call, so that its
-completion time, and so `comm_s` and `wake_s`, are not known (see `PROMPT_S` and the comment where
-it is used: under load the thread can wait milliseconds for the GIL or a CPU there)
-(``{rank}`` replaced). The agent runs with its ordinary options plus `--option NAME=VALUE`.
+Each rank writes ``{"steps": [[step, compute_s, comm_s, wake_s, sleep_s, unknown, *start, *end],
+...]}`` to `--truth` (``{rank}`` replaced), `unknown` not 0 on a step where the thread stalled
+around the call, so that its completion time, and so `comm_s` and `wake_s`, may not be known (see
+`PROMPT_S` and the comment where it is used: under load the thread can wait milliseconds for the
+GIL or a CPU there; the code says which stall). `start` and `end` are the training thread's
+``/proc/thread-self/schedstat`` (CPU time, run delay, ns) and `perf_counter_ns` at the step's start
+and end inside `agent.step()`, for scoring carried rules offline (`benchmarks/carried_rules.py`).
+The agent runs with its ordinary options plus `--option NAME=VALUE`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -71,8 +75,11 @@ def main() -> None:
 
     world = dist.group.WORLD
     assert world is not None
+    clock = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
     for step in range(args.steps):
         with agent.step():
+            cpu_ns, run_delay_ns = (int(v) for v in os.pread(clock, 64, 0).split()[:2])
+            perf_ns = time.perf_counter_ns()
             t0 = time.perf_counter()
             x = x0
             for _ in range(MATMULS):
@@ -89,6 +96,7 @@ def main() -> None:
             t2 = time.perf_counter()
             time.sleep(sleep_s)
             t3 = time.perf_counter()
+            end = [int(v) for v in os.pread(clock, 64, 0).split()[:2]] + [time.perf_counter_ns()]
         done = min(completed.pop(), t2)
         # The completion time is known when this thread ran promptly around the call. Not when
         # the call returned late (it waited for a CPU, or for the GIL after its enqueue), nor when
@@ -96,9 +104,21 @@ def main() -> None:
         # registration), nor when the thread stalled holding the GIL before `wait` (the
         # callback, which needs the GIL, then runs late): under load each of these took
         # milliseconds, time the script would count as communication with nothing in flight.
-        unknown = finished_first or returned - t1 > PROMPT_S or waiting - returned > PROMPT_S
-        rows.append([step, t1 - t0, done - t1, t2 - done, t3 - t2, float(unknown)])
+        # Which, as a code (0: known): 1 complete first, 3 stalled before `wait`, 2 only returned
+        # late (the work still in flight when the callback was set, `wait` reached promptly).
+        unknown = (
+            1.0
+            if finished_first
+            else 3.0
+            if waiting - returned > PROMPT_S
+            else 2.0
+            if returned - t1 > PROMPT_S
+            else 0.0
+        )
+        rows.append([step, t1 - t0, done - t1, t2 - done, t3 - t2, unknown])
+        rows[-1] += [cpu_ns, run_delay_ns, perf_ns, *end]  # see the module docstring
     agent.close(60.0)
+    os.close(clock)
     with open(args.truth.replace("{rank}", str(rank)), "w") as handle:
         json.dump({"steps": rows}, handle)
     dist.barrier()

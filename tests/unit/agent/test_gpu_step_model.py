@@ -43,7 +43,7 @@ def _model(name: str) -> list[ModelRank]:
 def test_the_engine_reads_the_models_trace_as_the_model_knows_it(tmp_path: Path) -> None:
     ranks = _model("rank 1 5 ms late every step")
     device = _Device("NVIDIA H100 80GB HBM3", True, None)
-    analyse = _engine_analyse(model_topology(0), device, lambda path: None)
+    analyse = _engine_analyse(model_topology(0), device, lambda path: None, None)
     for rank in ranks:
         path = tmp_path / f"rank{rank.rank}.json"
         path.write_text(json.dumps(window_trace(rank, [20, 21, 22], StepShape())))

@@ -136,10 +136,11 @@ def _blocked(step: int, wall_s: float, blocked_s: float | None) -> TimedStep:
 
 def test_carried_cpu_steps_take_their_comm_from_their_blocked_time() -> None:
     assembler = ReportAssembler(_HEADER, HealthCounters())
-    # window steps blocked 4 ms beyond their exposed comm (the sleep), one of them 2 ms less
-    # (its wait for a CPU counted inside the collective on the trace)
+    # window steps blocked 4 ms beyond their exposed comm (the sleep), but the first, the
+    # profiler's start, 3 ms less (its wait for a CPU counted inside the collective on the
+    # trace): left out
     for step, comm in ((1, 0.002), (2, 0.003), (3, 0.001)):
-        blocked = 0.004 + comm - (0.002 if step == 3 else 0.0)
+        blocked = 0.004 + comm - (0.003 if step == 1 else 0.0)
         assert assembler.step_finished(_blocked(step, 0.008 + comm, blocked), hold=True) == []
     assembler.window_finished(_cpu_window((1, 2, 3), (0.002, 0.003, 0.001)))
     # a later step of 15 ms, blocked 10 ms: 6 ms of comm; compute and idle share 9 ms 1:1
@@ -165,3 +166,22 @@ def test_each_window_measures_the_blocked_time_elsewhere_anew() -> None:
         assert assembler.breakdown.blocked_elsewhere_s == pytest.approx(sleep)
     later = assembler.step_finished(_blocked(13, 0.010, 0.006), hold=False)[0]
     assert _seconds(later.components)["exposed_comm"] == pytest.approx(0.002)
+
+
+def test_a_carried_cpu_step_s_late_data_is_idle_not_communication() -> None:
+    # window steps waited 1 ms each in a data loader (left out of their blocked time already);
+    # a later step waited 30 ms there: 29 ms are idle, and its comm is its own blocked time less
+    # the window's elsewhere (0 here)
+    assembler = ReportAssembler(_HEADER, HealthCounters())
+    for step, comm in ((1, 0.002), (2, 0.003), (3, 0.001)):
+        assembler.data_waited(step, 0.001)
+        assembler.step_finished(_blocked(step, 0.008 + comm, comm), hold=True)
+    assembler.window_finished(_cpu_window((1, 2, 3), (0.002, 0.003, 0.001)))
+    assert assembler.breakdown is not None and assembler.breakdown.data_wait_s == 0.001
+    assembler.data_waited(4, 0.030)
+    later = assembler.step_finished(_blocked(4, 0.045, 0.005), hold=False)[0]
+    seconds = _seconds(later.components)
+    assert seconds["exposed_comm"] == pytest.approx(0.005)
+    # the other 11 ms share compute and idle 1:1 as in the window
+    assert seconds["bubble_idle"] == pytest.approx(0.029 + 0.0055)
+    assert seconds["compute"] == pytest.approx(0.0055)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -107,31 +108,34 @@ def test_the_carried_breakdown_leaves_out_the_window_step_the_profiler_starts_in
     assert carried_breakdown([], 7) is None
 
 
-def test_blocked_time_elsewhere_is_the_median_of_the_bounded_window_steps() -> None:
-    # per step: blocked - exposed comm, at least 0 and at most the step's idle time; with run
-    # delay, the midpoint between that bounded value without it and with it
+def test_blocked_time_elsewhere_is_the_upper_quartile_of_the_bounded_window_steps() -> None:
+    # per step: blocked - exposed comm, at most the step's idle time and at least minus its run
+    # delay; the upper quartile (nearest rank) over the steps but the first (the profiler's start)
+    started = BlockedSample(blocked_s=0.020, run_delay_s=0.5, exposed_comm_s=0.001, idle_s=0.02)
     samples = [
-        BlockedSample(blocked_s=0.010, run_delay_s=0.0, exposed_comm_s=0.006, idle_s=0.0045),
-        # 0.004
-        BlockedSample(blocked_s=0.004, run_delay_s=0.0, exposed_comm_s=0.007, idle_s=0.0045),
-        # -0.003 -> 0
-        BlockedSample(blocked_s=0.020, run_delay_s=0.0, exposed_comm_s=0.002, idle_s=0.0045),
-        # 0.018 -> 0.0045
+        started,  # 0.019: left out
+        BlockedSample(blocked_s=0.004, run_delay_s=0.002, exposed_comm_s=0.007, idle_s=0.0045),
+        # -0.003 -> -0.002
         BlockedSample(blocked_s=0.0081, run_delay_s=0.0, exposed_comm_s=0.0042, idle_s=0.0045),
         # 0.0039
         BlockedSample(blocked_s=math.nan, run_delay_s=0.0, exposed_comm_s=0.001, idle_s=0.0045),
-        # nan -> 0
+        # nan -> 0 - 0.001
     ]
-    assert blocked_elsewhere_s(samples) == pytest.approx(0.0039)
-    assert blocked_elsewhere_s(samples[:1]) == pytest.approx(0.004)
+    assert blocked_elsewhere_s(samples) == pytest.approx(0.0039)  # of 3: the largest
+    assert blocked_elsewhere_s(samples[:2]) == pytest.approx(-0.002)
+    assert blocked_elsewhere_s(samples[:3]) == pytest.approx(0.0039)  # of 2: the larger
+    # of 5: the 4th smallest, not the largest (a step that blocked elsewhere)
+    five = [started, *(replace(samples[2], blocked_s=0.0042 + 0.001 * k) for k in range(5))]
+    assert blocked_elsewhere_s(five) == pytest.approx(0.003)
+    # bounded by the idle time: blocked time outside communication is idle on the trace
+    long = BlockedSample(blocked_s=0.020, run_delay_s=0.0, exposed_comm_s=0.002, idle_s=0.0045)
+    assert blocked_elsewhere_s([started, long]) == pytest.approx(0.0045)
+    assert blocked_elsewhere_s([started]) == pytest.approx(0.019)  # all there is
     assert blocked_elsewhere_s([]) is None
-    # a woken thread that waited 3 ms for a CPU inside the collective: the trace's 6 ms of comm
-    # hold it, the 7 ms blocked do not; the midpoint of 1 ms (without it) and 4 ms (with it)
-    woken = BlockedSample(blocked_s=0.007, run_delay_s=0.003, exposed_comm_s=0.006, idle_s=0.005)
-    assert blocked_elsewhere_s([woken]) == pytest.approx(0.0025)
-    # the upper value is bounded by the idle time too: midpoint of 1 ms and 2 ms
-    short = BlockedSample(blocked_s=0.007, run_delay_s=0.003, exposed_comm_s=0.006, idle_s=0.002)
-    assert blocked_elsewhere_s([short]) == pytest.approx(0.0015)
+    # a thread that waited 3 ms for a CPU inside the collective: the trace's 6 ms of comm hold
+    # it, its 4 ms blocked do not; a carried step less 2 ms gets that wait too
+    preempted = BlockedSample(blocked_s=0.004, run_delay_s=0.003, exposed_comm_s=0.006, idle_s=0.0)
+    assert blocked_elsewhere_s([started, preempted]) == pytest.approx(-0.002)
 
 
 def _cpu_window(elsewhere: float | None) -> Breakdown:
@@ -181,6 +185,29 @@ def test_without_a_thread_clock_or_window_comm_a_step_carries_the_shares() -> No
     quiet = Breakdown(12, (Share("compute", 0.6), Share("bubble_idle", 0.4)), 0.0, (), 0.001)
     # blocked time is no evidence of communication where the window saw none
     assert carried_components(quiet, 0.010, 0.008) == components_for(quiet, 0.010)
+
+
+def test_a_carried_cpu_step_s_wait_for_data_beyond_the_window_s_is_idle() -> None:
+    # the window waited 1 ms per step in its data loader; this 20 ms step waited 9 ms (a late
+    # loader): 8 ms beyond are idle, its 3 ms of comm are its blocked time less the 4 ms
+    # elsewhere, and the other 9 ms share compute and idle 5:3 as in the window
+    window = replace(_cpu_window(0.004), data_wait_s=0.001)
+    seconds = _seconds(carried_components(window, 0.020, 0.007, 0.009))
+    assert seconds[("exposed_comm", "dp")] + seconds[("exposed_comm", "tp")] == pytest.approx(0.003)
+    assert seconds[("bubble_idle", "")] == pytest.approx(0.008 + 0.009 * 3 / 8)
+    assert seconds[("compute", "")] == pytest.approx(0.009 * 5 / 8)
+    assert math.fsum(seconds.values()) == pytest.approx(0.020, rel=1e-12)
+    # waiting less than the window moves nothing; nor does a wait unknown on either side
+    shares = carried_components(window, 0.020, 0.007)
+    assert carried_components(window, 0.020, 0.007, 0.0005) == shares
+    assert carried_components(_cpu_window(0.004), 0.020, 0.007, 0.009) == shares
+    # a window without idle time still puts the stall there
+    busy = Breakdown(
+        12, (Share("compute", 0.8), Share("exposed_comm", 0.2)), 0.0, (), 0.0, data_wait_s=0.0
+    )
+    stalled = _seconds(carried_components(busy, 0.010, 0.002, 0.004))
+    assert stalled[("bubble_idle", "")] == pytest.approx(0.004)
+    assert stalled[("compute", "")] == pytest.approx(0.004)
 
 
 def test_unattributed_exposed_time_keeps_an_unknown_axis() -> None:
@@ -288,7 +315,8 @@ bucket = st.floats(min_value=0.0, max_value=5.0, allow_nan=False)
     ),
     wall=st.floats(min_value=1e-6, max_value=86_000.0),
     blocked=st.none() | st.floats(min_value=0.0, max_value=1e5),
-    elsewhere=st.floats(min_value=0.0, max_value=1e5),
+    elsewhere=st.floats(min_value=-1e5, max_value=1e5),
+    waits=st.none() | st.tuples(bucket, st.floats(min_value=0.0, max_value=1e5)),
 )
 def test_components_always_sum_to_the_step_and_pass_the_schema(
     compute: float,
@@ -300,7 +328,9 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
     wall: float,
     blocked: float | None,
     elsewhere: float,
+    waits: tuple[float, float] | None,
 ) -> None:
+    # `waits`: the window's and the carried step's time waiting for data
     parts = tuple(Exposed(a, t, s) for a, t, s in exposed)
     total_exposed = math.fsum(p.seconds for p in parts)
     step = Decomposition(
@@ -316,7 +346,11 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
     )
     breakdown = breakdown_from_steps([step], 5)
     if breakdown is not None and blocked is not None:  # a CPU window, a carried step
-        breakdown = dataclasses.replace(breakdown, blocked_elsewhere_s=elsewhere)
+        breakdown = dataclasses.replace(
+            breakdown,
+            blocked_elsewhere_s=elsewhere,
+            data_wait_s=None if waits is None else waits[0],
+        )
     report = make_report(
         step=9,
         start_unix_ns=1,
@@ -325,6 +359,7 @@ def test_components_always_sum_to_the_step_and_pass_the_schema(
         recompute_flops=1e11,
         breakdown=breakdown,
         blocked_s=blocked,
+        data_wait_s=None if waits is None else waits[1],
     )
     if breakdown is None:
         assert report.components == ()
