@@ -99,9 +99,9 @@ class KinetoTrace(msgspec.Struct, frozen=True, gc=False):
 # The categories Kineto writes (libkineto ActivityType names, flow-event and PyTorch 1.8-era
 # names) and the phases of the Trace Event Format. Decoded as Literals, these values come out
 # as the same interned string objects instead of a fresh string per event: less memory, and
-# the category lookup in `_scan` hashes nothing (measured: ~20% of the decode time and ~40%
-# of the scan on a 2M-event trace). A trace with any other value is decoded again with plain
-# strings (`TraceEvent`), so an unknown category costs time, never correctness.
+# the category lookup in `_scan` hashes nothing (figures: benchmarks/RESULTS.md#reading). A
+# trace with any other value is decoded again with plain strings (`TraceEvent`), so an unknown
+# category costs time, never correctness.
 _Category = Literal[
     "cpu_op",
     "user_annotation",
