@@ -19,7 +19,7 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 ROOT = Path(__file__).resolve().parent
-# The architecture's layers (README "Layers"): folder -> import name mfuscope.<folder>.
+# The architecture's layers (docs/architecture.md#layers): folder -> import name mfuscope.<folder>.
 _LAYERS = ("core", "agent", "collector", "exporters", "cli", "integrations")
 # Files any installed subcommand reads at run time, per data package, relative to its folder.
 _DATA = {"deploy": ["prometheus/prometheus.yml", "prometheus/rules/*.yml"]}

@@ -21,9 +21,8 @@ marked step before and begins the next at one instant), may only:
   the held stream's; at a `with` step's end one reused event (`end_event`). No `Stream` object
   per step, no Python frame of torch's or the timer's, never a synchronisation;
 - on a CPU timeline (no device timer), also store the thread's schedstat line in a second ring
-  slot (`thread_clock`: one `pread` of /proc, the one system call of the path: about 2 us in one
-  process and 12 us after a gloo DDP step on this VM; its module says why per step), from which
-  the periodic thread works out how long the step was blocked.
+  slot (`thread_clock`: one `pread` of /proc, the one system call of the path; its module says
+  why per step), from which the periodic thread works out how long the step was blocked.
 
 Nothing else: no lock, no allocation besides the clock's int and that line (on GPU: the stream
 handle's int, a cached small int on the default stream), no logging call, no dictionary, no
@@ -38,9 +37,9 @@ between steps or `close()` (`end_marked`); a `mark` inside a `with` block is ign
 once), as a nested step is; FLOPs given to a mark (`mark_given`) stay with its step.
 
 The hot path is Python: after a DDP step every cold Python frame and attribute costs memory
-lines, and the in-agent median is under twice the floor's (docs/agent.md, "Overhead"). A C
-twin once took that to 1.3 times, about 3 us per step, which no training step notices; one hot
-path that mypy checks and the tests run is worth more.
+lines, and the target is an in-agent median under twice the floor's (docs/agent.md, "Overhead";
+figures: benchmarks/RESULTS.md#agent-overhead). A C twin would save a few microseconds per step,
+which no training step notices; one hot path that mypy checks and the tests run is worth more.
 
 The slow path (`_begin_slow`, `_end_slow`) is taken by the steps that need more: the first one
 (FLOPs counted), the steps that open or belong to a profiled window or wait for its analysis (the

@@ -5,9 +5,10 @@ The store is the one the default process group was set up with (a `TCPStore` und
 few round trips on the calling thread. `BackgroundAgreement` (what the agent uses) queues them to
 the agent's periodic thread (`_periodic`), so the training thread never waits on the store: at
 thousands of ranks the store's server answers one request at a time, and a round trip taken at a
-check step by every rank at once costs the last rank the whole queue (docs/agent.md, "Window
-agreement at scale"). It talks to the server over a connection of its own (a second `TCPStore`
-client to the same server), so its requests never queue behind, or hold up, torch.distributed's own.
+check step by every rank at once costs the last rank the whole queue (figures:
+benchmarks/RESULTS.md#window-agreement-at-scale). It talks to the server over a connection of its
+own (a second `TCPStore` client to the same server), so its requests never queue behind, or hold
+up, torch.distributed's own.
 Keys live under a prefix naming the launch (its incarnation), so a relaunch, whose ranks restart the
 schedule from its first window, never reads the old launch's answers.
 

@@ -1,9 +1,10 @@
 """The calibrated CPU peak, measured once per machine and kept in a small JSON file.
 
 Why: a CPU matmul rate moves with whatever else the machine runs. Measured afresh at every start,
-two runs on one machine saw peaks 17% apart and the two ranks of one run 5% apart, so a slower run
-could show a higher MFU. A cached figure holds still: every run on the machine, and every rank of
-a run, divides by the same peak, and MFUs compare (docs/agent.md#cpu-peak).
+runs on one machine, and the ranks of one run, would divide by different peaks, so a slower run
+could show a higher MFU (figures: benchmarks/RESULTS.md#profiled-steps-and-cpu-timelines). A
+cached figure holds still: every run on the machine, and every rank of a run, divides by the same
+peak, and MFUs compare (docs/agent.md#cpu-peak).
 
 **Key.** What the figure depends on (`CalibrationKey`): the CPU model, the CPUs this process may
 run on (its affinity), torch's intra-op thread count, the dtype, and the method (matrix size,

@@ -9,20 +9,17 @@ windows carry their exposed communication from that blocked time, step by step
 thread reads its line at each step's start with one `pread` into a ring slot; the periodic thread
 parses the lines.
 
-Why one read per step on the training thread, the only system call of its step path:
-- one file gives both figures (`time.thread_time_ns` would be a second call; the line's CPU time
-  agreed with it to 2 us on all but a few of 20,000 reads here, off by up to a scheduler tick on
-  those);
-- read by another thread at its own pace (tried: the periodic thread several times a second, the
-  steps in between getting a linear share), the per-step figure is smeared over the steps of
+Why one read per step on the training thread, the only system call of its step path
+(figures: benchmarks/RESULTS.md#thread-clock):
+- one file gives both figures (`time.thread_time_ns` would be a second call, and agrees with the
+  line's CPU time to within a scheduler tick);
+- read by another thread at its own pace, the per-step figure would be smeared over the steps of
   each interval, and under load a read that lands while the training thread waits for a CPU
-  counts that wait as blocked: beside two busy loops the carried exposed comm was then 2.8
-  points off on average (8 of 10 rank-runs within 4) against 1.3 (10 of 10) read per step;
-- the cost, in `benchmarks/agent_overhead_single.py` and `agent_overhead.py`: about 2 us per step
-  in one process and 12 us after a 2-rank gloo DDP step on this VM (system calls are dear here),
-  on CPU steps of milliseconds. `os.pread` also lets other Python threads take the GIL for its
-  duration, so their work (a flight-recorder read) can land inside the step boundary instead of
-  later in the step. `thread_clock=False` turns the clock off.
+  would count that wait as blocked: the carried exposed comm is further off;
+- the cost: one system call per step, microseconds on CPU steps of milliseconds. `os.pread` also
+  lets other Python threads take the GIL for its duration, so their work (a flight-recorder
+  read) can land inside the step boundary instead of later in the step. `thread_clock=False`
+  turns the clock off.
 
 The file is opened on the training thread (``thread-self`` names the opener's thread). Where it
 is missing (not Linux) or counts nothing (a kernel without scheduler statistics writes

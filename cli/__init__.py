@@ -182,9 +182,8 @@ def _exit_without_teardown(code: int) -> None:
     """End the process at once once stdout and stderr are flushed; return if that is not safe.
 
     The interpreter's teardown frees every object of the analysis and every module one by one,
-    for nothing: with it the whole `mfuscope analyze` process takes 1.09-1.13x as long on
-    40-57k-event real traces and 1.01-1.04x on a 2M-event one (`benchmarks/analyze_bench.py
-    --tricks`, two runs; benchmarks/analyze.md). Skipping
+    for nothing (what that costs a whole `mfuscope analyze` process, `benchmarks/analyze_bench.py
+    --tricks`: benchmarks/RESULTS.md#whole-process-and-start-up). Skipping
     it is safe because `analyze` has written all its output (flushed here), closed every file it
     read (`trace_io` reads each whole with a `with`), and leaves no thread running (its import
     thread is joined). Not when anything is registered to run at exit (a coverage tool, a

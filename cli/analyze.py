@@ -46,9 +46,9 @@ if TYPE_CHECKING:
 __all__ = ["add_arguments", "run"]
 
 # The engine: these import numpy (with the engine's own modules, about half of the start-up of
-# `mfuscope analyze` on the A100 trace of benchmarks/analyze.md). The modules above do not, so the
-# first trace is read, gunzipped and scanned (the last two without the GIL) while a thread
-# imports these; the functions below import from them only after that thread is joined.
+# `mfuscope analyze`: benchmarks/RESULTS.md#whole-process-and-start-up). The modules above do
+# not, so the first trace is read, gunzipped and scanned (the last two without the GIL) while a
+# thread imports these; the functions below import from them only after that thread is joined.
 _ENGINE_MODULES = (
     "mfuscope.core.trace.decompose",
     "mfuscope.core.trace.inputs",

@@ -1,4 +1,4 @@
-"""The hang and arrival part of the metric contract (README "Metric contract").
+"""The hang and arrival part of the metric contract (docs/reference/metrics.md).
 
 From the agents' always-on collective records (docs/definitions.md#hangs and #arrival-skew):
 

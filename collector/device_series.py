@@ -1,4 +1,4 @@
-"""The hardware-counter part of the metric contract (README "Metric contract").
+"""The hardware-counter part of the metric contract (docs/reference/metrics.md).
 
 Counters: ``mfuscope_link_bytes_total{link, direction}``, bytes moved per link kind (NVLink and PCIe
 of the ranks' GPUs; InfiniBand, RoCE and Ethernet of the nodes, counted once per node);

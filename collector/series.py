@@ -1,6 +1,6 @@
 """The metric contract: a snapshot turned into the exported metric families.
 
-Names, types and labels here are public (README "Metric contract", docs/collector.md). Counters
+Names, types and labels here are public (docs/reference/metrics.md, generated from here). Counters
 are the primary series: they aggregate exactly with PromQL ``sum``/``rate`` across
 ranks, nodes and collectors. Gauges describe the latest window and do not aggregate that way.
 ``rank`` is a label only with per-rank labels on, except on `mfuscope_straggler_ratio`.

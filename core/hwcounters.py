@@ -2,8 +2,8 @@
 
 The agent's sampler (`mfuscope.agent.hwcounters`) reads the device and NIC counters about once a
 second and ships a `HardwareCounters` record with every batch; the collector turns the records
-into the ``mfuscope_device_*`` and ``mfuscope_link_bytes_total`` series (the README's metric
-contract). Units are base units: bytes, seconds, watts, joules, ratios 0..1.
+into the ``mfuscope_device_*`` and ``mfuscope_link_bytes_total`` series
+(docs/reference/metrics.md). Units are base units: bytes, seconds, watts, joules, ratios 0..1.
 
 Totals are cumulative since the rank's sampler started (so a restarted agent starts again from
 zero, which the collector detects, as for the agent-health counters). A counter the rank cannot

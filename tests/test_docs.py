@@ -55,6 +55,7 @@ UPSTREAM_PROJECTS = frozenset(
     {"hwloc", "nccl", "nccl-tests", "rccl", "pytorch", "torch", "kineto", "prometheus", "grafana"}
 )
 DOC_CITATION = re.compile(r"docs/([\w-]+\.md)#([\w-]+)")
+RESULTS_CITATION = re.compile(r"benchmarks/RESULTS\.md#([\w-]+)")
 MD_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"`[^`\n]+`")
@@ -216,6 +217,22 @@ def test_every_cited_definition_heading_exists() -> None:
                 elif anchor not in anchors(target):
                     problems.append(f"{_rel(path)}:{number}: docs/{doc} has no heading #{anchor}")
     assert cited > 0, "the code cites no definition at all: the pattern no longer matches"
+    assert not problems, "\n".join(problems)
+
+
+def test_every_cited_benchmark_result_exists() -> None:
+    # Docstrings and guides cite measurements as benchmarks/RESULTS.md#<heading>.
+    headings = anchors(ROOT / "benchmarks" / "RESULTS.md")
+    cited = 0
+    problems = []
+    for path in _text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), start=1):
+            for anchor in RESULTS_CITATION.findall(line):
+                cited += 1
+                if anchor not in headings:
+                    problems.append(f"{_rel(path)}:{number}: RESULTS.md has no #{anchor}")
+    assert cited > 0, "nothing cites benchmarks/RESULTS.md: the pattern no longer matches"
     assert not problems, "\n".join(problems)
 
 

@@ -87,7 +87,7 @@ INCREASE_1H = Window("increase", "1h")
 INCREASE_6H_BASELINE = Window("increase", "6h", "30m")
 DASHBOARD_RATE = Window("rate", "$__rate_interval")
 
-# The collector's counters these definitions read (README "Metric contract").
+# The collector's counters these definitions read (docs/reference/metrics.md).
 MODEL_FLOPS = "mfuscope_model_flops_total"
 HARDWARE_FLOPS = "mfuscope_hardware_flops_total"
 # Each rank's dense peak FLOP/s × the wall time of each step it reports: what could have been done.

@@ -36,7 +36,7 @@ HEADER = (
     "`job_component:` = per job and step component, and so on. Ratios are 0..1, rates per "
     "second.\n"
     "\n"
-    'Inputs are the collector\'s counters and gauges (README "Metric contract"). Every job-level '
+    "Inputs are the collector's counters and gauges (docs/reference/metrics.md). Every job-level "
     "ratio is a ratio of sums, so it is exact across ranks, nodes and collectors: never an "
     "average of per-rank ratios. Denominators are guarded with `> 0` so an idle or unknown job "
     "yields no sample rather than +Inf or NaN."

@@ -2,8 +2,8 @@
 
 The timeline needs, per kernel, memcpy/memset and runtime launch, only a few numbers (``ts``,
 ``dur``, ``pid``, ``args.correlation``, a launch's ``tid``). Read from decoded Structs, each
-costs a pointer chase per event (measured ~300 ns per kernel for ``args.correlation`` on the
-2M-event trace, 64 ns when cache-resident), and decoding the events costs more. So
+costs a pointer chase per event (figures: benchmarks/RESULTS.md#reading), and decoding the
+events costs more. So
 `_select_c` also returns them as packed records, read with certainty or not at all (see
 ``read_columns`` in ``_select.c``). With columns, the document is decoded without the device
 events the analysis reads only as numbers (every kernel but communication, every memory op)

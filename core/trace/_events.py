@@ -2,8 +2,8 @@
 
 A Kineto event carries a dozen keys and an ``args`` object of up to thirty more; the engine
 reads eight and sixteen of them. Decoding straight into these `msgspec` Structs skips every
-other key inside the decoder, without building a dict per event (measured on a 2M-event trace:
-2-5x faster than ``json.loads``, see ``benchmarks/analyze_bench.py`` and benchmarks/analyze.md). A
+other key inside the decoder, without building a dict per event (``benchmarks/analyze_bench.py``;
+figures: benchmarks/RESULTS.md#reading). A
 trace that is already a decoded dict (tests, ``load_trace``) is converted into the same model,
 so the engine has one input type.
 
@@ -13,8 +13,8 @@ millions of tracked objects would make every collection walk them all.
 
 The annotations here are evaluated when the classes are made (no ``from __future__ import
 annotations``): building the decoder resolves the fields of each of the 27 tagged event
-classes below, and annotations kept as strings would be compiled and evaluated again for each
-(~5 ms of `mfuscope analyze`'s start-up, measured).
+classes below, and annotations kept as strings would be compiled and evaluated again for each,
+at every start of `mfuscope analyze` (figures: benchmarks/RESULTS.md#whole-process-and-start-up).
 """
 
 import functools
@@ -99,9 +99,9 @@ class KinetoTrace(msgspec.Struct, frozen=True, gc=False):
 # The categories Kineto writes (libkineto ActivityType names, flow-event and PyTorch 1.8-era
 # names) and the phases of the Trace Event Format. Decoded as Literals, these values come out
 # as the same interned string objects instead of a fresh string per event: less memory, and
-# the category lookup in `_scan` hashes nothing (measured: ~20% of the decode time and ~40%
-# of the scan on a 2M-event trace). A trace with any other value is decoded again with plain
-# strings (`TraceEvent`), so an unknown category costs time, never correctness.
+# the category lookup in `_scan` hashes nothing (figures: benchmarks/RESULTS.md#reading). A
+# trace with any other value is decoded again with plain strings (`TraceEvent`), so an unknown
+# category costs time, never correctness.
 _Category = Literal[
     "cpu_op",
     "user_annotation",
@@ -161,9 +161,9 @@ class _KnownFlowBody(msgspec.Struct, frozen=True, gc=False):
     The engine links launches to kernels by ``args.correlation`` and never reads a flow event
     past its category, yet Kineto writes one or two per launch (13-34% of the events of the
     real traces, a third of the generated one): decoded into this, such an event's other keys
-    are skipped, not built (measured on the generated 2M-event trace: ~0.2 s of 2.4 s end to
-    end, see benchmarks/analyze.md). Their other fields read as `TraceEvent`'s defaults, so they are
-    not type-checked either: a flow event with, e.g., a string ``ts`` is no longer an error.
+    are skipped, not built (figures: benchmarks/RESULTS.md#reading). Their other fields read as
+    `TraceEvent`'s defaults, so they are not type-checked either: a flow event with, e.g., a
+    string ``ts`` is no longer an error.
     """
 
     cat: _Category | None = None

@@ -1,6 +1,6 @@
 """CPU-only traces (gloo backend): host threads -> the normalised `Timeline`.
 
-What torch 2.x writes for a gloo job (verified on traces recorded here, see FACTS.md):
+What torch 2.x writes for a gloo job (verified on torch 2.13 traces of real gloo jobs):
 - no ``record_param_comms`` and no kernels; each collective is a ``user_annotation``
   ``gloo:<op>`` on a ``pt_gloo_runloop`` worker thread, lasting from when the worker picks the
   work up until it completes (waiting for peers included); ``Input Dims`` / ``Input type`` give
@@ -8,11 +8,12 @@ What torch 2.x writes for a gloo job (verified on traces recorded here, see FACT
 - the ``c10d::*`` operators on the training threads only enqueue work: they are cut out of the
   compute time of their thread. A collective is *in flight* from its enqueue until its work item
   completes on the worker (docs/definitions.md#blocked-waits-on-cpu): gloo's worker may pick the
-  item up milliseconds after the enqueue (up to ~1.9 ms measured here on a loaded 2-core machine),
-  and a caller blocked in the collective meanwhile shows nothing on the trace. So a collective's
-  communication interval starts at its enqueue; its `CommActivity.duration` (bandwidth) stays
-  the worker's own span. Enqueues and work items are paired in order per op (gloo's work queue
-  is first in, first out; gloo runs ``reduce_scatter`` as ``all_reduce``);
+  item up milliseconds after the enqueue under load (figures:
+  benchmarks/RESULTS.md#profiled-steps-and-cpu-timelines), and a caller blocked in the collective
+  meanwhile shows nothing on the trace. So a collective's communication interval starts at its
+  enqueue; its `CommActivity.duration` (bandwidth) stays the worker's own span. Enqueues and work
+  items are paired in order per op (gloo's work queue is first in, first out; gloo runs
+  ``reduce_scatter`` as ``all_reduce``);
 - process groups appear only in ``distributedInfo.pg_config``: an annotation does not say which
   group it belongs to. Each group has worker threads of its own, so the thread -> group map that
   the live agent discovers (`AnalysisOptions.gloo_worker_groups`, or the trace's own

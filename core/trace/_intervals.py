@@ -3,8 +3,8 @@
 Every "set of instants" in the decomposition (compute busy, communication active, ...) is a
 `Spans`: the starts and the ends of its intervals, as numpy arrays. Unions, differences and
 measures are sorts, prefix sums and binary searches over whole arrays, so a trace of a million
-kernels costs a few array passes in C instead of a Python loop per kernel (measured on the
-generated 2M-event trace: see benchmarks/analyze.md). Inputs are never mutated.
+kernels costs a few array passes in C instead of a Python loop per kernel (figures:
+benchmarks/RESULTS.md#reading). Inputs are never mutated.
 
 The list forms `union` / `subtract` (lists of ``(start, end)`` tuples) serve the callers that
 build a handful of intervals per thread; they run the same array code.

@@ -4,9 +4,9 @@ Most events of a GPU trace are never looked at past their category: flow arrows 
 ``fwdbwd``), host operators other than the few named below, the Python calls of a
 ``with_stack`` profile, and the runtime calls that launch nothing on the device (event
 records, synchronisations, ...). Decoding them is most of the cost of reading a trace, and
-freeing them costs again (measured in benchmarks/analyze.md), so the C scanner ``_select_c`` copies
-the document without them; only then is it decoded. An event is left out only when its
-``cat`` is a plain string and:
+freeing them costs again (figures: benchmarks/RESULTS.md#reading), so the C scanner
+``_select_c`` copies the document without them; only then is it decoded. An event is left out
+only when its ``cat`` is a plain string and:
 - the category is one the analysis does not read at all (see `_scan`);
 - it is a host operator whose name starts with none of the names the GPU path reads, and the
   trace has device events (on a host-only trace every operator is compute, so all are kept);
@@ -35,9 +35,8 @@ The scan runs without the GIL, and arrays of 4 MB or more are scanned in two hal
 threads. `scan_events` imports no numpy (the columns are turned into arrays by
 `selection_of`), so `mfuscope analyze` scans its first trace while numpy loads. Without the
 compiled scanner (no C compiler at install time) nothing is selected and the whole document is
-decoded: the same results, only slower. What the scanner buys, whole `mfuscope analyze` process
-(`benchmarks/analyze_bench.py --tricks`, two runs): without it 1.21-1.22x and 1.39-1.41x as long
-on two real traces (41k and 56k events), 3.07-3.08x on a 2M-event one.
+decoded: the same results, only slower (what the scanner buys, `benchmarks/analyze_bench.py
+--tricks`: benchmarks/RESULTS.md#whole-process-and-start-up).
 """
 
 from __future__ import annotations

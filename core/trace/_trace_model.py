@@ -37,9 +37,9 @@ WINDOW_WHOLE_TRACE = "whole_trace"
 WINDOW_RANGE = "range"
 WINDOW_ANNOTATION_PREFIX = "annotation:"  # then the annotation's name
 
-# The engine's private records are msgspec Structs, not dataclasses: a Struct class is made in
-# ~0.02 ms, a frozen dataclass in 0.5-1 ms (each generated method compiled by its own exec),
-# and `mfuscope analyze` makes all of them at start-up (benchmarks/analyze.md).
+# The engine's private records are msgspec Structs, not dataclasses: a frozen dataclass compiles
+# each generated method by its own exec, many times the cost of a Struct class, and `mfuscope
+# analyze` makes all of them at start-up (benchmarks/RESULTS.md#whole-process-and-start-up).
 
 
 class CommActivity(msgspec.Struct, frozen=True):

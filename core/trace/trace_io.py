@@ -53,8 +53,8 @@ class _Inflater(Protocol):
 
 
 def _gunzip() -> tuple[Callable[..., _Inflater], tuple[type[Exception], ...]]:
-    """ISA-L's inflate where its wheel installs (~1.6x faster than zlib's on these traces,
-    benchmarks/analyze.md), else the standard library's; with the errors each raises on bad data."""
+    """ISA-L's inflate where its wheel installs (faster than zlib's: benchmarks/RESULTS.md#reading),
+    else the standard library's; with the errors each raises on bad data."""
     errors: tuple[type[Exception], ...] = (EOFError, OSError, zlib.error)
     try:
         isal_zlib = importlib.import_module("isal.isal_zlib")
@@ -97,8 +97,8 @@ def _inflate(path: Path, raw: bytes, max_bytes: int) -> bytes:
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic GC: decoding builds up to millions of small objects, none of them
-    garbage yet, and every collection meanwhile would walk them all again (measured: up to 2x
-    on a 2M-event trace)."""
+    garbage yet, and every collection meanwhile would walk them all again (figures:
+    benchmarks/RESULTS.md#reading)."""
     enabled = gc.isenabled()
     gc.disable()
     try:

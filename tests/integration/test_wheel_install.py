@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "tests" / "data" / "gloo-ddp-2rank"
-# The layers setup.py maps onto mfuscope.<folder> (README "Layers").
+# The layers setup.py maps onto mfuscope.<folder> (docs/architecture.md#layers).
 LAYERS = ("core", "agent", "collector", "exporters", "cli", "integrations")
 _IGNORED = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".*_cache", "out"

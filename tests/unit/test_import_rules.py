@@ -1,6 +1,6 @@
 """The layers import only downwards: cli -> {agent, collector} -> {core, exporters}, and
-integrations -> {agent, core} (README "Layers": they run inside training ranks, so never the
-collector); and no module imports another package's private (``_x``) modules or names.
+integrations -> {agent, core} (docs/architecture.md#layers: they run inside training ranks, so
+never the collector); and no module imports another package's private (``_x``) modules or names.
 
 Read from the source files (every import statement, also those inside functions or under
 TYPE_CHECKING), so a rule breaks here even when no test happens to import the offending module.
