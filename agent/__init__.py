@@ -22,8 +22,8 @@ from mfuscope.core.settings import parse_bool
 if TYPE_CHECKING:
     from mfuscope.agent._agent import Agent
     from mfuscope.agent._health import RateLimitedLog
+    from mfuscope.agent._recompute import checkpoint_context, wrap_checkpoint
     from mfuscope.agent.config import AgentConfig
-    from mfuscope.agent.recompute import checkpoint_context, wrap_checkpoint
     from mfuscope.core.errors import ConfigError
 
 __all__ = [
@@ -41,8 +41,8 @@ _LAZY = {
     "ConfigError": "mfuscope.core.errors",
     # the log the agent's parts (`hwcounters.build_hardware_sampler`, ...) take
     "RateLimitedLog": "mfuscope.agent._health",
-    "checkpoint_context": "mfuscope.agent.recompute",
-    "wrap_checkpoint": "mfuscope.agent.recompute",
+    "checkpoint_context": "mfuscope.agent._recompute",
+    "wrap_checkpoint": "mfuscope.agent._recompute",
 }
 
 

@@ -30,16 +30,16 @@ from mfuscope.agent._health import LOGGER, HealthCounters, RateLimitedLog
 from mfuscope.agent._job_time import JobTime
 from mfuscope.agent._phases import Phase
 from mfuscope.agent._process_start import process_start_unix_ns
+from mfuscope.agent._profiler_windows import ProfilerLike
 from mfuscope.agent._report_assembly import DURATIONS_WAIT_S, ReportAssembler
 from mfuscope.agent._runtime import Runtime, build_runtime
+from mfuscope.agent._step_flops import StepFlopsValue
 from mfuscope.agent._step_recorder import GivenStep, StepRecorder
 from mfuscope.agent._step_reports import StepReporter
+from mfuscope.agent._thread_clock import ThreadClock
+from mfuscope.agent._transport import Transport
 from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.profiler_windows import ProfilerLike
-from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import DeviceEventStepTimer
-from mfuscope.agent.thread_clock import ThreadClock
-from mfuscope.agent.transport import Transport
 from mfuscope.core.errors import InputError
 from mfuscope.core.schema import StepReport
 

@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mfuscope.agent._health import HealthCounters
+from mfuscope.agent._step_flops import StepFlopsValue
 from mfuscope.agent._window_coordinator import WindowResult
-from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
 from mfuscope.core.carried_durations import ClassKey, window_seconds
 from mfuscope.core.collective_records import CommRecords

@@ -23,29 +23,23 @@ from mfuscope.agent._analysis_child import ChildAnalysis, analyse_in_process
 from mfuscope.agent._announce import window_logger
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._hw_readers import nic_ids
+from mfuscope.agent._kept_traces import TraceKeeper
+from mfuscope.agent._known_waits import KnownWaits, install_dataloader
 from mfuscope.agent._periodic import Periodic
-from mfuscope.agent._report_assembly import BatchHeader
-from mfuscope.agent._step_recorder import StepRecorder
-from mfuscope.agent._window_coordinator import WindowCoordinator
-from mfuscope.agent.collective_reader import CollectiveReader, build_collective_reader
-from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.gpu_identity import GpuRef, cuda_gpu_ref, match_gpu, runs_in_mig_mode
-from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
-from mfuscope.agent.kept_traces import TraceKeeper
-from mfuscope.agent.known_waits import KnownWaits, install_dataloader
-from mfuscope.agent.profiler_windows import (
+from mfuscope.agent._profiler_windows import (
     Keep,
     WindowAnalyser,
     WindowRecorder,
     torch_profiler_busy,
     torch_profiler_factory,
 )
-from mfuscope.agent.recompute import wrap_checkpoint
-from mfuscope.agent.sinks import HttpSink, JsonlSink, Sink
-from mfuscope.agent.step_flops import CountSession, FlopsTracker
-from mfuscope.agent.step_timer import DeviceEventStepTimer, StepTimer, cuda_calls
-from mfuscope.agent.thread_clock import open_thread_clock
-from mfuscope.agent.topology import (
+from mfuscope.agent._recompute import wrap_checkpoint
+from mfuscope.agent._report_assembly import BatchHeader
+from mfuscope.agent._sinks import HttpSink, JsonlSink, Sink
+from mfuscope.agent._step_flops import CountSession, FlopsTracker
+from mfuscope.agent._step_recorder import StepRecorder
+from mfuscope.agent._thread_clock import open_thread_clock
+from mfuscope.agent._topology import (
     RankTopology,
     _env_int,
     build_topology,
@@ -53,13 +47,19 @@ from mfuscope.agent.topology import (
     discover_topology,
     new_incarnation,
 )
-from mfuscope.agent.transport import RetryPolicy, Transport
-from mfuscope.agent.window_schedule import (
+from mfuscope.agent._transport import RetryPolicy, Transport
+from mfuscope.agent._window_coordinator import WindowCoordinator
+from mfuscope.agent._window_schedule import (
     Agreement,
     AlignedSchedule,
     LocalAgreement,
     ScheduleParams,
 )
+from mfuscope.agent.collective_reader import CollectiveReader, build_collective_reader
+from mfuscope.agent.config import AgentConfig
+from mfuscope.agent.gpu_identity import GpuRef, cuda_gpu_ref, match_gpu, runs_in_mig_mode
+from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
+from mfuscope.agent.step_timer import DeviceEventStepTimer, StepTimer, cuda_calls
 from mfuscope.core.link_specs import LinkSpec, UserLinks, group_link_spec
 from mfuscope.core.schema import StepReport, Topology
 from mfuscope.core.step_report import DecompositionLike
@@ -468,13 +468,13 @@ def _window_schedule(
 
 
 def _count_session() -> CountSession:
-    from mfuscope.agent.counted_flops import StepFlopCount  # imports torch
+    from mfuscope.agent._counted_flops import StepFlopCount  # imports torch
 
     return StepFlopCount()
 
 
 def _dispatch_mode_stack() -> object:
-    from mfuscope.agent.counted_flops import dispatch_mode_stack  # imports torch
+    from mfuscope.agent._counted_flops import dispatch_mode_stack  # imports torch
 
     return dispatch_mode_stack()
 

@@ -80,13 +80,13 @@ from mfuscope.agent._device_marks import (
     stream_changed,
 )
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.step_flops import NO_STEADY, OUTSIDE, RECORDING, StepFlopsValue
+from mfuscope.agent._step_flops import NO_STEADY, OUTSIDE, RECORDING, StepFlopsValue
+from mfuscope.agent._thread_clock import ThreadClock
 from mfuscope.agent.step_timer import DeviceEventStepTimer
-from mfuscope.agent.thread_clock import ThreadClock
 
 if TYPE_CHECKING:
+    from mfuscope.agent._step_flops import FlopsTracker
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
-    from mfuscope.agent.step_flops import FlopsTracker
 
 __all__ = ["CAPACITY", "MARKED", "GivenStep", "StepRecorder"]
 

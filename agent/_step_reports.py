@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._periodic import Periodic, Task, adaptive_interval_s
 from mfuscope.agent._report_assembly import ReportAssembler
+from mfuscope.agent._step_flops import StepFlopsValue
 from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
-from mfuscope.agent.step_flops import StepFlopsValue
+from mfuscope.agent._thread_clock import ThreadTimes, thread_times
 from mfuscope.agent.step_timer import StepTimer, TimedStep
-from mfuscope.agent.thread_clock import ThreadTimes, thread_times
 from mfuscope.core.schema import MIN_STEP_SECONDS, StepReport
 
 if TYPE_CHECKING:
     from mfuscope.agent._job_time import JobTime
+    from mfuscope.agent._known_waits import KnownWaits
     from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
     from mfuscope.agent.collective_reader import CollectiveReader
-    from mfuscope.agent.known_waits import KnownWaits
 
 __all__ = ["StepReporter"]
 

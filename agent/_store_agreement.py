@@ -32,7 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from mfuscope.agent._periodic import Periodic, Task
-from mfuscope.agent.window_schedule import AgreementError
+from mfuscope.agent._window_schedule import AgreementError
 
 __all__ = ["BackgroundAgreement", "StoreAgreement", "default_store_agreement", "own_client"]
 

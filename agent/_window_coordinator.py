@@ -30,15 +30,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.known_waits import KnownWaits
-from mfuscope.agent.profiler_windows import (
+from mfuscope.agent._known_waits import KnownWaits
+from mfuscope.agent._profiler_windows import (
     ProfilerBusy,
     ProfilerLike,
     WindowAnalyser,
     WindowOutcome,
     WindowRecorder,
 )
-from mfuscope.agent.window_schedule import AgreementError, AlignedSchedule, RankView
+from mfuscope.agent._window_schedule import AgreementError, AlignedSchedule, RankView
 from mfuscope.core.step_report import (
     DecompositionLike,
 )

@@ -26,6 +26,7 @@ from dataclasses import replace
 from mfuscope.agent._fr_json import entries_from
 from mfuscope.agent._health import RateLimitedLog
 from mfuscope.agent._periodic import Periodic, Task, adaptive_interval_s
+from mfuscope.agent._topology import RankTopology, group_names
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.flight_recorder import (
     DEFAULT_BUFFER_SIZE,
@@ -35,7 +36,6 @@ from mfuscope.agent.flight_recorder import (
     nccl_group_count,
     ring_entries,
 )
-from mfuscope.agent.topology import RankTopology, group_names
 from mfuscope.core.collective_records import CommRecords
 from mfuscope.core.flight_accounting import (
     ArrivalSampler,
@@ -111,7 +111,6 @@ class CollectiveReader:
         self._closed = False
         self._periodic: Periodic | None = None
         self._task: Task | None = None
-        self._own_periodic = False  # started without the agent's: stop it at close
         self._last_read_s = 0.0  # when the reader last read (clock s; 0: never)
         self.open_entries = 0  # ops enqueued and not done at the latest read
         self.reads = 0
@@ -162,10 +161,9 @@ class CollectiveReader:
         self._sources = kept
         return total
 
-    def start(self, periodic: Periodic | None = None) -> None:
-        """Read every `interval_s` on `periodic`'s thread (None: a thread of its own)."""
-        self._own_periodic = periodic is None
-        self._periodic = periodic or Periodic(self._log, clock=time.monotonic)
+    def start(self, periodic: Periodic) -> None:
+        """Read every `interval_s` on `periodic`'s thread (the agent's; its owner stops it)."""
+        self._periodic = periodic
         self._task = self._periodic.add("collectives", self.tick, delay_s=self._interval_s)
 
     def pause(self) -> None:
@@ -190,8 +188,6 @@ class CollectiveReader:
         deadline = self._clock() + max(timeout_s * 0.8, 0.0)
         if self._periodic is not None and self._task is not None:
             self._periodic.remove(self._task, timeout_s)
-            if self._own_periodic:
-                self._periodic.stop(timeout_s)
         self._read_guarded()
         while self.open_entries and self._clock() < deadline:
             time.sleep(0.02)

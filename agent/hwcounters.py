@@ -94,7 +94,6 @@ class HardwareSampler:
         self._latest = NvmlReading()
         self._periodic: Periodic | None = None
         self._task: Task | None = None
-        self._own_periodic = False
         self.failures = 0
 
     # --- one tick -------------------------------------------------------------------------------
@@ -180,13 +179,12 @@ class HardwareSampler:
 
     # --- the thread ----------------------------------------------------------------------------
 
-    def start(self, periodic: Periodic | None = None) -> None:
-        """Sample (unless done already), then every `interval_s` on `periodic`'s thread (None:
-        a daemon thread of its own, which never delays the interpreter's exit)."""
+    def start(self, periodic: Periodic) -> None:
+        """Sample (unless done already), then every `interval_s` on `periodic`'s thread (the
+        agent's; its owner stops it)."""
         if self._last_sample_s is None:
             self.sample()
-        self._own_periodic = periodic is None
-        self._periodic = periodic or Periodic(self._log, clock=time.monotonic)
+        self._periodic = periodic
         self._task = self._periodic.add("hwcounters", self._tick, delay_s=self._interval_s)
 
     def _tick(self) -> float:
@@ -197,8 +195,6 @@ class HardwareSampler:
         """Stop sampling and release NVML. Idempotent; never raises."""
         if self._periodic is not None and self._task is not None:
             self._periodic.remove(self._task, timeout_s)
-            if self._own_periodic:
-                self._periodic.stop(timeout_s)
         if self._nvml is not None:
             self._nvml.close()
 

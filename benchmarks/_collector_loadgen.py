@@ -5,7 +5,7 @@
     python benchmarks/_collector_loadgen.py generate --world N --rounds R --batch-every S \
         [--payload 1.2|1.0] --addr HOST:PORT --t0-file FILE --out FILE
 
-Each simulated rank behaves like the agent (`agent/sinks.py`, `agent/config.py`): one step per
+Each simulated rank behaves like the agent (`agent/_sinks.py`, `agent/config.py`): one step per
 second, one batch every `batch_every` seconds, one fresh connection per batch, gzip above 4 KiB;
 every `PROFILE_EVERY`-th step is a profiled step carrying collectives. Payloads are today's
 (schema 1.2): every batch carries the rank's collective records (traffic per op x axis, progress
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-GZIP_MIN_BYTES = 4096  # the agent's threshold (agent/sinks.py)
+GZIP_MIN_BYTES = 4096  # the agent's threshold (agent/_sinks.py)
 PROFILE_EVERY = 10
 HARDWARE_EVERY = 3  # batches between two hardware-counter records
 
@@ -329,7 +329,7 @@ def _wire(host: str, port: int, body: bytes, gz: bool) -> bytes:
     return head.encode() + body
 
 
-# The agent's retry policy (`agent/transport.py`, `RetryPolicy` defaults): a batch whose send
+# The agent's retry policy (`agent/_transport.py`, `RetryPolicy` defaults): a batch whose send
 # fails (connection refused or reset, 408/429/5xx) stays in the rank's buffer and is re-sent after
 # min(max, base * 2**(attempt-1)) s, longer if the collector asks with Retry-After.
 RETRY_BASE_S = 0.5

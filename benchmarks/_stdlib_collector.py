@@ -15,9 +15,9 @@ import signal
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from mfuscope.collector._clock import SystemClock
+from mfuscope.collector._routes import HttpRequest, HttpResponse, Routes
 from mfuscope.collector.app import build_routes, resolve_config
-from mfuscope.collector.clock import SystemClock
-from mfuscope.collector.routes import HttpRequest, HttpResponse, Routes
 
 
 class _Server(ThreadingHTTPServer):

@@ -70,6 +70,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
     from mfuscope.agent._health import RateLimitedLog
+    from mfuscope.agent._periodic import Periodic
     from mfuscope.agent.collective_reader import CollectiveReader
     from mfuscope.agent.flight_recorder import dump_sources, ring_entries
     from mfuscope.core.flight_accounting import GroupName
@@ -85,7 +86,7 @@ def main() -> int:
     )
     reader.baseline()
     reader.pause()
-    reader.start()
+    reader.start(Periodic(RateLimitedLog(60.0), clock=time.monotonic))  # a daemon thread
     used = ", ".join(f"{s.name} ({'native' if s.native else 'binding'})" for s in sources)
     print(
         f"flight-recorder reader load: single-rank gloo, ring {ring_entries()} entries, dump "

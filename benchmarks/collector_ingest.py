@@ -35,7 +35,7 @@ from collector_load import export_tree  # noqa: E402
 def measure(world: int, rounds: int, payload: str) -> dict[str, Any]:
     """Feed `rounds` batches of every rank (5 steps each) to a fresh collector's routes."""
     from mfuscope.collector import Aggregator, StateConfig
-    from mfuscope.collector.routes import REPORTS_PATH, HttpRequest, Routes
+    from mfuscope.collector._routes import REPORTS_PATH, HttpRequest, Routes
 
     bodies = [
         batch_body(world, r, 1 + k * 5, 5, payload) for k in range(rounds) for r in range(world)

@@ -1,13 +1,13 @@
 """Collector load benchmark: simulated jobs of 64 / 1,024 / 4,096 ranks against a real collector.
 
-Each simulated rank behaves like the agent (`agent/sinks.py`, `agent/config.py`): one step per
+Each simulated rank behaves like the agent (`agent/_sinks.py`, `agent/config.py`): one step per
 second, one batch every `--batch-every` seconds (default 5, the agent's flush interval) holding the
 steps since the last one, one fresh connection per batch, gzip above 4 KiB; every 10th step is a
 profiled step carrying collectives, every batch the rank's collective records (schema 1.2;
 `_collector_loadgen.py` builds the payloads and sends them).
 Ranks are spread evenly over the batch interval.
 
-A refused or failed send is retried as the agent does (`agent/transport.py`: capped exponential
+A refused or failed send is retried as the agent does (`agent/_transport.py`: capped exponential
 backoff, ``Retry-After`` honoured), so an overloaded collector shows as re-sends and batches
 waiting in the ranks' buffers (an agent loses a batch only when its buffer of 10,000 reports
 is full); the run stops a minute after the last batch is made, counting those still unsent.

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from mfuscope.collector.clock import SystemClock
+from mfuscope.collector._clock import SystemClock
 from mfuscope.exporters.prometheus import new_registry, render
 
 ROOT = Path(__file__).resolve().parents[1]

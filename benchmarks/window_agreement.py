@@ -130,7 +130,7 @@ class _Agent:
 
     def __init__(self, port: int, rank: int, world: int, prefix: str) -> None:
         from mfuscope.agent._store_agreement import BackgroundAgreement, StoreAgreement, own_client
-        from mfuscope.agent.window_schedule import AlignedSchedule, RankView, ScheduleParams
+        from mfuscope.agent._window_schedule import AlignedSchedule, RankView, ScheduleParams
 
         self.store = _client(port)  # stands for torch.distributed's own connection, idle
         timed = _timed_agreement(BackgroundAgreement)

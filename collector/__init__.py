@@ -1,14 +1,13 @@
 """mfuscope.collector: ingests agent reports and keeps exact, aggregatable counters. Never imports
 torch or the agent.
 
-Modules: `ingest` (decode + validate), `aggregator` (apply, the thread-safe `Aggregator`),
-`series` (the metric contract), `summary` (``/v1/summary``), `routes` + `server` (HTTP), `auth`,
-`ratelimit`, `app` (configuration and the process). The wire format is `mfuscope.core.schema`.
+The public names are the ones below; the modules behind them are private (`_ingest`: decode and
+validate; `_aggregator`: apply, the thread-safe `Aggregator`; `_series`: the metric contract;
+`_summary`: ``/v1/summary``; `_routes` and `_server`: HTTP; `_auth`, `_ratelimit`), and `app`
+is the collector process (`mfuscope collector`). The wire format is `mfuscope.core.schema`.
 
 Importing the package is cheap: the names below are resolved on first access (PEP 562), so
-`import mfuscope.collector.ingest` never pays for the HTTP server or the exporters' libraries.
-The ``/v1/summary`` document is `mfuscope.collector.summary.summary` (not re-exported here: a
-lazy name equal to its submodule's would be shadowed by the submodule once that is imported).
+decoding a batch never pays for the HTTP server or the exporters' libraries.
 """
 
 from __future__ import annotations
@@ -18,10 +17,9 @@ from typing import TYPE_CHECKING
 from mfuscope.core.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
-    from mfuscope.collector._state import IngestResult, StateConfig
-    from mfuscope.collector.aggregator import Aggregator
-    from mfuscope.collector.clock import Clock, SystemClock
-    from mfuscope.collector.errors import (
+    from mfuscope.collector._aggregator import Aggregator
+    from mfuscope.collector._clock import Clock, SystemClock
+    from mfuscope.collector._errors import (
         BadRequest,
         IngestError,
         PayloadTooLarge,
@@ -29,9 +27,11 @@ if TYPE_CHECKING:
         Unauthorized,
         UnsupportedVersion,
     )
-    from mfuscope.collector.ingest import decode_batch
-    from mfuscope.collector.series import metric_families
-    from mfuscope.collector.snapshot import CollectorSnapshot, JobSnapshot
+    from mfuscope.collector._ingest import decode_batch
+    from mfuscope.collector._series import metric_families
+    from mfuscope.collector._snapshot import CollectorSnapshot, JobSnapshot
+    from mfuscope.collector._state import IngestResult, StateConfig
+    from mfuscope.collector._summary import summary
 
 __all__ = [
     "Aggregator",
@@ -49,24 +49,26 @@ __all__ = [
     "UnsupportedVersion",
     "decode_batch",
     "metric_families",
+    "summary",
 ]
 
 _LAZY = {
-    "Aggregator": "mfuscope.collector.aggregator",
-    "BadRequest": "mfuscope.collector.errors",
-    "Clock": "mfuscope.collector.clock",
-    "CollectorSnapshot": "mfuscope.collector.snapshot",
-    "IngestError": "mfuscope.collector.errors",
+    "Aggregator": "mfuscope.collector._aggregator",
+    "BadRequest": "mfuscope.collector._errors",
+    "Clock": "mfuscope.collector._clock",
+    "CollectorSnapshot": "mfuscope.collector._snapshot",
+    "IngestError": "mfuscope.collector._errors",
     "IngestResult": "mfuscope.collector._state",
-    "JobSnapshot": "mfuscope.collector.snapshot",
-    "PayloadTooLarge": "mfuscope.collector.errors",
-    "RateLimited": "mfuscope.collector.errors",
+    "JobSnapshot": "mfuscope.collector._snapshot",
+    "PayloadTooLarge": "mfuscope.collector._errors",
+    "RateLimited": "mfuscope.collector._errors",
     "StateConfig": "mfuscope.collector._state",
-    "SystemClock": "mfuscope.collector.clock",
-    "Unauthorized": "mfuscope.collector.errors",
-    "UnsupportedVersion": "mfuscope.collector.errors",
-    "decode_batch": "mfuscope.collector.ingest",
-    "metric_families": "mfuscope.collector.series",
+    "SystemClock": "mfuscope.collector._clock",
+    "Unauthorized": "mfuscope.collector._errors",
+    "UnsupportedVersion": "mfuscope.collector._errors",
+    "decode_batch": "mfuscope.collector._ingest",
+    "metric_families": "mfuscope.collector._series",
+    "summary": "mfuscope.collector._summary",
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
+from mfuscope.collector._snapshot import STEP_DURATION_BOUNDS_S
 from mfuscope.core.bandwidth import bus_factor
 from mfuscope.core.collective_records import CollectiveTraffic
 from mfuscope.core.ledger import CATEGORIES, Booked

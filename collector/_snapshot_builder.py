@@ -12,9 +12,7 @@ from typing import Literal
 
 from mfuscope.collector._accumulators import CollectiveAcc, SeriesAcc
 from mfuscope.collector._rank import RankState
-from mfuscope.collector._state import AggregationState, JobState, StateConfig
-from mfuscope.collector._sums import Key, Kind
-from mfuscope.collector.snapshot import (
+from mfuscope.collector._snapshot import (
     CollectiveTotals,
     CollectiveWindow,
     CollectorSnapshot,
@@ -27,6 +25,8 @@ from mfuscope.collector.snapshot import (
     Straggler,
     TierPeak,
 )
+from mfuscope.collector._state import AggregationState, JobState, StateConfig
+from mfuscope.collector._sums import Key, Kind
 from mfuscope.core.bandwidth import aggregate_busbw_bytes_per_s, busbw_efficiency
 from mfuscope.core.hangs import RankComm, find_hangs, progress_export, step_overdue
 from mfuscope.core.mfu import utilization

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from mfuscope.collector._accumulators import ALL_PARTS, TIMES, WINDOW, SeriesAcc
 from mfuscope.collector._arrivals import ArrivalJoin
+from mfuscope.collector._errors import OverLimit
 from mfuscope.collector._hardware import HardwareLedger
 from mfuscope.collector._health import HealthLedger, health_counts
 from mfuscope.collector._incarnations import JobIncarnations
@@ -32,7 +33,6 @@ from mfuscope.collector._rank import RankState
 from mfuscope.collector._seen_steps import DEFAULT_WIDTH
 from mfuscope.collector._sums import REBUILD_EVERY, CountedSums
 from mfuscope.collector._traffic import TrafficLedger
-from mfuscope.collector.errors import OverLimit
 from mfuscope.core.arrivals import ARRIVAL_SAMPLE_S
 from mfuscope.core.ledger import ProcessTime, book_batch, wall_ns
 from mfuscope.core.schema import ReportBatch

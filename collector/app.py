@@ -20,14 +20,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from mfuscope.collector._aggregator import Aggregator
+from mfuscope.collector._auth import is_loopback, read_token_file
+from mfuscope.collector._clock import Clock, SystemClock
+from mfuscope.collector._ingest import DEFAULT_MAX_BODY_BYTES
+from mfuscope.collector._ratelimit import RateLimiter
+from mfuscope.collector._routes import Routes
+from mfuscope.collector._server import ServerLimits, bind_socket, serve_until
 from mfuscope.collector._state import StateConfig
-from mfuscope.collector.aggregator import Aggregator
-from mfuscope.collector.auth import is_loopback, read_token_file
-from mfuscope.collector.clock import Clock, SystemClock
-from mfuscope.collector.ingest import DEFAULT_MAX_BODY_BYTES
-from mfuscope.collector.ratelimit import RateLimiter
-from mfuscope.collector.routes import Routes
-from mfuscope.collector.server import ServerLimits, bind_socket, serve_until
 from mfuscope.core.settings import env_name, parse_setting_text, pick_settings
 
 __all__ = ["CollectorConfig", "parse_listen", "resolve_config", "run"]

@@ -379,10 +379,13 @@ def counters(*, seconds: float, gigabytes: int) -> CounterProbe:
 
     log = RateLimitedLog(60.0, logger=logging.getLogger("mfuscope.validate"))
     gpu = cuda_gpu_ref(torch.cuda.current_device())
+    # Sampled here, between the probe's own steps (NVML's utilisation covers the time since the
+    # previous sample), rather than on a thread of the sampler's own.
     sampler = build_hardware_sampler(gpu=gpu, sample_nics=False, log=log, interval_s=0.1)
-    sampler.start()
     try:
+        sampler.sample()
         time.sleep(1.5)
+        sampler.sample()
         idle = sampler.snapshot()
         size = 1 << 30
         source = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -392,6 +395,7 @@ def counters(*, seconds: float, gigabytes: int) -> CounterProbe:
             for _ in range(20):
                 target.copy_(source)
             torch.cuda.synchronize()
+            sampler.sample()
         busy = sampler.snapshot()
         del source, target
         host = torch.empty(size, dtype=torch.uint8).pin_memory()

@@ -5,7 +5,7 @@
 
 - agent-options.md: every `AgentConfig` field, its environment variable, default and meaning
   (`mfuscope.agent.config.OPTION_HELP`);
-- metrics.md: every metric family the collector exports (`mfuscope.collector.series`), with its
+- metrics.md: every metric family the collector exports (`mfuscope.collector._series`), with its
   type, labels and help text;
 - cli.md: every flag of every `mfuscope` subcommand (`mfuscope.cli.build_parser`).
 
@@ -62,8 +62,8 @@ def agent_options() -> str:
 
 
 def metrics() -> str:
-    from mfuscope.collector.series import metric_families
-    from mfuscope.collector.snapshot import CollectorSnapshot
+    from mfuscope.collector._series import metric_families
+    from mfuscope.collector._snapshot import CollectorSnapshot
 
     def families(per_rank: bool) -> dict[str, tuple[str, ...]]:
         empty = CollectorSnapshot(jobs=(), rejected=(), per_rank_labels=per_rank, expire_after_s=1)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.sinks import HttpSink
-from mfuscope.agent.transport import RetryPolicy, Transport
+from mfuscope.agent._sinks import HttpSink
+from mfuscope.agent._transport import RetryPolicy, Transport
 from mfuscope.core.schema import StepReport
 
 from tests.support.collector_fakes import batch_dict, report_dict

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.routes import Routes
-from mfuscope.collector.server import bind_socket, serve_until
+from mfuscope.collector._routes import Routes
+from mfuscope.collector._server import bind_socket, serve_until
 
 from tests.support.collector_fakes import FakeClock, batch_dict
 

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
+from mfuscope.collector._snapshot import STEP_DURATION_BOUNDS_S
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )

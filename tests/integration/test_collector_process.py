@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.routes import HttpRequest, Routes
+from mfuscope.collector._routes import HttpRequest, Routes
 
 from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 from tests.support.collector_process import CollectorProcess, post, request

@@ -21,9 +21,9 @@ SCRIPT = textwrap.dedent(
 
     from mfuscope.cli import build_parser
     from mfuscope.collector.app import resolve_config
-    from mfuscope.collector.aggregator import Aggregator
-    from mfuscope.collector.routes import Routes
-    from mfuscope.collector.server import bind_socket, serve_until
+    from mfuscope.collector._aggregator import Aggregator
+    from mfuscope.collector._routes import Routes
+    from mfuscope.collector._server import bind_socket, serve_until
     from tests.support.collector_fakes import batch_dict, report_dict
     from mfuscope.exporters.otlp import metrics_data
     from opentelemetry.sdk.resources import Resource

@@ -15,8 +15,8 @@ import torch
 from mfuscope.agent import Agent
 from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.routes import Routes
-from mfuscope.collector.server import bind_socket, serve_until
+from mfuscope.collector._routes import Routes
+from mfuscope.collector._server import bind_socket, serve_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.hw_fakes import CounterNvml, ib_port

@@ -29,14 +29,14 @@ from typing import Any, cast
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._report_assembly import BatchHeader, ReportAssembler
 from mfuscope.agent._runtime import _Device, _engine_analyse
+from mfuscope.agent._step_flops import StepFlopsValue
 from mfuscope.agent._step_recorder import CAPACITY, StepRecorder
 from mfuscope.agent._step_reports import StepReporter
+from mfuscope.agent._topology import GroupView, RankTopology, group_names
 from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
 from mfuscope.agent.collective_reader import CollectiveReader
 from mfuscope.agent.flight_recorder import DumpSource
-from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
-from mfuscope.agent.topology import GroupView, RankTopology, group_names
 from mfuscope.core.schema import StepReport
 
 from tests.support.fr_dumps import nccl_dump

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.clock import Clock
+from mfuscope.collector._clock import Clock
 from mfuscope.exporters.model import MetricFamily, Sample
 
 from tests.support.collector_fakes import batch_dict, report_dict

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from mfuscope.agent import _step_recorder
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._step_flops import FlopsTracker, StepFlopsValue
 from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._step_reports import StepReporter
-from mfuscope.agent.step_flops import FlopsTracker, StepFlopsValue
+from mfuscope.agent._thread_clock import ThreadClock
 from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
-from mfuscope.agent.thread_clock import ThreadClock
 
 __all__ = [
     "CollectingAssembler",

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.kept_traces import TraceKeeper
-from mfuscope.agent.topology import (
+from mfuscope.agent._kept_traces import TraceKeeper
+from mfuscope.agent._topology import (
     GroupSpec,
     _threads_named,
     assign_gloo_workers,
     axis_of_group,
     build_topology,
 )
+from mfuscope.agent.config import AgentConfig
 from mfuscope.core.errors import ConfigError
 from mfuscope.core.trace.worker_groups import TRACE_KEY, trace_fields, worker_groups_from_trace
 

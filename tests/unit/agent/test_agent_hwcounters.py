@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from mfuscope.agent._health import RateLimitedLog
 from mfuscope.agent._hw_readers import nic_ids
+from mfuscope.agent._periodic import Periodic
 from mfuscope.agent.detect import detect_hardware, link_peaks
 from mfuscope.agent.gpu_identity import GpuRef
 from mfuscope.agent.hwcounters import HardwareSampler, build_hardware_sampler
@@ -239,13 +240,15 @@ def test_sampler_samples_on_its_periodic_thread_and_stops() -> None:
     sampler = build_hardware_sampler(
         gpu=GpuRef(0), sample_nics=False, log=_log(), nvml=nvml, interval_s=0.01
     )
-    sampler.start()
+    periodic = Periodic(_log(), clock=time.monotonic)
+    sampler.start(periodic)
     nvml.nvlink_kib = {"tx": 1, "rx": 0}
     deadline = time.monotonic() + 30.0
     while _links(sampler.snapshot()).get(("nvlink", "tx")) != 1024:
         assert time.monotonic() < deadline, "the periodic thread never sampled"
         time.sleep(0.01)
     sampler.stop()
+    periodic.stop()
     assert nvml.shut_down
     assert _links(sampler.snapshot())[("nvlink", "tx")] == 1024
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from mfuscope.agent._health import RateLimitedLog
 from mfuscope.agent._runtime import _Device, _group_link_specs, _peak
+from mfuscope.agent._topology import GroupSpec, build_topology
 from mfuscope.agent.config import AgentConfig, ConfigError
 from mfuscope.agent.detect import detect_hardware
 from mfuscope.agent.gpu_identity import GpuRef
-from mfuscope.agent.topology import GroupSpec, build_topology
 from mfuscope.core.schema import decode_batch
 
 from tests.support.hw_fakes import CounterNvml, ib_port, net_interface

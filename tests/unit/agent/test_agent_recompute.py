@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.utils.checkpoint as checkpoint_module
-from mfuscope.agent.counted_flops import StepFlopCount
-from mfuscope.agent.recompute import (
+from mfuscope.agent._counted_flops import StepFlopCount
+from mfuscope.agent._recompute import (
     RECOMPUTE_RANGE,
     checkpoint_context,
     set_recompute_counter,

@@ -13,8 +13,8 @@ from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._step_reports import StepReporter
+from mfuscope.agent._thread_clock import open_thread_clock
 from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
-from mfuscope.agent.thread_clock import open_thread_clock
 from mfuscope.core.schema import decode_batch
 
 from tests.support.agent_fakes import FakeProfiler

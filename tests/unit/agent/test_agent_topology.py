@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from mfuscope.agent.topology import GroupSpec, axis_of_group, build_topology, new_incarnation
+from mfuscope.agent._topology import GroupSpec, axis_of_group, build_topology, new_incarnation
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ def test_rank_0_values_ride_the_start_up_gather_and_the_store_agreement_works() 
     from mfuscope.agent._health import RateLimitedLog
     from mfuscope.agent._periodic import Periodic
     from mfuscope.agent._store_agreement import default_store_agreement
-    from mfuscope.agent.topology import discover_topology
+    from mfuscope.agent._topology import discover_topology
 
     periodic = Periodic(RateLimitedLog(60.0), clock=time.monotonic)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from mfuscope.agent import sinks
+from mfuscope.agent import _sinks as sinks
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.sinks import HttpSink, JsonlSink, SendError
-from mfuscope.agent.transport import RetryPolicy, Transport, backoff_delay_s
+from mfuscope.agent._sinks import HttpSink, JsonlSink, SendError
+from mfuscope.agent._transport import RetryPolicy, Transport, backoff_delay_s
 from mfuscope.core.schema import StepReport
 
 from tests.support import agent_helpers as helpers

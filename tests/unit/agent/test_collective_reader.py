@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from mfuscope.agent._fr_json import entries_from
 from mfuscope.agent._health import RateLimitedLog
+from mfuscope.agent._periodic import Periodic
 from mfuscope.agent.collective_reader import CollectiveReader
 from mfuscope.agent.flight_recorder import (
     DumpSource,
@@ -203,8 +205,10 @@ def test_close_waits_briefly_for_the_last_open_collective() -> None:
     )
     reader = _reader(scripted.source(), interval_s=30.0)
     reader.baseline()
-    reader.start()
+    periodic = Periodic(RateLimitedLog(60.0), clock=time.monotonic)
+    reader.start(periodic)
     reader.close(5.0)
+    periodic.stop()
     assert reader.taken == 1 and reader.open_entries == 0
 
 

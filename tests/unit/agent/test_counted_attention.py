@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from mfuscope.agent.counted_flops import (
+from mfuscope.agent._counted_flops import (
     RecomputeCounter,
     StepFlopCount,
     attention_backward_recompute,
@@ -175,7 +175,7 @@ def test_every_attention_backward_torch_counts_is_split() -> None:
     # flex_attention_backward is a higher-order op: eager flex runs plain matmuls (counted as
     # such) and FlopCounterMode's registry entry serves compiled graphs only.
     import torch.nn.attention.varlen  # noqa: F401  (registers the varlen ops' formulas)
-    from mfuscope.agent.counted_flops import RankFlopCounter
+    from mfuscope.agent._counted_flops import RankFlopCounter
 
     split = RankFlopCounter(display=False).attention_backward_ops
     names = {str(op) for op in flop_registry}

@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from mfuscope.agent.counted_flops import (
+from mfuscope.agent._counted_flops import (
     RecomputeCounter,
     StepFlopCount,
     StepFlops,
@@ -217,7 +217,7 @@ def test_fake_tensor_ops_run_but_are_not_counted() -> None:
 
 
 def test_paused_work_is_not_counted() -> None:
-    from mfuscope.agent import uncounted
+    from mfuscope.agent import _uncounted as uncounted
 
     a = torch.randn(8, 16)
 

@@ -12,6 +12,7 @@ import pytest
 from mfuscope.agent._agent import Seams
 from mfuscope.agent._health import RateLimitedLog
 from mfuscope.agent._hw_readers import NvmlReader
+from mfuscope.agent._topology import build_topology
 from mfuscope.agent.config import AgentConfig
 from mfuscope.agent.detect import detect_hardware
 from mfuscope.agent.gpu_identity import (
@@ -23,7 +24,6 @@ from mfuscope.agent.gpu_identity import (
     runs_in_mig_mode,
 )
 from mfuscope.agent.hwcounters import build_hardware_sampler
-from mfuscope.agent.topology import build_topology
 
 from tests.support.hw_fakes import NodeGpusNvml
 

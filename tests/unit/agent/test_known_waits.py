@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._known_waits import KnownWaits, install_dataloader
+from mfuscope.agent._profiler_windows import WindowAnalyser, WindowRecorder
 from mfuscope.agent._window_coordinator import WindowCoordinator
-from mfuscope.agent.known_waits import KnownWaits, install_dataloader
-from mfuscope.agent.profiler_windows import WindowAnalyser, WindowRecorder
-from mfuscope.agent.window_schedule import AlignedSchedule, LocalAgreement, ScheduleParams
+from mfuscope.agent._window_schedule import AlignedSchedule, LocalAgreement, ScheduleParams
 
 from tests.support.agent_fakes import Decomposition, FakeProfiler
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from mfuscope.agent._node_identity import NodeClaim, local_claim, place_ranks, read_boot_id
+from mfuscope.agent._topology import GroupSpec, build_topology
 from mfuscope.agent.config import AgentConfig
-from mfuscope.agent.node_identity import NodeClaim, local_claim, place_ranks, read_boot_id
-from mfuscope.agent.topology import GroupSpec, build_topology
 
 BOOT_A = "04fa870c-3a9b-49a6-b5dd-3a5e3995ff92"
 BOOT_B = "9a1d44e2-0b6c-4a51-8f3e-2c1f6a7b8d90"

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
+from mfuscope.agent._profiler_windows import WindowAnalyser, WindowRecorder
 from mfuscope.agent._window_coordinator import WindowCoordinator, WindowResult
-from mfuscope.agent.profiler_windows import WindowAnalyser, WindowRecorder
-from mfuscope.agent.window_schedule import AlignedSchedule, LocalAgreement, ScheduleParams
+from mfuscope.agent._window_schedule import AlignedSchedule, LocalAgreement, ScheduleParams
 
 from tests.support.agent_fakes import EMPTY_TRACE, Decomposition, FakeProfiler
 
@@ -259,7 +259,7 @@ def test_a_user_profiler_makes_the_window_skip_without_failure(tmp_path: Path) -
 
 def test_torch_profiler_busy_sees_a_running_profiler() -> None:
     import torch
-    from mfuscope.agent.profiler_windows import torch_profiler_busy
+    from mfuscope.agent._profiler_windows import torch_profiler_busy
 
     assert not torch_profiler_busy()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
@@ -270,7 +270,7 @@ def test_torch_profiler_busy_sees_a_running_profiler() -> None:
 def test_analyser_keeps_the_last_window_traces_rotated_and_capped(tmp_path: Path) -> None:
     import gzip
 
-    from mfuscope.agent.kept_traces import TraceKeeper
+    from mfuscope.agent._kept_traces import TraceKeeper
 
     kept_dir = tmp_path / "kept"
     keeper = TraceKeeper(kept_dir, keep=2, max_bytes=1 << 20, rank=3)
@@ -294,7 +294,7 @@ def test_analyser_keeps_the_last_window_traces_rotated_and_capped(tmp_path: Path
 
 
 def test_kept_traces_respect_the_size_cap_but_keep_the_newest(tmp_path: Path) -> None:
-    from mfuscope.agent.kept_traces import TraceKeeper
+    from mfuscope.agent._kept_traces import TraceKeeper
 
     source = tmp_path / "t.json"
     source.write_bytes(os.urandom(4096))  # incompressible: ~4 kB gzipped

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from mfuscope.agent._health import HealthCounters
 from mfuscope.agent._report_assembly import BatchHeader, ReportAssembler
+from mfuscope.agent._step_flops import StepFlopsValue
 from mfuscope.agent._window_coordinator import WindowResult
-from mfuscope.agent.step_flops import StepFlopsValue
 from mfuscope.agent.step_timer import TimedStep
 from mfuscope.core.schema import ComponentShare, decode_batch
 

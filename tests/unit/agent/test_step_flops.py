@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from mfuscope.agent._health import RateLimitedLog
-from mfuscope.agent.step_flops import FlopsTracker, StepFlopsValue, input_signature
+from mfuscope.agent._step_flops import FlopsTracker, StepFlopsValue, input_signature
 
 
 class FakeSession:
@@ -121,9 +121,9 @@ def test_cycling_shapes_each_get_their_own_count() -> None:
 
 def test_forwards_while_counting_is_paused_are_not_the_steps_shapes() -> None:
     # A pipeline stage's one-time metadata pass runs a forward in the first step only (paused:
-    # `mfuscope.agent.uncounted`). Taken into that step's signature, it made the second step look
+    # `mfuscope.agent._uncounted`). Taken into that step's signature, it made the second step look
     # new, so the third became a counting step (and no profiled window could open on it).
-    from mfuscope.agent import uncounted
+    from mfuscope.agent import _uncounted as uncounted
 
     model = FakeModel()
     tracker = _tracker(model)

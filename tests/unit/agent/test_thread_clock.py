@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mfuscope.agent.thread_clock import ThreadTimes, open_thread_clock, thread_times
+from mfuscope.agent._thread_clock import ThreadTimes, open_thread_clock, thread_times
 
 
 def test_a_schedstat_line_parses_and_anything_else_is_refused() -> None:

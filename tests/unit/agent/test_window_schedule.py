@@ -15,7 +15,7 @@ import pytest
 from mfuscope.agent._health import RateLimitedLog
 from mfuscope.agent._periodic import Periodic
 from mfuscope.agent._store_agreement import BackgroundAgreement, StoreAgreement
-from mfuscope.agent.window_schedule import (
+from mfuscope.agent._window_schedule import (
     Agreement,
     AgreementError,
     AlignedSchedule,

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from mfuscope.cli import main
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.summary import summary
+from mfuscope.collector._summary import summary
 from mfuscope.core.schema import (
     ClassShare,
     CollectiveSample,

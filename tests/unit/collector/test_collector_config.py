@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from mfuscope.cli import build_parser
+from mfuscope.collector._auth import is_loopback
 from mfuscope.collector.app import CollectorConfig, parse_listen, resolve_config
-from mfuscope.collector.auth import is_loopback
 
 
 def _cli(*argv: str) -> dict[str, Any]:

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.ratelimit import RateLimiter
-from mfuscope.collector.routes import REPORTS_PATH, HttpRequest, HttpResponse, Routes
-from mfuscope.collector.snapshot import CollectorSnapshot
+from mfuscope.collector._ratelimit import RateLimiter
+from mfuscope.collector._routes import REPORTS_PATH, HttpRequest, HttpResponse, Routes
+from mfuscope.collector._snapshot import CollectorSnapshot
 
 from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.series import metric_families
-from mfuscope.collector.summary import summary
+from mfuscope.collector._series import metric_families
+from mfuscope.collector._summary import summary
 
 from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from mfuscope.collector.errors import RateLimited
-from mfuscope.collector.ratelimit import RateLimiter
+from mfuscope.collector._errors import RateLimited
+from mfuscope.collector._ratelimit import RateLimiter
 
 from tests.support.collector_fakes import FakeClock
 

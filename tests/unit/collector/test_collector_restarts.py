@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mfuscope.collector import Aggregator, StateConfig
 from mfuscope.collector._incarnations import KEEP, REMEMBER, JobIncarnations
-from mfuscope.collector.summary import summary
+from mfuscope.collector._summary import summary
 from mfuscope.core.schema import SCHEMA_VERSION
 
 from tests.support.collector_fakes import FakeClock, batch_dict

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.summary import summary
+from mfuscope.collector._summary import summary
 
 from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 

@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.routes import REPORTS_PATH, HttpRequest, Routes
-from mfuscope.collector.snapshot import CollectorSnapshot
+from mfuscope.collector._routes import REPORTS_PATH, HttpRequest, Routes
+from mfuscope.collector._snapshot import CollectorSnapshot
 from mfuscope.core.schema import SchemaError, decode_batch
 
 from tests.support.collector_fakes import FakeClock

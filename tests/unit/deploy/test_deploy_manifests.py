@@ -385,7 +385,7 @@ class Absent(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Absent())
 for name in {_NOT_IN_IMAGE!r}:
     sys.modules.pop(name, None)
-import mfuscope.collector.app, mfuscope.collector.server, mfuscope.exporters.otlp
+import mfuscope.collector.app, mfuscope.collector._server, mfuscope.exporters.otlp
 from mfuscope.cli import main
 try:
     main(["collector", "--help"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from mfuscope.collector import Aggregator, BadRequest, StateConfig
-from mfuscope.collector.routes import HttpRequest, Routes
+from mfuscope.collector._routes import HttpRequest, Routes
 from mfuscope.exporters.model import HistogramSample, MetricFamily, Sample
 from mfuscope.exporters.prometheus import new_registry, render
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.snapshot import STEP_DURATION_BOUNDS_S
+from mfuscope.collector._snapshot import STEP_DURATION_BOUNDS_S
 from mfuscope.exporters.otlp import OtlpPusher, metrics_data, otlp_metrics_url
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (

@@ -11,7 +11,7 @@ import re
 
 import pytest
 from mfuscope.collector import Aggregator, StateConfig
-from mfuscope.collector.errors import BadRequest
+from mfuscope.collector._errors import BadRequest
 from mfuscope.exporters.model import MetricFamily
 from mfuscope.exporters.otlp import COLLECTOR_SERVICE_NAME, collector_resource, metrics_data
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mfuscope.collector.comm_series import comm_families
-from mfuscope.collector.device_series import device_families
-from mfuscope.collector.errors import (
+from mfuscope.collector._comm_series import comm_families
+from mfuscope.collector._device_series import device_families
+from mfuscope.collector._errors import (
     LIMIT_REASONS,
     BadRequest,
     PayloadTooLarge,
@@ -22,7 +22,7 @@ from mfuscope.collector.errors import (
     UnsupportedMediaType,
     UnsupportedVersion,
 )
-from mfuscope.collector.snapshot import (
+from mfuscope.collector._snapshot import (
     STEP_DURATION_BOUNDS_S,
     CollectiveTotals,
     CollectorSnapshot,

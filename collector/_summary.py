@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from mfuscope.collector.series import REJECT_REASONS
-from mfuscope.collector.snapshot import CollectorSnapshot, JobSnapshot
+from mfuscope.collector._series import REJECT_REASONS
+from mfuscope.collector._snapshot import CollectorSnapshot, JobSnapshot
 from mfuscope.core.ledger import CATEGORIES, effective_mfu
 
 __all__ = ["SUMMARY_VERSION", "summary"]

@@ -29,7 +29,7 @@ from time import perf_counter_ns
 from typing import Any, TypeVar
 
 from mfuscope.agent._step_recorder import CAPACITY
-from mfuscope.agent.thread_clock import ThreadTimes, thread_times
+from mfuscope.agent._thread_clock import ThreadTimes, thread_times
 
 __all__ = ["KnownWaits", "install_dataloader"]
 

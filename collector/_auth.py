@@ -10,7 +10,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 
-from mfuscope.collector.errors import Unauthorized
+from mfuscope.collector._errors import Unauthorized
 
 __all__ = ["check_bearer", "is_loopback", "read_token_file"]
 

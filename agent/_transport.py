@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
-from mfuscope.agent.sinks import SendError, Sink
+from mfuscope.agent._sinks import SendError, Sink
 from mfuscope.core.schema import StepReport
 
 __all__ = ["RetryPolicy", "Transport", "backoff_delay_s"]

@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from mfuscope.agent import uncounted
+from mfuscope.agent import _uncounted as uncounted
 from mfuscope.agent._health import RateLimitedLog
-from mfuscope.agent.recompute import set_recompute_counter
+from mfuscope.agent._recompute import set_recompute_counter
 
 __all__ = [
     "CountSession",
@@ -85,7 +85,7 @@ class CountedFlops(Protocol):
 
 class CountSession(Protocol):
     """One counting step: entered at step begin, left at step end
-    (`mfuscope.agent.counted_flops.StepFlopCount` in production).
+    (`mfuscope.agent._counted_flops.StepFlopCount` in production).
 
     `recompute_context()` gives a context manager that counts recomputation separately (it is
     installed into `checkpoint_context` while the session runs); `result` gives the step's

@@ -11,7 +11,7 @@ a tier's bytes/s against. A counter no rank can read is an absent series, never 
 
 from __future__ import annotations
 
-from mfuscope.collector.snapshot import JobSnapshot
+from mfuscope.collector._snapshot import JobSnapshot
 from mfuscope.exporters.model import MetricFamily, Sample
 
 __all__ = ["device_families"]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 
+from mfuscope.collector._clock import Clock, SystemClock
+from mfuscope.collector._errors import IngestError, OverLimit
+from mfuscope.collector._ingest import DEFAULT_MAX_BODY_BYTES, decode_batch
+from mfuscope.collector._series import metric_families
+from mfuscope.collector._snapshot import CollectorSnapshot
 from mfuscope.collector._snapshot_builder import build_snapshot
 from mfuscope.collector._state import AggregationState, IngestResult, StateConfig
-from mfuscope.collector.clock import Clock, SystemClock
-from mfuscope.collector.errors import IngestError, OverLimit
-from mfuscope.collector.ingest import DEFAULT_MAX_BODY_BYTES, decode_batch
-from mfuscope.collector.series import metric_families
-from mfuscope.collector.snapshot import CollectorSnapshot
 from mfuscope.core.schema import ReportBatch
 from mfuscope.exporters.model import MetricFamily
 

@@ -1,7 +1,7 @@
 """Who this rank is and whom it talks to, discovered once at start.
 
 `discover_topology` (torch side) gathers every rank's host name and node claim (node name, boot id,
-GPU: `mfuscope.agent.node_identity`) with one `all_gather_object` and lists the process groups
+GPU: `mfuscope.agent._node_identity`) with one `all_gather_object` and lists the process groups
 this rank belongs to; the same collective hands every rank rank 0's
 fresh random *incarnation* (this launch's id: a relaunch after a crash gets a new one).
 `build_topology` (pure) names each group's axis and tier:
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mfuscope.agent.node_identity import NodeClaim, Placement, local_claim, place_ranks
+from mfuscope.agent._node_identity import NodeClaim, Placement, local_claim, place_ranks
 from mfuscope.core.flight_accounting import GroupName, GroupNames
 from mfuscope.core.link_specs import LinkSpec
 from mfuscope.core.schema import GroupInfo, Topology

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mfuscope.collector.snapshot import JobSnapshot
+from mfuscope.collector._snapshot import JobSnapshot
 from mfuscope.exporters.model import MetricKind, Sample
 
 __all__ = ["AddFamily", "comm_families"]

@@ -11,7 +11,7 @@ import math
 import threading
 from collections.abc import Callable
 
-from mfuscope.collector.errors import RateLimited
+from mfuscope.collector._errors import RateLimited
 
 __all__ = ["RateLimiter"]
 

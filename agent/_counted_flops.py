@@ -65,7 +65,7 @@ from types import TracebackType
 from typing import Any
 
 import torch
-from mfuscope.agent import uncounted
+from mfuscope.agent import _uncounted as uncounted
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils.flop_counter import (
     FlopCounterMode,
@@ -185,7 +185,7 @@ def attention_backward_recompute(flops: int, query: Any, value: Any) -> int:
 class RankFlopCounter(FlopCounterMode):  # type: ignore[misc]
     """`FlopCounterMode` counting this rank's own work (see `_RankDispatchMode`): the local
     shards of DTensor ops, never their global shapes; nothing while `uncounted.paused()` holds
-    (a pipeline stage's one-time metadata inference, see `mfuscope.agent.uncounted`). Totals
+    (a pipeline stage's one-time metadata inference, see `mfuscope.agent._uncounted`). Totals
     only (no per-module table: the module tracker's global hooks are not installed, which also
     keeps counting cheaper).
 

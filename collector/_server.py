@@ -39,8 +39,8 @@ except ImportError:  # pragma: no cover - not on Linux
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
-from mfuscope.collector.errors import PayloadTooLarge
-from mfuscope.collector.routes import REPORTS_PATH, HttpRequest, HttpResponse, Routes
+from mfuscope.collector._errors import PayloadTooLarge
+from mfuscope.collector._routes import REPORTS_PATH, HttpRequest, HttpResponse, Routes
 
 __all__ = ["CollectorServer", "ServerLimits", "bind_socket", "serve_until"]
 

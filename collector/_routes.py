@@ -20,11 +20,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from mfuscope.collector.aggregator import Aggregator
-from mfuscope.collector.auth import check_bearer
-from mfuscope.collector.errors import IngestError, PayloadTooLarge, UnsupportedMediaType
-from mfuscope.collector.ratelimit import RateLimiter
-from mfuscope.collector.summary import summary
+from mfuscope.collector._aggregator import Aggregator
+from mfuscope.collector._auth import check_bearer
+from mfuscope.collector._errors import IngestError, PayloadTooLarge, UnsupportedMediaType
+from mfuscope.collector._ratelimit import RateLimiter
+from mfuscope.collector._summary import summary
 from mfuscope.exporters.prometheus import new_registry, render
 
 __all__ = ["REPORTS_PATH", "HttpRequest", "HttpResponse", "Routes"]

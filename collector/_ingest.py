@@ -3,15 +3,15 @@
 `decode_batch` turns a request body into a validated `ReportBatch` or raises a typed
 `IngestError` naming the field (gzip is inflated with a hard output limit, so a small compressed
 body cannot expand past the limit). The state it is applied to, whole, is behind
-`mfuscope.collector.aggregator.Aggregator`.
+`mfuscope.collector._aggregator.Aggregator`.
 """
 
 from __future__ import annotations
 
 import zlib
 
+from mfuscope.collector._errors import BadRequest, PayloadTooLarge, UnsupportedVersion
 from mfuscope.collector._state import IngestResult
-from mfuscope.collector.errors import BadRequest, PayloadTooLarge, UnsupportedVersion
 from mfuscope.core.errors import SchemaError
 from mfuscope.core.schema import ReportBatch
 from mfuscope.core.schema import decode_batch as decode_batch_body
