@@ -76,6 +76,7 @@ class CollectiveReader:
         ring_entries: int = DEFAULT_BUFFER_SIZE,
         clock: Callable[[], float] = time.monotonic,
         wall_clock_ns: Callable[[], int] = time.time_ns,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._sources = list(sources)
         self._names = names
@@ -87,6 +88,7 @@ class CollectiveReader:
         self._ring_entries = max(ring_entries, 1)
         self._clock = clock
         self._wall_clock_ns = wall_clock_ns
+        self._sleep = sleep  # between close's last reads (tests script it with `clock`)
         self._trackers = {s.name: RecordTracker() for s in self._sources}
         self._traffic = TrafficTotals()
         self._progress = ProgressTracker()
@@ -178,7 +180,7 @@ class CollectiveReader:
                 self._periodic.stop(timeout_s)
         self._read_guarded()
         while self.open_entries and self._clock() < deadline:
-            time.sleep(0.02)
+            self._sleep(0.02)
             self._read_guarded()
 
     # --- reading (periodic thread; at close the closing thread) -------------------------------

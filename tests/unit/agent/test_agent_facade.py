@@ -53,6 +53,7 @@ def _batches(path: Path) -> list[ReportBatch]:
     return [batch_from_json(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow  # a child Python process (a fresh import)
 def test_importing_the_package_does_not_import_torch() -> None:
     code = (
         "import sys, mfuscope.agent, mfuscope.core.trace, mfuscope.agent.config\n"
