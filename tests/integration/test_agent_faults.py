@@ -22,6 +22,8 @@ from mfuscope.agent._agent import Seams, agent_with_seams
 
 from tests.support import agent_helpers as helpers
 
+pytestmark = pytest.mark.slow  # real HTTP servers and agent threads on the wall clock
+
 REQUEST_TIMEOUT_S = 1.0
 STEPS = 150
 
@@ -140,7 +142,6 @@ def test_failing_profiler_is_counted_and_logged_once(
     assert steps == list(range(STEPS))
 
 
-@pytest.mark.slow
 def test_two_rank_job_with_hanging_collector_and_failing_profiler(tmp_path: Path) -> None:
     hanging = helpers.HangingCollector()
     try:
