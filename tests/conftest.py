@@ -2,9 +2,9 @@
 
 `pytest` runs the whole suite (what CI runs, `./dev test`). `pytest --fast` (`./dev test --fast`)
 runs only the tests not marked `slow`: no integration folder, no child process, no server, no
-wall-clock wait. The fast tier's contract is enforced, not hoped for: a test not marked `slow`
-that starts a process, binds or connects a socket, or sleeps fails at that call, in either tier
-(`tests/support/fast_tier.py`).
+wall-clock wait, and Hypothesis derandomized (the same examples every run). The fast tier's
+contract is enforced, not hoped for: a test not marked `slow` that starts a process, binds or
+connects a socket, or sleeps fails at that call, in either tier (`tests/support/fast_tier.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="the fast tier: only tests not marked slow (no processes, servers or sleeps)",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("fast"):
+        # The same examples on every run of the fast tier (the whole suite keeps exploring).
+        from hypothesis import settings
+
+        settings.register_profile("fast", derandomize=True)
+        settings.load_profile("fast")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
