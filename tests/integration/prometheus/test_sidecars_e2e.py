@@ -354,7 +354,7 @@ def _arrival_skew_across_nodes(hang: Hang) -> None:
     query = urllib.parse.urlencode({"query": late})
     wait_for(
         lambda: len(_get(f"{hang.vm.url}/api/v1/query?{query}")["data"]["result"]) == NODES,
-        30,
+        120,  # vmalert records from vmagent's remote writes: seconds behind, more under load
         "vmalert's arrival rules",
     )
     on_vm = _by_label(_get(f"{hang.vm.url}/api/v1/query?{query}")["data"]["result"], "rank")
