@@ -3,10 +3,8 @@ feed a real collector; a real Prometheus scrapes it and evaluates the project's 
 Alertmanager (Debian's `prometheus-alertmanager`) routes the alerts with the shipped
 deploy/alertmanager/alertmanager.yml to a webhook receiver in this test.
 
-Both jobs sleep in every step about as long as the step computes (half the CPU two busy jobs
-would take, and half the exposure of their MFU to a loaded machine). Job "slows" runs at its
-normal pace, then every step becomes several times longer (a longer sleep inside the step: the
-device idles). It must page, critical, with the cause (the waterfall slice that grew
+Job "slows" runs at its normal pace, then every step becomes several times longer (a sleep inside
+the step: the device idles). It must page, critical, with the cause (the waterfall slice that grew
 most: bubble_idle) in the notification. Job "steady" runs and ends normally: it must produce no
 notification at all, also well after its end.
 
@@ -50,7 +48,6 @@ THRESHOLDS = {"0.10": "0.50", "0.25": "0.65"}
 DURATION_S = 80.0
 SLOW_AFTER_S = 45.0
 SLOW_FACTOR = 6.0
-STEP_SLEEP_S = 0.06  # about a step's compute on 2 shared cores
 # Rule evaluations after the end, one a second: ~37 min of the shipped rules' time (the old rules
 # paged 14-18 min after a job's end).
 AFTER_END_S = 25.0
@@ -210,7 +207,6 @@ def _job(tmp_path: Path, collector_url: str, job: str, *extra: str) -> subproces
         f"--job={job}",
         f"--collector-url={collector_url}",
         f"--duration-s={DURATION_S}",
-        f"--step-sleep-s={STEP_SLEEP_S}",
         *args,
         *extra,
     )
