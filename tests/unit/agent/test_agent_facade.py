@@ -236,8 +236,7 @@ def test_window_breakdown_attaches_to_later_steps(tmp_path: Path) -> None:
     for _ in range(4):
         with agent.step():
             pass
-    step_until(agent, lambda health: health.windows_analysed_total > 0)
-    last = agent._step
+    last = 4 + step_until(agent, lambda health: health.windows_analysed_total > 0)
     for _ in range(4):
         with agent.step():
             pass
@@ -271,10 +270,9 @@ def test_real_profiler_window_on_one_process(tmp_path: Path) -> None:
     for _ in range(3):
         with agent.step():
             _train(model, batch=64)
-    step_until(agent, lambda health: health.windows_analysed_total > 0)
+    last = 3 + step_until(agent, lambda health: health.windows_analysed_total > 0)
     with agent.step():
         _train(model, batch=64)
-    last = agent._step - 1
     agent.close()
     reports = {r.step: r for b in _batches(tmp_path / "out.jsonl") for r in b.reports}
     assert sorted(reports) == list(range(last + 1))
