@@ -16,7 +16,7 @@ blocked. The rules must name rank 2 alone, with its node, the op, the axis and t
 enter next, on Prometheus and on vmalert (that the page goes out within 2 min of the stall is
 checked on a scripted clock by `test_sidecar_scale.py`); after rank 2 resumes and the job ends
 normally, nothing pages, and vmalert's step goodput never went above 1. Rank 1 enters
-every step's collectives 10 % of a step late: both engines show it as the latest rank.
+every step's collectives a quarter of a step late: both engines show it as the latest rank.
 """
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ ROOT = Path(__file__).resolve().parents[3]
 VM_DIR = ROOT / "deploy" / "fleet" / "victoriametrics"
 NODES, STEPS, STALL_RANK, STALL_STEP = 4, 40, 2, 35
 # Every rank sleeps STEP_S at the start of each step and rank 1 LATE_S more: it enters each step's
-# collectives 10 % of a step late. The sidecars hold one arrival sample per rank and group every
-# ARRIVAL_SAMPLE_S (60 s by default) and the agents read their recorders every READ_INTERVAL_S
-# (5 s by default): short here, so that several periods pass before the stall.
-STEP_S, LATE_RANK, LATE_S = 0.2, 1, 0.02
+# collectives a quarter of a step late (at a tenth, a loaded machine's noise hid it). The sidecars
+# hold one arrival sample per rank and group every ARRIVAL_SAMPLE_S (60 s by default) and the
+# agents read their recorders every READ_INTERVAL_S (5 s by default): short here, so that several
+# periods pass before the stall.
+STEP_S, LATE_RANK, LATE_S = 0.2, 1, 0.05
 ARRIVAL_SAMPLE_S, READ_INTERVAL_S = 2.0, 0.1
 JOB = "groups-mesh"
 SUSPECTS = "job_rank:mfuscope_collective_hang_suspect:seconds"
@@ -331,11 +332,11 @@ def _by_label(samples: list[dict[str, Any]], label: str) -> dict[str, float]:
 
 
 def _arrival_skew_across_nodes(hang: Hang) -> None:
-    # Rank 1 enters each step's collectives 10 % of a step late; every group spans two sidecars,
-    # so no sidecar has a skew of its own: the rules join the held samples, one collective per
-    # group and period. A period in which a boundary fell between two ranks' enqueue times of one
-    # collective (about 10 % of them here) gives no figure: hence figures over the job's life
-    # (the periods before the stall, and the one the stall froze).
+    # Rank 1 enters each step's collectives a quarter of a step late; every group spans two
+    # sidecars, so no sidecar has a skew of its own: the rules join the held samples, one
+    # collective per group and period. A period in which a boundary fell between two ranks'
+    # enqueue times of one collective (about a quarter of them here) gives no figure: hence
+    # figures over the job's life (the periods before the stall, and the one the stall froze).
     for address in hang.sidecars:
         assert not scrape(f"http://{address}", "mfuscope_collective_arrival_skew_seconds")
         assert scrape(f"http://{address}", "mfuscope_collective_arrival_enqueued_seconds")
