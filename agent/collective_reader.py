@@ -82,6 +82,7 @@ class CollectiveReader:
         clock: Callable[[], float] = time.monotonic,
         wall_clock_ns: Callable[[], int] = time.time_ns,
         groups: Sequence[tuple[str, str]] = (),
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """`groups`: (name, description) of the process groups this rank belongs to, reported
         from the start (entered 0) so a rank stuck before its first collective on one is
@@ -96,6 +97,7 @@ class CollectiveReader:
         self._ring_entries = max(ring_entries, 1)
         self._clock = clock
         self._wall_clock_ns = wall_clock_ns
+        self._sleep = sleep  # between close's last reads (tests script it with `clock`)
         self._trackers = {s.name: RecordTracker() for s in self._sources}
         self._traffic = TrafficTotals()
         self._progress = ProgressTracker(groups)
@@ -190,7 +192,7 @@ class CollectiveReader:
             self._periodic.remove(self._task, timeout_s)
         self._read_guarded()
         while self.open_entries and self._clock() < deadline:
-            time.sleep(0.02)
+            self._sleep(0.02)
             self._read_guarded()
         if self.durations and not self.open_entries:  # no step begins any more: all whole
             with self._lock:

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # ruff and mypy run as child processes
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "agent", "collector", "exporters", "cli", "integrations")
 BIN = Path(sys.executable).parent

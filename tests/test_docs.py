@@ -187,6 +187,7 @@ def test_heading_anchors_follow_github(heading: str, anchor: str) -> None:
     assert slug(heading) == anchor
 
 
+@pytest.mark.slow  # git in a child process
 def test_no_reference_to_files_users_lack_or_to_issue_numbers() -> None:
     problems = []
     for path in _text_files():
@@ -203,6 +204,7 @@ def test_no_reference_to_files_users_lack_or_to_issue_numbers() -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow  # git in a child process
 def test_every_cited_definition_heading_exists() -> None:
     cited = 0
     problems = []
@@ -220,6 +222,7 @@ def test_every_cited_definition_heading_exists() -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow  # git in a child process
 def test_every_cited_benchmark_result_exists() -> None:
     # Docstrings and guides cite measurements as benchmarks/RESULTS.md#<heading>.
     headings = anchors(ROOT / "benchmarks" / "RESULTS.md")

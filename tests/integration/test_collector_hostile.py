@@ -9,6 +9,7 @@ import math
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from tests.support.collector_fakes import batch_dict, report_dict
 from tests.support.collector_process import CollectorProcess, post, request
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -188,21 +190,36 @@ def test_a_half_sent_body_is_answered_408_at_the_body_timeout(collector: Collect
     assert held >= BODY_TIMEOUT_S * 0.8  # not before the timeout; how late depends on load
 
 
-def test_the_connection_cap_evicts_idle_connections_for_real_clients(
-    collector: CollectorProcess,
-) -> None:
+def test_the_connection_cap_evicts_idle_connections_for_real_clients(tmp_path: Path) -> None:
+    # Its own collector, with a long header timeout: the idle connections then outlive any wait
+    # for the client under load, so the client being answered while some of them are still open
+    # shows it was served by evicting one, not after they timed out.
+    header_timeout_s = 10.0
+    collector = CollectorProcess(
+        tmp_path,
+        *("--rate-limit", "0", "--header-timeout", str(header_timeout_s)),
+        *("--max-connections", str(MAX_CONNECTIONS)),
+    )
     idle = [_connect(collector) for _ in range(3 * MAX_CONNECTIONS)]
     try:
-        time.sleep(0.3)
-        still_open = [s for s in idle if _closed_after(s, 0.05) is None]
-        assert len(still_open) <= MAX_CONNECTIONS
+
+        def still_open() -> list[socket.socket]:
+            return [s for s in idle if _closed_after(s, 0.01) is None]
+
+        wait_until(
+            lambda: len(still_open()) <= MAX_CONNECTIONS, "the cap to close the connections over it"
+        )
+        holding = still_open()
         # A real client is served at once: the longest-idle connection makes room for it.
-        started = time.monotonic()
         assert post(collector.url, batch_dict(job="during-the-flood"))[0] == 200
-        assert time.monotonic() - started < HEADER_TIMEOUT_S
-        # The idle ones are all gone after the header timeout.
-        time.sleep(HEADER_TIMEOUT_S + 0.5)
-        assert all(_closed_after(s, 0.05) is not None for s in still_open)
+        assert still_open(), "served only once every idle connection had timed out"
+        # The idle ones are all gone at the header timeout.
+        wait_until(
+            lambda: all(_closed_after(s, 0.01) is not None for s in holding),
+            "the idle connections to time out",
+        )
     finally:
         for s in idle:
             s.close()
+        code, _, err = collector.stop()
+    assert code == 0, err

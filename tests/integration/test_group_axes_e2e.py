@@ -1,5 +1,6 @@
-"""A real 4-rank gloo job on a 2 x 2 (dp, tp) layout, through the real agent to a real collector:
-every collective lands on its own group's axis with n = 2, never on ``unknown`` or the world size.
+"""A real 4-rank gloo job on a 2 x 2 (dp, tp) layout, built three ways in turn, through the real
+agent to a real collector: every collective lands on its own group's axis with n = 2, never on
+``unknown`` or the world size.
 
 Hand derivation (`tests/support/mesh_job.py`: WIDTH 32, HIDDEN 64, BATCH 8, fp32; the collective
 counters count every collective of the 5 steps on each of the 4 ranks (the agents' always-on
@@ -106,11 +107,17 @@ def by_op_axis(samples: dict[frozenset[tuple[str, str]], float], job: str) -> di
     }
 
 
-@pytest.mark.parametrize("layout", list(EXPECTED))
 def test_every_collective_has_its_groups_axis_and_size(
-    layout: str, collector: CollectorProcess, tmp_path: Path
+    collector: CollectorProcess, tmp_path: Path
 ) -> None:
-    run_layout(layout, collector, tmp_path)
+    # One job runs the three layouts in turn (the ranks and torch start once), each under an
+    # agent, a collector job and an output folder of its own.
+    run_layout(",".join(EXPECTED), collector, tmp_path)
+    for layout in EXPECTED:
+        _check_layout(layout, collector, tmp_path / layout)
+
+
+def _check_layout(layout: str, collector: CollectorProcess, out: Path) -> None:
     job = f"groups-{layout}"
     expected = EXPECTED[layout]
 
@@ -119,12 +126,12 @@ def test_every_collective_has_its_groups_axis_and_size(
         for labels, value in metrics(collector, "mfuscope_step_component_seconds_total").items()
         if {("job", job), ("component", "exposed_comm")} <= labels
     }
-    assert set(exposed) == {"dp", "tp"}, exposed
+    assert set(exposed) == {"dp", "tp"}, (layout, exposed)
     assert all(seconds > 0 for seconds in exposed.values())
 
     sent = by_op_axis(metrics(collector, "mfuscope_collective_bytes_total"), job)
     bus = by_op_axis(metrics(collector, "mfuscope_collective_bus_bytes_total"), job)
-    assert sent == expected
+    assert sent == expected, layout
     for op, axis in expected:
         assert bus[(op, axis)] / sent[(op, axis)] == pytest.approx(BUS_FACTOR_N2[op])
 
@@ -136,18 +143,18 @@ def test_every_collective_has_its_groups_axis_and_size(
     # What the agents sent: every collective with n = 2, none of unknown group.
     with_n = {(op, axis, 2) for op, axis in expected}
     for rank in range(4):
-        lines = (tmp_path / f"reports-{rank}.jsonl").read_text().splitlines()
+        lines = (out / f"reports-{rank}.jsonl").read_text().splitlines()
         collectives = {
             (c["op"], c["axis"], c["group_size"])
             for line in lines
             for report in json.loads(line)["reports"]
             for c in report["collectives"]
         }
-        assert collectives == with_n, rank
+        assert collectives == with_n, (layout, rank)
 
     # A kept trace carries the agent's worker-thread map: offline analysis agrees.
-    kept = sorted((tmp_path / "kept").glob("*.json.gz"))
-    assert len(kept) == 4
+    kept = sorted((out / "kept").glob("*.json.gz"))
+    assert len(kept) == 4, layout
     for path in kept:
         steps = analyze_trace(read_trace(path)).steps
         offline = {(c.op, c.axis, c.group_size) for s in steps for c in s.collectives}

@@ -21,6 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.hw_fakes import CounterNvml, ib_port
 
+pytestmark = pytest.mark.slow  # a real collector over HTTP
+
 SW_POWER_CAP, HW_THERMAL = 0x4, 0x40
 
 

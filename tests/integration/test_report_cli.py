@@ -22,6 +22,8 @@ from mfuscope.core.schema import (
 
 from tests.support.shared_data import A100_TRACE, require
 
+pytestmark = pytest.mark.slow  # end to end over real traces (the integration folder)
+
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The only URLs an offline page may hold: XML namespace names inside the inline SVG (never fetched).

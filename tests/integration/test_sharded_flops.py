@@ -23,11 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import sharded_flops_job as job
+from tests.support import sharded_flops_shape as job
 from tests.support.collector_process import CollectorProcess
 
 pytestmark = pytest.mark.slow
 
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "tests" / "support" / "sharded_flops_job.py"
 TOKENS = job.BATCH * job.SEQ  # per data-parallel rank and step
 UP = job.IN * job.HIDDEN
 DOWN = job.HIDDEN * job.OUT
@@ -81,11 +83,11 @@ class Run:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     out = tmp_path_factory.mktemp("sharded_flops")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MFUSCOPE_")}
-    env.update(OMP_NUM_THREADS="1", TMPDIR=str(out))
+    env.update(OMP_NUM_THREADS="1", TMPDIR=str(out), PYTHONPATH=str(ROOT))
     torchrun = Path(sys.executable).parent / "torchrun"
     collector = CollectorProcess(out)
     try:
-        command = [str(torchrun), "--standalone", "--nproc_per_node=4", job.__file__, str(out)]
+        command = [str(torchrun), "--standalone", "--nproc_per_node=4", str(JOB), str(out)]
         result = subprocess.run(
             [*command, "--collector-url", collector.url],
             env=env,

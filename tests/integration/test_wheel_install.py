@@ -9,8 +9,11 @@ crashed and `validate-gpu` was an "invalid choice", from the wheel only).
 Dependencies are pinned to the versions of the environment running the suite (`pip freeze`):
 the check is of mfuscope's packaging, and a range such as the agent extra's `torch>=2.4` would
 otherwise let pip pick a newer CUDA build of torch (gigabytes) where the CPU build lies on disk.
-Everything in one test: the build and the install (~40 s) happen once, whichever xdist worker
-runs it.
+They are not copied either: the fresh environment sees those of the suite's installed
+distributions that the wheel's extras require (and those alone) through a `.pth` file, so pip
+resolves the extras against them and installs the wheel alone (copying torch and the rest took
+about two minutes of the suite).
+Everything in one test: the build and the install happen once, whichever xdist worker runs it.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 from mfuscope.cli import SUBCOMMANDS
 from mfuscope.core.schema import ReportBatch, StepReport, encode_batch
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 pytestmark = pytest.mark.slow
 
@@ -142,6 +148,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Installed, list
         "".join(line + "\n" for line in frozen.splitlines() if not line.startswith("mfuscope"))
     )
     _step([sys.executable, "-m", "venv", str(venv)], "creating the virtual environment")
+    _share_dependencies(venv, base / "dependencies")
     _step(
         [
             str(venv / "bin" / "python"),
@@ -159,6 +166,46 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Installed, list
         cwd=work,
     )
     return Installed(wheel, venv, work), files
+
+
+def _declared_distributions(extras: tuple[str, ...]) -> list[metadata.Distribution]:
+    """The installed distributions mfuscope with `extras` requires, directly or not (without
+    mfuscope itself): what pip would install beside the wheel."""
+    wanted: dict[str, set[str]] = {}
+    found: dict[str, metadata.Distribution] = {}
+    todo = [("mfuscope", set(extras))]
+    while todo:
+        name, name_extras = todo.pop()
+        key = canonicalize_name(name)
+        if key in wanted and name_extras <= wanted[key]:
+            continue
+        wanted.setdefault(key, set()).update(name_extras)
+        dist = found.setdefault(key, metadata.distribution(name))
+        for text in dist.requires or []:
+            requirement = Requirement(text)
+            environments = [{"extra": extra} for extra in wanted[key]] or [{"extra": ""}]
+            if requirement.marker is None or any(
+                requirement.marker.evaluate(env) for env in environments
+            ):
+                todo.append((requirement.name, set(requirement.extras)))
+    del found["mfuscope"]
+    return list(found.values())
+
+
+def _share_dependencies(venv: Path, folder: Path) -> None:
+    """Make the distributions the wheel's extras require importable in `venv` and visible to
+    its pip, from the suite's environment: links to their files in `folder` (those alone, so a
+    dependency the wheel does not declare is still missing), named by a `.pth` file of the venv
+    (after its own site-packages, so the wheel's mfuscope comes first)."""
+    folder.mkdir()
+    for dist in _declared_distributions(("agent", "report")):
+        site_packages = Path(str(dist.locate_file("")))
+        tops = {Path(str(f)).parts[0] for f in dist.files or []}
+        for top in tops - {"..", "__pycache__"}:
+            if not (folder / top).exists() and (site_packages / top).exists():
+                (folder / top).symlink_to(site_packages / top)
+    (venv_site,) = (venv / "lib").glob("python*/site-packages")
+    (venv_site / "suite_dependencies.pth").write_text(f"{folder}\n", encoding="utf-8")
 
 
 def _failures_of_subcommands(inst: Installed) -> list[str]:
@@ -355,7 +402,7 @@ def test_every_subcommand_module_of_the_tree_is_a_subcommand() -> None:
     assert modules == {module for module, _ in SUBCOMMANDS.values()}
 
 
-def test_the_image_installs_the_same_wheel(installed: tuple[Installed, list[str]]) -> None:
+def test_the_image_installs_the_same_wheel(request: pytest.FixtureRequest) -> None:
     dockerfile = (ROOT / "deploy" / "image" / "Dockerfile").read_text()
     assert (
         "COPY dist/mfuscope-*.whl" in dockerfile
@@ -365,7 +412,8 @@ def test_the_image_installs_the_same_wheel(installed: tuple[Installed, list[str]
     info = subprocess.run([docker, "info"], capture_output=True, text=True) if docker else None
     if info is None or info.returncode != 0:
         pytest.skip("no container runtime here (docker info failed): the wheel alone is tested")
-    inst, _ = installed
+    # Built only now: a worker that skips must not build and install the wheel for nothing.
+    inst, _ = request.getfixturevalue("installed")
     context = inst.wheel.parent.parent / "image-context"
     shutil.copytree(ROOT, context, ignore=_IGNORED)
     (context / "dist").mkdir()

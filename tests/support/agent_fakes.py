@@ -11,13 +11,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mfuscope.core.trace.result import ExposedComm as Exposed
+
+from tests.support.waiting import HANG_S, wait_until
 
 if TYPE_CHECKING:
     from mfuscope.agent import Agent
@@ -109,7 +110,7 @@ def step_until(
     done: Callable[[AgentHealth], bool],
     *,
     max_steps: int = 10_000,
-    timeout_s: float = 60.0,
+    timeout_s: float = HANG_S,
 ) -> int:
     """Take empty steps until `done(agent.health.snapshot())`; returns the steps taken. While a
     window is analysed off-thread no step is taken: the helper waits for the analyser's outcome,
@@ -123,8 +124,5 @@ def step_until(
             return taken
         with agent.step():
             pass
-        deadline = time.monotonic() + timeout_s
-        while analyser.busy and not analyser.ready:
-            assert time.monotonic() < deadline, "the window's analysis never came in"
-            time.sleep(0.001)
+        wait_until(lambda: not analyser.busy or analyser.ready, "the window's analysis", timeout_s)
     raise AssertionError(f"not done after {max_steps} steps: {agent.health.snapshot()}")

@@ -12,6 +12,9 @@ and an explicit all_reduce of every gradient over the dp mesh group.
 ``new_group(ranks, group_desc="DATA_PARALLEL_GROUP")`` (dp groups first, as Megatron-core does)
 and ``"TENSOR_MODEL_PARALLEL_GROUP"``, with a hand-written tensor-parallel MLP.
 
+`--layout mesh,megatron,fsdp_tp` runs the layouts one after the other in the same ranks, each
+under an agent of its own (job ``groups-{layout}``), writing into ``DIR/{layout}``.
+
 Every all_reduce runs on a group of n = 2 ranks. FLOPs are counted by the agent from the model.
 Each rank writes its reports to ``DIR/reports-{rank}.jsonl`` and keeps its profiled window's trace
 in ``DIR/kept``.
@@ -146,7 +149,9 @@ def _stall(resume: Path, out: Path) -> None:
 def main() -> None:
     global SHAPE
     parser = argparse.ArgumentParser()
-    parser.add_argument("--layout", choices=tuple(LAYOUTS), required=True)
+    parser.add_argument(
+        "--layout", required=True, help=f"one of {', '.join(LAYOUTS)}, or several, comma-separated"
+    )
     parser.add_argument("--collector-url", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--shape", default="2x2")
@@ -162,17 +167,30 @@ def main() -> None:
     parser.add_argument("--read-interval", type=float, default=5.0)
     args = parser.parse_args()
     SHAPE = tuple(int(n) for n in args.shape.split("x"))  # type: ignore[assignment]
+    layouts = args.layout.split(",")
+    if unknown := set(layouts) - set(LAYOUTS):
+        parser.error(f"unknown layout {sorted(unknown)}: choose from {', '.join(LAYOUTS)}")
     dist.init_process_group("gloo")
+    for layout in layouts:
+        # Several layouts run one after the other, each with an agent (job) of its own, its
+        # output in a folder of its own; the ranks start once.
+        train(args, layout, args.out if len(layouts) == 1 else args.out / layout)
+    dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, layout: str, out: Path) -> None:
+    """`args.steps` steps of `layout` under an agent of job ``groups-{layout}``."""
+    out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
-    model, dp, mesh = LAYOUTS[args.layout]()
+    model, dp, mesh = LAYOUTS[layout]()
     rank = dist.get_rank()
     if args.node_per_rank:
         os.environ["MFUSCOPE_NODE_NAME"] = f"node{rank}"
     urls = args.collector_url.split(",")
     agent = Agent(
-        job=f"groups-{args.layout}",
+        job=f"groups-{layout}",
         collector_url=urls[rank % len(urls)],
-        jsonl_path=str(args.out / "reports-{rank}.jsonl"),
+        jsonl_path=str(out / "reports-{rank}.jsonl"),
         mesh=mesh,
         model=model,  # counted FLOPs: each rank's own share of the sharded model
         peak_flops=1e9,
@@ -182,7 +200,7 @@ def main() -> None:
         profile_every_steps=1000,
         profile_max_overhead_ratio=1.0,
         keep_traces=1,
-        keep_traces_dir=str(args.out / "kept"),
+        keep_traces_dir=str(out / "kept"),
         flush_interval_s=0.2,
         hardware_counters=False,
         collective_read_interval_s=args.read_interval,
@@ -193,7 +211,7 @@ def main() -> None:
         with agent.step():
             time.sleep(args.step_s + (args.late_s if rank == args.late_rank else 0.0))
             if rank == args.stall_rank and step == args.stall_step and args.resume_file:
-                _stall(args.resume_file, args.out / "stall.json")
+                _stall(args.resume_file, out / "stall.json")
             optimizer.zero_grad()
             model(data).square().mean().backward()
             for p in model.parameters() if dp is not None else ():  # FSDP2 reduces its own
@@ -202,7 +220,6 @@ def main() -> None:
                 dist.all_reduce(local, group=dp)
             optimizer.step()
     agent.close()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@ FLOPs, and writes each layout's reports to its own JSONL files.
 
 Run under torchrun (`tests/integration/test_sharded_flops.py` does):
 
-    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=4 \
+    OMP_NUM_THREADS=1 PYTHONPATH=. torchrun --standalone --nproc_per_node=4 \
         tests/support/sharded_flops_job.py OUT_DIR [--collector-url URL] [LAYOUT ...]
 
 Every layout trains the same MLP, ``up = Linear(IN, HIDDEN)``, ReLU, ``down = Linear(HIDDEN, OUT)``
-(with biases), on inputs of shape (BATCH, SEQ, IN) per data-parallel rank, for STEPS steps; the
-test derives each layout's per-rank FLOPs by hand from these constants. Layouts (4 ranks):
+(with biases), on inputs of shape (BATCH, SEQ, IN) per data-parallel rank, for STEPS steps
+(`sharded_flops_shape.py`); the test derives each layout's per-rank FLOPs by hand from them.
+Layouts (4 ranks):
 
 - ``tp``: a 2 x 2 ("dp", "tp") mesh, ``up`` ColwiseParallel, ``down`` RowwiseParallel; gradients
   all-reduced over dp by hand.
@@ -53,10 +54,16 @@ from torch.distributed.tensor.parallel import (
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
-IN, HIDDEN, OUT, BATCH, SEQ = 64, 256, 32, 8, 4
-STEPS = 3
-MICROBATCHES = 2
-VARYING_BATCHES = (8, 4, 8, 2, 6, 4, 2, 6, 8)
+from tests.support.sharded_flops_shape import (
+    BATCH,
+    HIDDEN,
+    IN,
+    MICROBATCHES,
+    OUT,
+    SEQ,
+    STEPS,
+    VARYING_BATCHES,
+)
 
 
 class MLP(nn.Module):

@@ -176,6 +176,7 @@ def test_integrations_never_import_the_collector(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow  # a child Python process (a fresh import)
 def test_importing_the_agent_loads_no_collector_module() -> None:
     code = (
         "import sys; from mfuscope.agent import Agent; "

@@ -7,8 +7,9 @@ tp peer (rank 3) then waits in the forward all_reduce of their tp group, rank 0 
 all_reduce of its dp group with rank 2, and rank 1 in its dp all_reduce with rank 3 (a victim: rank
 3 waits for rank 2). The collector must name rank 2 alone, with the op, the group's axis and the
 sequence number rank 2 would enter next (which rank 2 counts from its own recorder before it
-stops), within 2 min of the stop; MFUScopeCollectiveHang must fire through the shipped rules with
-that cause; once rank 2 resumes the hang series must clear. At the end the collective counters
+stops; how soon follows from thresholds checked on scripted time); MFUScopeCollectiveHang must
+fire through the shipped rules with that cause; once rank 2 resumes the hang series must clear.
+At the end the collective counters
 must equal the hand count of the job's collectives, every step: per rank and step one tp
 all_reduce of 1024 B and two dp all_reduces of 4096 B (derived in
 `tests/integration/test_group_axes_e2e.py`).
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +62,6 @@ def test_a_rank_that_stops_is_named_paged_and_cleared(
         stall = tmp_path / "stall.json"
         wait_until(lambda: stall.exists() or job.poll() is not None, 240, "rank 2 to stop")
         assert job.poll() is None, (tmp_path / "job.log").read_text()[-4000:]
-        stopped_at = stall.stat().st_mtime
         next_seq = {
             desc.removeprefix("mesh_"): seq for desc, seq in json.loads(stall.read_text()).items()
         }
@@ -70,9 +69,9 @@ def test_a_rank_that_stops_is_named_paged_and_cleared(
         def suspects() -> list[tuple[dict[str, str], float]]:
             return scrape(collector.url, "mfuscope_collective_hang_suspect_seconds")
 
+        # How soon after the stall it is named follows from the thresholds, checked on scripted
+        # time in tests/unit/core/test_hangs.py; here only that it is, and whom.
         wait_until(lambda: bool(suspects()), 240, "the collector to name a suspect")
-        named_after_s = time.time() - stopped_at
-        assert named_after_s < 120, named_after_s
         ((labels, _waited),) = suspects()
         assert labels["rank"] == str(STALL_RANK) and labels["reason"] == "not_joined"
         assert labels["op"] == "all_reduce" and labels["axis"] in next_seq

@@ -16,11 +16,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.integration.prometheus.conftest import PROMETHEUS_DIR
 from tests.support.collector_fakes import FakeClock
 from tests.support.sidecar_fleet import JOB, STALLED, Fleet
+
+pytestmark = pytest.mark.slow  # promtool in a child process
 
 RANKS, PER_SIDECAR, INTERVAL_S = 1024, 8, 15
 STALL_S = 60  # the stall, s after the start

@@ -56,6 +56,7 @@ def _batches(path: Path) -> list[ReportBatch]:
     return [decode_batch(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow  # a child Python process (a fresh import)
 def test_importing_the_package_does_not_import_torch() -> None:
     code = (
         "import sys, mfuscope.agent, mfuscope.core.trace, mfuscope.agent.config\n"
@@ -228,8 +229,7 @@ def test_window_breakdown_attaches_to_later_steps(tmp_path: Path) -> None:
     for _ in range(4):
         with agent.step():
             pass
-    step_until(agent, lambda health: health.windows_analysed_total > 0)
-    last = agent._step
+    last = 4 + step_until(agent, lambda health: health.windows_analysed_total > 0)
     for _ in range(4):
         with agent.step():
             pass
@@ -256,6 +256,7 @@ def test_window_breakdown_attaches_to_later_steps(tmp_path: Path) -> None:
     assert agent.health.snapshot().windows_analysed_total == 1
 
 
+@pytest.mark.slow  # the window is analysed in a child process
 def test_real_profiler_window_on_one_process(tmp_path: Path) -> None:
     """The real torch.profiler and the real engine, without torch.distributed."""
     model = Net()
@@ -263,10 +264,9 @@ def test_real_profiler_window_on_one_process(tmp_path: Path) -> None:
     for _ in range(3):
         with agent.step():
             _train(model, batch=64)
-    step_until(agent, lambda health: health.windows_analysed_total > 0)
+    last = 3 + step_until(agent, lambda health: health.windows_analysed_total > 0)
     with agent.step():
         _train(model, batch=64)
-    last = agent._step - 1
     agent.close()
     reports = {r.step: r for b in _batches(tmp_path / "out.jsonl") for r in b.reports}
     assert sorted(reports) == list(range(last + 1))
@@ -299,6 +299,7 @@ def test_first_step_numbers_a_resumed_job_and_each_agent_is_its_own_incarnation(
     assert first[0].incarnation != resumed[0].incarnation
 
 
+@pytest.mark.slow  # the window is analysed in a child process
 def test_real_profiler_window_trace_is_kept_and_analysable(tmp_path: Path) -> None:
     from mfuscope.core.trace import analyze_trace, read_trace
 

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mfuscope.agent import Agent
 from mfuscope.agent._agent import Seams, agent_with_seams
 from mfuscope.agent._health import HealthCounters, RateLimitedLog
 from mfuscope.agent._step_recorder import StepRecorder
 from mfuscope.agent._step_reports import StepReporter
-from mfuscope.agent._thread_clock import open_thread_clock
+from mfuscope.agent._thread_clock import ThreadClock, open_thread_clock
 from mfuscope.agent.step_timer import DeviceEventStepTimer, TimedStep
 from mfuscope.core.schema import decode_batch
 
@@ -267,6 +266,7 @@ def test_recorder_slots_and_hot_path_names_match() -> None:
     assert not hasattr(recorder, "__dict__")
 
 
+@pytest.mark.slow  # the real thread clock through a real sleep
 def test_on_cpu_a_step_is_blocked_while_its_thread_sleeps_not_while_it_computes() -> None:
     # the real thread clock (Linux schedstat): a sleeping step is blocked for its sleep; a
     # step that spins is not, whatever the machine's load (waiting for a CPU is run delay)
@@ -375,9 +375,19 @@ def test_the_thread_clock_is_read_on_cpu_unless_turned_off(
         pytest.skip("no /proc/thread-self/schedstat here")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    agent = Agent(job="unit", jsonl_path=str(tmp_path / "out.jsonl"), profile=False, **arguments)
-    try:
-        assert agent._recorder is not None
-        assert (agent._recorder.read_thread_clock is not None) is read
-    finally:
-        agent.close()
+    opened: list[object] = []
+
+    def open_clock() -> ThreadClock | None:
+        opened.append(clock := open_thread_clock())
+        return clock
+
+    agent = agent_with_seams(
+        Seams(thread_clock=open_clock),
+        job="unit",
+        jsonl_path=str(tmp_path / "out.jsonl"),
+        profile=False,
+        **arguments,
+    )
+    agent.close()
+    # the training thread's clock is opened (then read at each step's start) or never touched
+    assert (len(opened) == 1 and opened[0] is not None) is read

@@ -7,6 +7,8 @@ import time
 import pytest
 from mfuscope.agent._topology import GroupSpec, axis_of_group, build_topology, new_incarnation
 
+from tests.support.waiting import wait_until
+
 
 @pytest.mark.parametrize(
     ("spec", "mesh_axes", "expected"),
@@ -122,9 +124,7 @@ def test_rank_0_values_ride_the_start_up_gather_and_the_store_agreement_works() 
         assert agreement is not None
         agreement.publish("start/1/12", 20)
         agreement.fetch("start/1/12")
-        deadline = time.monotonic() + 30
-        while agreement.fetched("start/1/12") is None and time.monotonic() < deadline:
-            time.sleep(0.001)
+        wait_until(lambda: agreement.fetched("start/1/12") is not None, "the decision")
         assert agreement.fetched("start/1/12") == 20
         agreement.close()
     finally:

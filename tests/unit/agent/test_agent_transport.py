@@ -8,7 +8,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from mfuscope.core.schema import StepReport
 
 from tests.support import agent_helpers as helpers
 from tests.support.collector_fakes import batch_dict
+from tests.support.waiting import wait_until
 
 
 def _report(step: int) -> StepReport:
@@ -28,15 +29,6 @@ def _report(step: int) -> StepReport:
 
 def _encode(reports: Sequence[StepReport]) -> bytes:
     return json.dumps([r.step for r in reports]).encode()
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.005)
-    return condition()
 
 
 class FakeSink:
@@ -114,7 +106,7 @@ def test_flush_interval_sends_a_partial_batch_without_close() -> None:
     sink, health = FakeSink(), HealthCounters()
     transport = _transport(sink, health, flush_interval_s=0.02, max_batch_reports=100)
     transport.submit(_report(1))
-    assert _wait_for(lambda: sink.delivered == [[1]])
+    wait_until(lambda: sink.delivered == [[1]], "sink.delivered == [[1]]")
     transport.close(1.0)
 
 
@@ -123,7 +115,9 @@ def test_full_buffer_drops_oldest_and_counts() -> None:
     sink, health = FakeSink(gate=gate), HealthCounters()
     transport = _transport(sink, health, max_queue_reports=5, max_batch_reports=1)
     transport.submit(_report(0))
-    assert _wait_for(lambda: sink.calls == 1)  # report 0 is in flight, blocked on the gate
+    wait_until(
+        lambda: sink.calls == 1, "sink.calls == 1"
+    )  # report 0 is in flight, blocked on the gate
     for step in range(1, 11):
         transport.submit(_report(step))
     # The report in flight counts against the buffer; while it is on the wire the oldest queued
@@ -169,7 +163,7 @@ def test_exhausted_retries_drop_and_log_once() -> None:
     for step in range(3):
         transport.submit(_report(step))
         expected_calls = 3 * (step + 1)
-        assert _wait_for(lambda: sink.calls >= expected_calls)  # noqa: B023
+        wait_until(lambda: sink.calls >= expected_calls, "sink.calls >= expected_calls")  # noqa: B023
     transport.close(5.0)
     assert health.snapshot().send_failures_total == 9
     assert health.snapshot().reports_dropped_total == 3
@@ -184,7 +178,7 @@ def test_close_gives_up_at_the_deadline_and_counts_leftovers() -> None:
     )
     for step in range(6):
         transport.submit(_report(step))
-    assert _wait_for(lambda: sink.sending, timeout_s=30.0)
+    wait_until(lambda: sink.sending, "sink.sending")
     assert transport.close(0.3) is False
     # close returned while the send it gave up on still hangs (a close that waited for the
     # sink would return only once the send failed, 30 s later)
@@ -242,6 +236,7 @@ def _batch(steps: Sequence[int]) -> bytes:
     return json.dumps(batch_dict(steps=list(steps))).encode()
 
 
+@pytest.mark.slow  # a real HTTP server on 127.0.0.1
 def test_http_sink_posts_gzip_and_bearer_token() -> None:
     stub = helpers.StubCollector(token="s3cret")
     try:
@@ -256,6 +251,7 @@ def test_http_sink_posts_gzip_and_bearer_token() -> None:
         stub.close()
 
 
+@pytest.mark.slow  # a real HTTP server on 127.0.0.1
 @pytest.mark.parametrize(
     ("status", "retryable"), [(500, True), (503, True), (429, True), (400, False), (413, False)]
 )
@@ -271,12 +267,14 @@ def test_http_sink_error_statuses(status: int, retryable: bool) -> None:
         stub.close()
 
 
+@pytest.mark.slow  # a real HTTP server on 127.0.0.1
 def test_http_sink_absent_collector_is_retryable() -> None:
     with pytest.raises(SendError) as caught:
         HttpSink(helpers.closed_port_url()).send(_batch([1]), 2.0)
     assert caught.value.retryable and caught.value.status is None
 
 
+@pytest.mark.slow  # a real HTTP server on 127.0.0.1
 def test_http_sink_hanging_collector_times_out() -> None:
     # The collector never answers, so only the sink's own timeout can end the send: it must not
     # end before 0.2 s, and must end (a send that ignores its timeout is still running at 30 s;
@@ -348,7 +346,9 @@ def test_a_failing_batch_is_kept_while_the_buffer_has_room() -> None:
     )
     for step in range(3):
         transport.submit(_report(step))
-    assert _wait_for(lambda: sink.calls >= 30)  # far more attempts than any fixed budget
+    wait_until(
+        lambda: sink.calls >= 30, "sink.calls >= 30"
+    )  # far more attempts than any fixed budget
     sink.up.set()
     assert transport.close(5.0) is True
     assert [s for batch in sink.delivered for s in batch] == [0, 1, 2]
@@ -362,7 +362,7 @@ def test_a_full_buffer_drops_the_oldest_of_the_retried_batch_first() -> None:
     )
     for step in range(4):  # one full batch, failing
         transport.submit(_report(step))
-    assert _wait_for(lambda: sink.calls >= 2)
+    wait_until(lambda: sink.calls >= 2, "sink.calls >= 2")
     for step in range(4, 6):
         transport.submit(_report(step))
     assert health.snapshot().reports_dropped_total == 2
@@ -377,7 +377,7 @@ def test_retry_after_lengthens_the_backoff_up_to_its_cap() -> None:
         sink, health, retry=RetryPolicy(base_s=0.001, max_s=1.0), flush_interval_s=0.0
     )
     transport.submit(_report(1))
-    assert _wait_for(lambda: len(sink.call_times) >= 2)
+    wait_until(lambda: len(sink.call_times) >= 2, "len(sink.call_times) >= 2")
     assert sink.call_times[1] - sink.call_times[0] >= 0.29
     transport.close(0.01)
 
@@ -386,7 +386,7 @@ def test_retry_after_lengthens_the_backoff_up_to_its_cap() -> None:
         capped, health, retry=RetryPolicy(base_s=0.001, max_s=0.05), flush_interval_s=0.0
     )
     transport.submit(_report(1))
-    assert _wait_for(lambda: len(capped.call_times) >= 3, timeout_s=2.0)
+    wait_until(lambda: len(capped.call_times) >= 3, "len(capped.call_times) >= 3")
     transport.close(0.01)
 
 
@@ -400,7 +400,7 @@ def test_a_buffer_smaller_than_a_batch_warns_once_at_construction() -> None:
     transport = _transport(sink, health, log=log, max_queue_reports=3, max_batch_reports=8)
     for step in range(3):  # a full buffer is sent at once, not after the 60 s flush interval
         transport.submit(_report(step))
-    assert _wait_for(lambda: sink.delivered == [[0, 1, 2]])
+    wait_until(lambda: sink.delivered == [[0, 1, 2]], "sink.delivered == [[0, 1, 2]]")
     assert transport.close(5.0) is True
     messages = [r.getMessage() for r in handler.records]
     assert len([m for m in messages if "fewer than one batch" in m]) == 1
@@ -439,6 +439,7 @@ class TricklingCollector:
         self._socket.close()
 
 
+@pytest.mark.slow  # a real HTTP server on 127.0.0.1
 def test_http_sink_timeout_is_a_deadline_for_the_whole_exchange() -> None:
     trickling = TricklingCollector()
     try:
@@ -452,6 +453,7 @@ def test_http_sink_timeout_is_a_deadline_for_the_whole_exchange() -> None:
         trickling.close()
 
 
+@pytest.mark.slow  # a real HTTP server on 127.0.0.1
 def test_http_sink_sends_without_a_thread_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     # the agent's thread budget: the deadline is kept by the socket, not a timer thread per send
     trickling = TricklingCollector()
@@ -480,7 +482,7 @@ def test_status_batches_go_out_while_no_report_does() -> None:
     sink, health = FakeSink(), HealthCounters()
     transport = _transport(sink, health, heartbeat_s=0.05)
     # Nothing to send: an empty (status) batch every heartbeat.
-    assert _wait_for(lambda: len(sink.delivered) >= 3)
+    wait_until(lambda: len(sink.delivered) >= 3, "len(sink.delivered) >= 3")
     assert all(batch == [] for batch in sink.delivered)
     transport.submit(_report(1))
     assert transport.close(5.0) is True
@@ -491,7 +493,7 @@ def test_a_status_batch_is_sent_once_not_retried_and_at_close_on_request() -> No
     sink, health = FakeSink(failures=[SendError("down", retryable=True)]), HealthCounters()
     transport = _transport(sink, health, heartbeat_s=60.0)
     transport.request_status()
-    assert _wait_for(lambda: sink.calls == 1)  # the status batch went out, and failed
+    wait_until(lambda: sink.calls == 1, "sink.calls == 1")  # the status batch went out, and failed
     transport.submit(_report(1))
     transport.request_status()  # what the agent does at close, with nothing else to send
     assert transport.close(5.0) is True

@@ -203,13 +203,21 @@ def test_close_waits_briefly_for_the_last_open_collective() -> None:
     scripted = ScriptedSource(
         [nccl_dump([]), nccl_dump(entries), nccl_dump(entries), nccl_dump(later)], json_form=False
     )
-    reader = _reader(scripted.source(), interval_s=30.0)
+    now = [0.0]
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        now[0] += seconds
+
+    reader = _reader(scripted.source(), interval_s=30.0, clock=lambda: now[0], sleep=sleep)
     reader.baseline()
     periodic = Periodic(RateLimitedLog(60.0), clock=time.monotonic)
     reader.start(periodic)
     reader.close(5.0)
     periodic.stop()
     assert reader.taken == 1 and reader.open_entries == 0
+    assert pauses == [0.02, 0.02]  # short pauses between reads until the op was done
 
 
 def test_a_failing_recorder_is_logged_and_the_reader_goes_on(caplog: Any) -> None:
@@ -286,6 +294,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow  # a child Python process
 @pytest.mark.skipif(
     sys.platform != "linux" or platform.machine() != "x86_64",
     reason="the native dump is used on Linux x86-64 only",
@@ -312,6 +321,7 @@ def test_reader_logs_lost_entries_once(caplog: Any) -> None:
     assert sum("overwritten" in r.getMessage() for r in caplog.records) == 1
 
 
+@pytest.mark.slow  # a child Python process (a fresh import)
 @pytest.mark.parametrize(
     ("env", "expected"),
     [

@@ -24,6 +24,8 @@ from mfuscope.agent._window_schedule import (
     ScheduleParams,
 )
 
+from tests.support.waiting import wait_until
+
 
 def _hash_store_agreement() -> Agreement:
     import torch.distributed as dist
@@ -392,28 +394,26 @@ class RecordingStore:
 
         self.store = dist.HashStore()
         self.threads: set[int] = set()
+        self.calls = 0  # operations begun
 
     def __getattr__(self, name: str) -> Callable[..., object]:
         method = getattr(self.store, name)
 
         def call(*args: object) -> object:
             self.threads.add(threading.get_ident())
+            self.calls += 1
             return method(*args)
 
         return call
 
 
-def _until(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.001)
+PERIODIC = "test-agreement-periodic"
 
 
 @pytest.fixture
 def periodic() -> Iterator[Periodic]:
     """The periodic thread the agreements of a test run their store calls on."""
-    thread = Periodic(RateLimitedLog(60.0), clock=time.monotonic)
+    thread = Periodic(RateLimitedLog(60.0), name=PERIODIC, clock=time.monotonic)
     yield thread
     thread.stop(10.0)
 
@@ -462,7 +462,10 @@ def test_background_agreement_keeps_every_store_operation_off_the_training_threa
             schedule.record_cost(0, 0.5)
         # A step takes longer than a fetch: each decision reaches the follower within its lead
         # (the late path is tested with `DelayedAgreement`).
-        _until(lambda: all(follower.fetched(key) is not None for key in decider.keys))
+        wait_until(
+            lambda: all(follower.fetched(key) is not None for key in decider.keys),
+            "the follower to fetch every decision",
+        )
     assert opened[0] == opened[1] == [0, 6, 12, 18, 24, 30, 36]
     assert store.threads and threading.get_ident() not in store.threads
     for schedule in ranks:
@@ -480,18 +483,21 @@ def test_background_agreement_fetches_waits_reads_and_fails_off_the_caller(
     follower.fetch("start/1/4")  # the periodic thread looks for the key
     assert follower.fetched("start/1/4") is None
     decider.publish("start/1/4", 12)
-    _until(lambda: follower.fetched("start/1/4") == 12)
+    wait_until(lambda: follower.fetched("start/1/4") == 12, "the follower to fetch 12")
     decider.raise_to("cost/0", 0.5)
     decider.count("done/0")
-    _until(lambda: follower.read("cost/0") == 0.5 and follower.read("done/0") == 1)
+    wait_until(
+        lambda: follower.read("cost/0") == 0.5 and follower.read("done/0") == 1,
+        "the follower to read the cost and the count",
+    )
     broken = BackgroundAgreement(lambda: StoreAgreement(store, "p"), periodic)
     store.set("p/start/2/9", "garbage")
     broken.fetch("start/2/9")
     with pytest.raises(AgreementError, match="not a step"):
-        _until(lambda: broken.fetched("start/2/9") and False, timeout_s=30.0)
+        wait_until(lambda: broken.fetched("start/2/9") and False, "the bad value's failure")
     unreachable = BackgroundAgreement(lambda: 1 / 0, periodic)  # connects at once, on the thread
     with pytest.raises(AgreementError, match="cannot connect"):
-        _until(lambda: unreachable.read("x") and False, timeout_s=30.0)
+        wait_until(lambda: unreachable.read("x") and False, "the connection's failure")
     for agreement in (decider, follower, broken, unreachable):
         agreement.close()
 
@@ -526,12 +532,14 @@ def test_closing_a_follower_still_looking_for_a_decision_ends_its_store_calls(
     store = RecordingStore()
     follower = BackgroundAgreement(lambda: StoreAgreement(store, "p"), periodic)
     follower.fetch("start/1/4")  # no decider ever publishes it
-    _until(lambda: store.threads)  # looked at least once
-    started = time.monotonic()
+    wait_until(lambda: store.threads, "the follower's first look")
     follower.close(timeout_s=10.0)
+    calls = store.calls
     periodic.stop(10.0)
-    assert periodic._thread is not None and not periodic._thread.is_alive()
-    assert time.monotonic() - started < 5.0  # at once, not at the end of a back-off
+    # No store call after close, and the thread ended within stop's wait: it was between calls
+    # that answer at once, not inside one that blocks.
+    assert store.calls == calls
+    assert PERIODIC not in {t.name for t in threading.enumerate()}
     assert follower.fetched("start/1/4") is None
 
 

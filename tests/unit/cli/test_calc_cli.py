@@ -181,6 +181,7 @@ def test_number_suffixes(text: str, value: float) -> None:
     assert _number(text) == pytest.approx(value)
 
 
+@pytest.mark.slow  # a child Python process (a fresh import)
 def test_calc_never_imports_torch() -> None:
     code = (
         "import argparse, sys\n"

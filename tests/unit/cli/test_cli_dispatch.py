@@ -37,6 +37,7 @@ print(out.getvalue())
 """
 
 
+@pytest.mark.slow  # the CLI in a child process
 def test_top_level_help_lists_every_subcommand_and_imports_none() -> None:
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60, check=True
@@ -78,6 +79,7 @@ def _analyze_in_fresh_process(trace: Path, env: dict[str, str]) -> dict[str, obj
     return result
 
 
+@pytest.mark.slow  # the CLI in a child process
 def test_analyze_starts_without_blas_threads_masked_arrays_or_gc_left_off(tmp_path: Path) -> None:
     b = TraceBuilder(rank=0, world_size=2, groups=(Group("0", "default_pg", (0, 1)),))
     b.profiler_step(1, 0.0, 10.0)
@@ -150,6 +152,7 @@ print(" ".join(m for m in ("numpy", *engine) if m in sys.modules) or "-")
 """
 
 
+@pytest.mark.slow  # the CLI in a child process
 def test_analyze_reads_and_scans_a_trace_without_importing_numpy(tmp_path: Path) -> None:
     """What the main thread runs while the engine imports: were it to import numpy, it would
     wait on the import lock for the engine's thread and the overlap would be gone."""
@@ -185,6 +188,7 @@ parser.print_help()
 """
 
 
+@pytest.mark.slow  # the CLI in a child process
 def test_analyze_builds_its_parser_without_shutil_and_help_still_fits_the_terminal() -> None:
     """argparse's default formatter imports shutil (and bz2, lzma) at every `add_argument`
     for a width only help needs; the help printed afterwards still wraps at the terminal's."""
@@ -205,6 +209,7 @@ print("dataclasses" in sys.modules, "mfuscope.core.trace.decompose" in sys.modul
 """
 
 
+@pytest.mark.slow  # the CLI in a child process
 def test_analyze_loads_its_engine_without_making_a_dataclass() -> None:
     """Every record on analyze's path is a msgspec Struct: a frozen dataclass costs 0.5-1.4 ms
     to create at import (its generated methods are compiled one by one), a Struct ~0.02 ms."""
@@ -221,6 +226,7 @@ console_main()
 """
 
 
+@pytest.mark.slow  # the CLI in a child process
 def test_analyze_exits_with_its_output_flushed_and_exit_hooks_run(tmp_path: Path) -> None:
     trace = _small_trace(tmp_path)
     out = io.StringIO()

@@ -36,6 +36,7 @@ def test_every_subcommand_prints_its_help(name: str, capsys: pytest.CaptureFixtu
     assert "usage: mfuscope " + name in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the installed mfuscope command
 def test_version() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mfuscope.cli", "--version"],

@@ -71,8 +71,16 @@ def test_a_trace_against_itself_has_zero_deltas(capsys: pytest.CaptureFixture[st
     assert pair["baseline"] == pair["candidate"] and pair["baseline"]["calls_per_step"] == 4
 
 
-def test_a_slowed_copy_fails_the_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    slow = _slowed_copy(GLOO, tmp_path / "slow", 1.25)
+@pytest.fixture(scope="module")
+def slowed_gloo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gloo traces 1.25 times slower, made once for the tests that only read them."""
+    return _slowed_copy(GLOO, tmp_path_factory.mktemp("compare") / "slow", 1.25)
+
+
+def test_a_slowed_copy_fails_the_gate(
+    slowed_gloo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slow = slowed_gloo
     code, out, err = _compare([str(GLOO), str(slow), "--max-regression", "10"], capsys)
     assert code == 3, err
     assert "candidate mean step time worse by 25.0% (limit 10.0%): REGRESSION" in out
@@ -83,8 +91,8 @@ def test_a_slowed_copy_fails_the_gate(tmp_path: Path, capsys: pytest.CaptureFixt
     assert code == 0
 
 
-def test_with_flops_the_gate_is_mfu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    slow = _slowed_copy(GLOO, tmp_path / "slow", 1.25)
+def test_with_flops_the_gate_is_mfu(slowed_gloo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    slow = slowed_gloo
     flops = ["--model-flops-per-step", "1G", "--peak-flops", "100G"]
     code, doc = _json([str(GLOO), str(slow), *flops, "--max-regression", "15"], capsys)
     assert code == 3

@@ -5,8 +5,11 @@ from __future__ import annotations
 import gc
 import json
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
+import mfuscope.collector as collector_package
+import mfuscope.core as core_package
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +17,8 @@ from mfuscope.collector import Aggregator, StateConfig
 
 from tests.support.collector_fakes import FakeClock, batch_dict, report_dict
 
+# The collector's code and the core code it calls.
+PACKAGES = [str(Path(package.__file__).parent) for package in (collector_package, core_package)]
 Series = dict[tuple[str, tuple[str, ...]], float]
 
 
@@ -359,10 +364,13 @@ def test_counters_do_not_depend_on_arrival_order(data: st.DataObject) -> None:
 
 def test_memory_stops_growing_once_every_window_is_full() -> None:
     # Bounded by live ranks, not by reports: once the per-rank windows are full, more new steps
-    # must not grow the traced heap. Tolerance: one deque block per rank (a deque rotates through
-    # 64-slot blocks, so its footprint steps by one block now and then); leaking even one float
-    # per report would exceed it nearly three times over (16 ranks x 5 steps x 14 steady rounds x
-    # 24 B). Few rounds: each gc.collect() of a test worker's heap (torch imported) costs ~0.5 s.
+    # must not grow what the collector holds. Tolerance: one deque block per rank (a deque
+    # rotates through 64-slot blocks, so its footprint steps by one block now and then); leaking
+    # even one float per report would exceed it nearly three times over (16 ranks x 5 steps x 14
+    # steady rounds x 24 B). Only allocations made in the collector's and core's code count:
+    # threads other tests of this worker left running allocate too. The heap before the test is
+    # frozen, so each round's gc.collect() scans only what the test made (a worker's whole heap,
+    # with torch, takes ~0.5 s per collection).
     ranks, rounds = 16, 24
     collector, clock = _new(window_steps=5)
     bodies = [
@@ -372,6 +380,10 @@ def test_memory_stops_growing_once_every_window_is_full() -> None:
         ]
         for k in range(rounds)
     ]
+    # Attributed to the innermost Python frame (a C call's allocations to its caller's frame).
+    mine = [tracemalloc.Filter(True, f"{package}/*") for package in PACKAGES]
+    gc.collect()
+    gc.freeze()
     tracemalloc.start()
     try:
         sizes = []
@@ -381,9 +393,11 @@ def test_memory_stops_growing_once_every_window_is_full() -> None:
             clock.advance(5)
             collector.families()
             gc.collect()
-            sizes.append(tracemalloc.get_traced_memory()[0])
+            held = tracemalloc.take_snapshot().filter_traces(mine)
+            sizes.append(sum(trace.size for trace in held.traces))
     finally:
         tracemalloc.stop()
+        gc.unfreeze()
     steady = sizes[10:]
     assert max(steady) - min(steady) < ranks * 600, sizes
     assert _series(collector)[("mfuscope_steps_total", ("job-a",))] == ranks * rounds * 5

@@ -91,6 +91,7 @@ def test_the_three_dashboards_are_checked_in() -> None:
     assert {p.name for p in DASHBOARD_FILES} == EXPECTED_FILES
 
 
+@pytest.mark.slow  # the generator in a child process
 def test_checked_in_json_is_what_the_generator_produces(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     build = [sys.executable, str(DASHBOARD_DIR / "generator" / "build.py")]
@@ -321,6 +322,7 @@ def test_core_panels_exist() -> None:
     assert "Bus bandwidth by tier and op" in titles["mfuscope-communication"]
 
 
+@pytest.mark.slow  # mypy in a child process
 def test_generator_is_typed_strictly(tmp_path: Path) -> None:
     """The generators (dashboards, recording rules) are not packages, so the suite's mypy run
     does not see them: check them here, with `mfuscope.core` (whose PromQL definitions they

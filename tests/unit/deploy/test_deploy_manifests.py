@@ -394,6 +394,7 @@ except SystemExit as exit:
 """
 
 
+@pytest.mark.slow  # a fresh virtualenv and the collector command
 def test_collector_command_works_with_only_the_base_dependencies(tmp_path: Path) -> None:
     """What the image has (the package without extras) is enough for `mfuscope collector`."""
     import subprocess

@@ -4,6 +4,7 @@ closed at train end; with counting off, the model's own estimate is the step's F
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -11,13 +12,24 @@ from typing import Any
 import pytest
 from mfuscope.core.schema import decode_batch
 
-transformers = pytest.importorskip("transformers")
-from mfuscope.integrations.huggingface import MfuscopeCallback  # noqa: E402
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="needs transformers (the dev extra)"
+)
 
 LAYERS, WIDTH, VOCAB, SEQ_LEN = 2, 64, 256, 32
 
 
+def MfuscopeCallback(**options: Any) -> Any:
+    """The callback, imported at its first use, not at collection: transformers takes seconds
+    to import, which every worker of every run would pay."""
+    from mfuscope.integrations.huggingface import MfuscopeCallback as callback
+
+    return callback(**options)
+
+
 def tiny_gpt2() -> Any:
+    import transformers
+
     config = transformers.GPT2Config(
         n_layer=LAYERS, n_embd=WIDTH, n_head=4, vocab_size=VOCAB, n_positions=SEQ_LEN,
         bos_token_id=None, eos_token_id=None,

@@ -3,6 +3,7 @@ optimizer-step count (`trainer.global_step`) moves, including a short last cycle
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -10,8 +11,17 @@ from typing import Any
 import pytest
 from mfuscope.core.schema import decode_batch
 
-pytest.importorskip("lightning")
-from mfuscope.integrations.lightning import MfuscopeCallback
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None, reason="needs lightning (the dev extra)"
+)
+
+
+def MfuscopeCallback(**options: Any) -> Any:
+    """The callback, imported at its first use, not at collection: Lightning takes seconds to
+    import, which every worker of every run would pay."""
+    from mfuscope.integrations.lightning import MfuscopeCallback as callback
+
+    return callback(**options)
 
 
 def test_steps_follow_optimizer_steps_with_a_short_last_cycle(tmp_path: Path) -> None:

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # a child Python process (a fresh import)
 def test_importing_the_package_imports_no_framework_and_no_torch() -> None:
     code = (
         "import sys, mfuscope.integrations, mfuscope.integrations.torchtitan\n"
@@ -23,6 +26,7 @@ def test_importing_the_package_imports_no_framework_and_no_torch() -> None:
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # a child Python process (a fresh import)
 def test_a_missing_framework_names_the_extra() -> None:
     code = (
         "import sys\n"

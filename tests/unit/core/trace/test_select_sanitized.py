@@ -61,6 +61,7 @@ _CANARY = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a compiler and a sanitized child process
 @pytest.mark.parametrize(
     ("call", "report"),
     [("after_free", "heap-use-after-free"), ("add", "signed integer overflow")],
@@ -91,6 +92,7 @@ def test_a_sanitizer_report_fails_the_child(tmp_path: Path, call: str, report: s
     assert any(report in line for line in _reports(child.stderr)), child.stderr
 
 
+@pytest.mark.slow  # a compiler and a sanitized child process
 def test_the_scanner_under_sanitizers(tmp_path: Path) -> None:
     module, runtimes = _built(tmp_path)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "tests.support.sanitized_select"]
@@ -135,6 +137,7 @@ _CONCURRENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a compiler and a sanitized child process
 def test_concurrent_scans_under_thread_sanitizer(tmp_path: Path) -> None:
     """Analyser threads may scan at once, each scan on two threads: no data race."""
     module, runtimes = _built(tmp_path, sanitizers="thread")
