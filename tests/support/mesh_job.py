@@ -12,15 +12,23 @@ and an explicit all_reduce of every gradient over the dp mesh group.
 ``new_group(ranks, group_desc="DATA_PARALLEL_GROUP")`` (dp groups first, as Megatron-core does)
 and ``"TENSOR_MODEL_PARALLEL_GROUP"``, with a hand-written tensor-parallel MLP.
 
+`--layout mesh_groups`: the `mesh` layout's process groups and collectives (the same calls and
+sizes) without DTensor: a hand-written tensor-parallel MLP whose output is all-reduced over the tp
+group in forward (Megatron-core's row-parallel reduce: identity in backward), its FLOPs per step
+given to the agent and its SGD step written out. A rank then imports neither DTensor nor
+torch._dynamo (which counting FLOPs and torch.optim import): seconds of CPU less per rank, for the
+hang tests, which need the collectives and not the FLOPs.
+
 `--layout mesh,megatron,fsdp_tp` runs the layouts one after the other in the same ranks, each
 under an agent of its own (job ``groups-{layout}``), writing into ``DIR/{layout}``.
 
-Every all_reduce runs on a group of n = 2 ranks. FLOPs are counted by the agent from the model.
+Every all_reduce runs on a group of n = 2 ranks. FLOPs are counted by the agent from the model
+(given, in `mesh_groups`).
 Each rank writes its reports to ``DIR/reports-{rank}.jsonl`` and keeps its profiled window's trace
 in ``DIR/kept``.
 
 For the collective-records tests (`tests/integration/test_collective_records_e2e.py`):
-`--shape DPxTP` sets the `mesh` layout's (dp, tp) sizes (2x2 on 4 ranks, 1x2 on 2), `--no-profile`
+`--shape DPxTP` sets the mesh layouts' (dp, tp) sizes (2x2 on 4 ranks, 1x2 on 2), `--no-profile`
 turns profiling off, `--steps N` runs N steps, and `--stall-rank R --stall-step S --resume-file F`
 make rank R stop at the start of step S, before its first collective, until file F exists (at most
 10 min). Before it stops, rank R writes ``DIR/stall.json``: per group description, the
@@ -32,14 +40,16 @@ For the per-node sidecar tests (`tests/integration/prometheus/test_sidecars_e2e.
 `--node-per-rank` names rank r's node ``node{r}`` (``MFUSCOPE_NODE_NAME``), so every group spans
 nodes; `--step-s S` makes every rank sleep S seconds at the start of every step (a step of
 known length) and `--late-rank R --late-s L` rank R L seconds more (it enters each step's
-collectives late); `--read-interval S` reads the flight recorder every S
-seconds.
+collectives late); `--read-interval S` reads the flight recorder every S seconds, and
+`--status-interval S` sends a status batch every S seconds while no step completes (a rank stuck
+before its first step reports first then).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -51,6 +61,7 @@ from torch import nn
 
 WIDTH, HIDDEN, BATCH = 32, 64, 8
 STEPS = 5
+LR = 1e-3
 
 
 class MLP(nn.Module):
@@ -118,7 +129,46 @@ def _megatron_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
     return _MegatronMLP(groups["TENSOR_MODEL_PARALLEL_GROUP"]), groups["DATA_PARALLEL_GROUP"], None
 
 
-LAYOUTS = {"mesh": _mesh_layout, "megatron": _megatron_layout, "fsdp_tp": _fsdp_tp_layout}
+class _ReduceForward(torch.autograd.Function):
+    """All-reduce over the tp group in forward, identity in backward: each rank's gradient of the
+    summed output is the whole gradient already (Megatron-core's row-parallel output reduce)."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+        out = x.clone()
+        dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+class _RowParallelMLP(_MegatronMLP):
+    """The `mesh` layout's tensor-parallel MLP by hand: the same local shards, one tp all_reduce
+    (forward) per step."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = _ReduceForward.apply(self.down(torch.relu(self.up(x))), self.tp)
+        return out
+
+
+def _mesh_groups_layout() -> tuple[nn.Module, dist.ProcessGroup | None, object]:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", SHAPE, mesh_dim_names=("dp", "tp"))
+    return _RowParallelMLP(mesh.get_group("tp")), mesh.get_group("dp"), mesh
+
+
+LAYOUTS = {
+    "mesh": _mesh_layout,
+    "mesh_groups": _mesh_groups_layout,
+    "megatron": _megatron_layout,
+    "fsdp_tp": _fsdp_tp_layout,
+}
+# `mesh_groups`' FLOPs per step and rank (what the agent counts in `mesh`): five matmuls of
+# BATCH x WIDTH x HIDDEN / 2: forward up and down, backward down's two and up's weight gradient.
+MESH_GROUPS_FLOPS = 5 * 2 * BATCH * WIDTH * (HIDDEN // 2)
 
 
 def _next_seqs() -> dict[str, int]:
@@ -165,6 +215,7 @@ def main() -> None:
     parser.add_argument("--late-s", type=float, default=0.0)
     parser.add_argument("--step-s", type=float, default=0.0)
     parser.add_argument("--read-interval", type=float, default=5.0)
+    parser.add_argument("--status-interval", type=float, default=10.0)
     args = parser.parse_args()
     SHAPE = tuple(int(n) for n in args.shape.split("x"))  # type: ignore[assignment]
     layouts = args.layout.split(",")
@@ -176,6 +227,11 @@ def main() -> None:
         # output in a folder of its own; the ranks start once.
         train(args, layout, args.out if len(layouts) == 1 else args.out / layout)
     dist.destroy_process_group()
+    # Every agent closed, the group destroyed: exit now. The interpreter's teardown of torch's
+    # modules took 2-7 s per rank on the loaded 2-core test machine, and nothing in it is the job's.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def train(args: argparse.Namespace, layout: str, out: Path) -> None:
@@ -184,6 +240,7 @@ def train(args: argparse.Namespace, layout: str, out: Path) -> None:
     torch.manual_seed(0)
     model, dp, mesh = LAYOUTS[layout]()
     rank = dist.get_rank()
+    by_hand = layout == "mesh_groups"
     if args.node_per_rank:
         os.environ["MFUSCOPE_NODE_NAME"] = f"node{rank}"
     urls = args.collector_url.split(",")
@@ -192,7 +249,9 @@ def train(args: argparse.Namespace, layout: str, out: Path) -> None:
         collector_url=urls[rank % len(urls)],
         jsonl_path=str(out / "reports-{rank}.jsonl"),
         mesh=mesh,
-        model=model,  # counted FLOPs: each rank's own share of the sharded model
+        # Counted FLOPs: each rank's own share of the sharded model (given in `mesh_groups`).
+        model=None if by_hand else model,
+        flops_per_step=MESH_GROUPS_FLOPS if by_hand else None,
         peak_flops=1e9,
         profile=not args.no_profile,
         profile_first_step=1,
@@ -204,21 +263,28 @@ def train(args: argparse.Namespace, layout: str, out: Path) -> None:
         flush_interval_s=0.2,
         hardware_counters=False,
         collective_read_interval_s=args.read_interval,
+        status_interval_s=args.status_interval,
     )
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    # `mesh_groups` steps by hand: building a torch.optim optimizer imports torch._dynamo.
+    optimizer = None if by_hand else torch.optim.SGD(model.parameters(), lr=LR)
     data = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(rank // 2))
     for step in range(args.steps):
         with agent.step():
             time.sleep(args.step_s + (args.late_s if rank == args.late_rank else 0.0))
             if rank == args.stall_rank and step == args.stall_step and args.resume_file:
                 _stall(args.resume_file, out / "stall.json")
-            optimizer.zero_grad()
+            model.zero_grad()
             model(data).square().mean().backward()
             for p in model.parameters() if dp is not None else ():  # FSDP2 reduces its own
                 grad = p.grad
                 local = grad.to_local() if hasattr(grad, "to_local") else grad
                 dist.all_reduce(local, group=dp)
-            optimizer.step()
+            if optimizer is not None:
+                optimizer.step()
+            else:
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(p.grad, alpha=-LR)
     agent.close()
 
 

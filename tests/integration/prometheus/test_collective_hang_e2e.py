@@ -1,6 +1,8 @@
-"""A real hang, attributed and paged: a 4-rank gloo job on a 2 x 2 (dp, tp) mesh with profiling off
-(`tests/support/mesh_job.py`) feeds a real collector, which a real Prometheus scrapes every second
-with the project's rules.
+"""A real hang, attributed and paged: a 4-rank gloo job on the groups of a 2 x 2 (dp, tp) mesh with
+profiling off (`tests/support/mesh_job.py`, `mesh_groups`) feeds a real collector, which a real
+Prometheus scrapes every second with the project's rules, MFUScopeCollectiveHang paging after
+`PAGE_AFTER_S` of waiting instead of 60 s (the shipped threshold is checked by promtool,
+deploy/prometheus/tests/hangs_test.yml).
 
 Rank 2 stops at the start of step 4, before its first collective, until the test lets it go. Its
 tp peer (rank 3) then waits in the forward all_reduce of their tp group, rank 0 in the gradient
@@ -26,11 +28,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.mesh_runs import mesh_job, scrape
+from tests.support.mesh_runs import hang_rule_files, mesh_job, scrape
 
 pytestmark = pytest.mark.slow
 
 RANKS, STEPS, STALL_RANK, STALL_STEP = 4, 8, 2, 4
+# Ranks count as blocked after core.hangs.BLOCKED_AFTER_S (10 s): the page follows 5 s later.
+PAGE_AFTER_S = 15
+JOB = "groups-mesh_groups"
 PER_STEP = {("all_reduce", "tp"): (1, 1024), ("all_reduce", "dp"): (2, 4096)}  # calls, bytes each
 
 
@@ -47,12 +52,13 @@ def _firing(prometheus: Any) -> list[dict[str, Any]]:
 def test_a_rank_that_stops_is_named_paged_and_cleared(
     collector: Any, start_prometheus: Callable[..., Any], tmp_path: Path, wait_until: Any
 ) -> None:
-    prometheus = start_prometheus([collector.address])
+    rules = hang_rule_files(tmp_path / "rules", PAGE_AFTER_S)
+    prometheus = start_prometheus([collector.address], rule_files=rules)
     resume = tmp_path / "resume"
     command, env = mesh_job(
         tmp_path,
         RANKS,
-        *("--layout", "mesh", "--shape", "2x2", "--no-profile", "--steps", str(STEPS)),
+        *("--layout", "mesh_groups", "--shape", "2x2", "--no-profile", "--steps", str(STEPS)),
         *("--stall-rank", str(STALL_RANK), "--stall-step", str(STALL_STEP)),
         *("--resume-file", str(resume), "--collector-url", collector.url, "--out", str(tmp_path)),
     )
@@ -72,22 +78,24 @@ def test_a_rank_that_stops_is_named_paged_and_cleared(
         # How soon after the stall it is named follows from the thresholds, checked on scripted
         # time in tests/unit/core/test_hangs.py; here only that it is, and whom.
         wait_until(lambda: bool(suspects()), 240, "the collector to name a suspect")
+        assert [labels["rank"] for labels, _ in suspects()] == [str(STALL_RANK)]
+
+        # The other ranks block one after another (a rank blocks when it reaches a collective
+        # the stalled rank's peers wait in), so the suspect can be named before the last blocks,
+        # under another wait than the one it is named under once all wait: the page's.
+        def blocked() -> float:
+            return sum(v for _, v in scrape(collector.url, "mfuscope_collective_blocked_ranks"))
+
+        wait_until(lambda: blocked() == RANKS - 1, 60, "every other rank to block")
         ((labels, _waited),) = suspects()
         assert labels["rank"] == str(STALL_RANK) and labels["reason"] == "not_joined"
         assert labels["op"] == "all_reduce" and labels["axis"] in next_seq
         assert labels["seq"] == str(next_seq[labels["axis"]]), (labels, next_seq)
         assert labels["node"] and labels["host"] and labels["tier"] == "intra_node"
 
-        # The other ranks block one after another (a rank blocks when it reaches a collective
-        # the stalled rank's peers wait in), so the suspect can be named before the last blocks.
-        def blocked() -> float:
-            return sum(v for _, v in scrape(collector.url, "mfuscope_collective_blocked_ranks"))
-
-        wait_until(lambda: blocked() == RANKS - 1, 60, "every other rank to block")
-
         wait_until(lambda: bool(_firing(prometheus)), 240, "MFUScopeCollectiveHang to fire")
         (alert,) = _firing(prometheus)
-        assert alert["labels"]["job"] == "groups-mesh" and alert["labels"]["severity"] == "critical"
+        assert alert["labels"]["job"] == JOB and alert["labels"]["severity"] == "critical"
         cause = alert["annotations"]["cause"]
         expected = (
             f"rank {STALL_RANK} (node {labels['node']}) never joined all_reduce "

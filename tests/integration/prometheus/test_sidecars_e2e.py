@@ -1,11 +1,14 @@
 """Per-node sidecars, one job: the hang cause is joined by the store's rules, not by a collector.
 
-A 4-rank gloo job on a 2 x 2 (dp, tp) mesh (`tests/support/mesh_job.py`), one rank per "node"
-(``MFUSCOPE_NODE_NAME=node{r}``), each rank reporting to its own node's sidecar collector: every
-process group spans two sidecars. A real Prometheus scrapes the four sidecars every second
-(`honor_labels: true`) with the shipped rules; vmagent scrapes them too and remote-writes to
-VictoriaMetrics, where vmalert evaluates the same rules every second. The job and the servers
-belong to the one test, which checks the stages of the job in the order they happen.
+A 4-rank gloo job on the groups of a 2 x 2 (dp, tp) mesh (`tests/support/mesh_job.py`,
+`mesh_groups`), one rank per "node" (``MFUSCOPE_NODE_NAME=node{r}``), each rank reporting to its
+own node's sidecar collector: every process group spans two sidecars. A real Prometheus scrapes
+the four sidecars every second (`honor_labels: true`) with the shipped rules; vmagent scrapes them
+too and remote-writes to VictoriaMetrics, where vmalert evaluates the same rules every second.
+MFUScopeCollectiveHang pages after `PAGE_AFTER_S` of waiting instead of 60 s (promtool checks the
+shipped threshold): it fires before rank 2's progress reaches the rules, and its cause names rank
+2 from then on. The job and the servers belong to the one test, which checks the stages of the job
+in the order they happen.
 
 Rank 2 stops at the start of a step, before its first collective, until the test lets it go. Its
 tp peer, rank 3 (node3), waits in their tp all_reduce; rank 0 (node0) waits in its dp all_reduce
@@ -23,7 +26,6 @@ the two sidecars that hold it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import urllib.parse
@@ -37,13 +39,11 @@ import pytest
 import yaml
 
 from tests.integration.prometheus.conftest import (
-    BIN,
-    RULE_FILES,
     PrometheusServer,
     prometheus_config,
     wait_for,
 )
-from tests.support.mesh_runs import mesh_job, scrape
+from tests.support.mesh_runs import hang_rule_files, mesh_job, scrape, start_collectors
 from tests.support.processes import free_port, http_ready, spawn, stop
 from tests.support.victoriametrics import (
     VM_BINARIES,
@@ -58,7 +58,11 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
 VM_DIR = ROOT / "deploy" / "fleet" / "victoriametrics"
-NODES, STEPS, STALL_RANK, STALL_STEP = 4, 40, 2, 35
+NODES, STALL_RANK, STALL_STEP = 4, 2, 35
+STEPS = STALL_STEP + 2
+# Ranks count as blocked after core.hangs.BLOCKED_AFTER_S (10 s), rank 2 is overdue after
+# core.hangs.OVERDUE_AFTER_S (20 s): the page goes out between the two.
+PAGE_AFTER_S = 15
 # Every rank sleeps STEP_S at the start of each step and rank 1 LATE_S more: it enters each step's
 # collectives a quarter of a step late (at a tenth, a loaded machine's noise hid it). The sidecars
 # hold one arrival sample per rank and group every ARRIVAL_SAMPLE_S (60 s by default) and the
@@ -66,7 +70,7 @@ NODES, STEPS, STALL_RANK, STALL_STEP = 4, 40, 2, 35
 # periods pass before the stall.
 STEP_S, LATE_RANK, LATE_S = 0.2, 1, 0.05
 ARRIVAL_SAMPLE_S, READ_INTERVAL_S = 2.0, 0.1
-JOB = "groups-mesh"
+JOB = "groups-mesh_groups"
 SUSPECTS = "job_rank:mfuscope_collective_hang_suspect:seconds"
 
 
@@ -85,29 +89,13 @@ class Hang:
         return (self.out / "job.log").read_text(errors="replace")[-4000:]
 
 
-def _sidecar(home: Path, node: int) -> tuple[subprocess.Popen[bytes], str]:
-    address_file = home / f"sidecar{node}.address"
-    command = [str(BIN / "mfuscope"), "collector", "--listen", "127.0.0.1:0"]
-    command += ["--address-file", str(address_file), "--arrival-sample", str(ARRIVAL_SAMPLE_S)]
-    process = spawn(
-        command, home / f"sidecar{node}.log", env={**os.environ, "PYTHONUNBUFFERED": "1"}
-    )
-    wait_for(
-        lambda: (
-            process.poll() is not None
-            or (address_file.is_file() and address_file.read_text().endswith("\n"))
-        ),
-        30,
-        "a sidecar collector",
-    )
-    assert process.poll() is None, (home / f"sidecar{node}.log").read_text()
-    return process, address_file.read_text().strip()
-
-
-def _prometheus(home: Path, targets: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+def _prometheus(
+    home: Path, targets: list[str], rules: list[Path]
+) -> tuple[subprocess.Popen[bytes], str]:
     home.mkdir()
     config_file = home / "prometheus.yml"
-    config_file.write_text(yaml.safe_dump(prometheus_config(targets)), encoding="utf-8")
+    config = prometheus_config(targets, rule_files=rules)
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
     port = free_port()
     command = ["prometheus", f"--config.file={config_file}", f"--storage.tsdb.path={home}/tsdb"]
     command += [f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
@@ -117,11 +105,11 @@ def _prometheus(home: Path, targets: list[str]) -> tuple[subprocess.Popen[bytes]
     return process, url
 
 
-def _vm_stack(home: Path, targets: list[str]) -> list[Server]:
+def _vm_stack(home: Path, targets: list[str], rule_files: list[Path]) -> list[Server]:
     rules = home / "rules"
     command = [sys.executable, str(VM_DIR / "vmalert_rules.py"), "--out", str(rules)]
     generated = subprocess.run(
-        [*command, "--interval", "1s", *map(str, RULE_FILES)], capture_output=True, text=True
+        [*command, "--interval", "1s", *map(str, rule_files)], capture_output=True, text=True
     )
     assert generated.returncode == 0, generated.stderr
     servers = []
@@ -183,15 +171,14 @@ def hang(tmp_path: Path) -> Iterator[Hang]:
     resume = home / "resume"
     log = (home / "job.log").open("w")
     try:
-        sidecars = []
-        for node in range(NODES):
-            process, address = _sidecar(home, node)
-            processes.append(process)
-            sidecars.append(address)
+        # The sidecars, node r's at index r.
+        processes, sidecars = start_collectors(
+            home, NODES, "--arrival-sample", str(ARRIVAL_SAMPLE_S)
+        )
         command, env = mesh_job(
             home,
             NODES,
-            *("--layout", "mesh", "--shape", "2x2", "--no-profile", "--steps", str(STEPS)),
+            *("--layout", "mesh_groups", "--shape", "2x2", "--no-profile", "--steps", str(STEPS)),
             *("--stall-rank", str(STALL_RANK), "--stall-step", str(STALL_STEP)),
             *("--resume-file", str(resume), "--out", str(home), "--node-per-rank"),
             *("--collector-url", ",".join(f"http://{a}" for a in sidecars)),
@@ -200,9 +187,10 @@ def hang(tmp_path: Path) -> Iterator[Hang]:
         )
         job = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         # The stores start while torchrun does.
-        process, url = _prometheus(home / "prometheus", sidecars)
+        rules = hang_rule_files(home / "rules", PAGE_AFTER_S)
+        process, url = _prometheus(home / "prometheus", sidecars, rules)
         processes.append(process)
-        servers = _vm_stack(home / "vm", sidecars)
+        servers = _vm_stack(home / "vm", sidecars, rules)
         stall = home / "stall.json"
         wait_for(lambda: stall.exists() or job.poll() is not None, 240, "rank 2 to stop")
         assert job.poll() is None, (home / "job.log").read_text()[-4000:]
