@@ -28,6 +28,8 @@ collective)."""
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import itertools
 import json
 import os
@@ -208,5 +210,8 @@ def _health(agent: Agent) -> dict[str, int]:
 
 
 if __name__ == "__main__":
+    # Frozen at exit, torch's objects are skipped by the interpreter's last garbage collections
+    # (about 1 s of CPU per rank otherwise, after the work and the agent's close).
+    atexit.register(gc.freeze)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()
