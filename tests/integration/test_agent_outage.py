@@ -1,6 +1,10 @@
 """The agent's transport through a collector outage: the collector process is killed mid-run and
 comes back on the same port; every report produced meanwhile (far fewer than the buffer holds)
-arrives, none is dropped, and the restarted collector counts exactly what it was sent."""
+arrives, none is dropped, and the restarted collector counts exactly what it was sent.
+
+The outage outlasts the retry backoff's climb to its cap (delays 0.5, 1, 2, 2, ... s) by several
+capped retries, so a transport that gave a batch up after a few attempts, or stopped retrying at
+the cap, would lose reports here."""
 
 from __future__ import annotations
 
@@ -21,11 +25,16 @@ from tests.support.collector_process import CollectorProcess, request
 
 pytestmark = pytest.mark.slow
 
-OUTAGE_S = 30.0
 REPORTS_PER_S = 20.0
 # Backoff capped at 2 s (the default cap is 10 s): the test then ends about 2 s after the
 # collector is back instead of up to 10 s.
 RETRY = RetryPolicy(base_s=0.5, max_s=2.0, request_timeout_s=2.0)
+# Failed attempts the outage must at least see: 3 to climb to the cap (after 0.5 + 1 + 2 s),
+# then 2 more after capped delays.
+MIN_FAILED_ATTEMPTS = 5
+# Long enough for those attempts (0.5 + 1 + 2 + 2 = 5.5 s after the first one, which comes
+# within a flush interval of the kill) with room for a busy machine's late wake-ups.
+OUTAGE_S = 9.0
 
 
 class RecordingSink(HttpSink):
@@ -55,7 +64,7 @@ def _steps_total(url: str) -> int:
     return int(jobs[0]["steps_total"]) if jobs else 0
 
 
-def test_no_report_is_lost_when_the_collector_is_down_for_30_s(tmp_path: Path) -> None:
+def test_no_report_is_lost_while_the_collector_is_down_past_the_backoff_cap(tmp_path: Path) -> None:
     first = CollectorProcess(tmp_path)
     sink = RecordingSink(first.url)
     health = HealthCounters()
@@ -91,12 +100,12 @@ def test_no_report_is_lost_when_the_collector_is_down_for_30_s(tmp_path: Path) -
     producer.start()
     second: CollectorProcess | None = None
     try:
-        time.sleep(2.0)
+        time.sleep(1.0)  # two flush intervals: batches delivered, and more on their way
         first.kill()  # mid-run: batches are in flight or about to be
         sink.phase = 2
         time.sleep(OUTAGE_S)
         second = CollectorProcess(tmp_path, listen=first.address)
-        time.sleep(2.0)
+        time.sleep(1.0)  # reports made after the restart too; `close` sends what is left
         stop.set()
         producer.join()
         assert transport.close(15.0) is True
@@ -104,7 +113,8 @@ def test_no_report_is_lost_when_the_collector_is_down_for_30_s(tmp_path: Path) -
         assert lost == set(), f"{len(lost)} of {len(submitted)} reports lost"
         assert transport.dropped_reports == 0
         assert health.snapshot().reports_dropped_total == 0
-        assert health.snapshot().send_failures_total > 0  # the outage was real
+        # The outage was real, and long enough for retries at the backoff's cap.
+        assert health.snapshot().send_failures_total >= MIN_FAILED_ATTEMPTS
         after_restart = {step for phase, step in sink.delivered if phase == 2}
         assert len(after_restart) > OUTAGE_S * REPORTS_PER_S * 0.5
         assert _steps_total(second.url) == len(after_restart)

@@ -1,9 +1,12 @@
 """The framework integrations in real 2-rank gloo jobs feeding a real collector process.
 
-Each job trains with gradient accumulation 1 and 2 over the same data, so the second run has
-half the optimizer steps and twice the FLOPs per step. Each rank's counted model FLOPs per step
-are checked against the analytical count derived here from the model's shape (matmul FLOPs,
-2 per multiply-add; training = forward + a backward of twice the forward).
+Each framework's job trains with gradient accumulation 1 and 2 over the same data, so the second
+run has half the optimizer steps and twice the FLOPs per step. Each rank's counted model FLOPs per
+step are checked against the analytical count derived here from the model's shape (matmul FLOPs,
+2 per multiply-add; training = forward + a backward of twice the forward). The same job then
+trains once more with evaluations and checkpoint saves configured on the framework's Trainer
+only, which must show as phases of the job-time ledger. One job per framework and launcher: the
+start-up (torch and the framework imported on every rank) is most of a job's cost.
 """
 
 from __future__ import annotations
@@ -126,24 +129,6 @@ def check_runs(
         assert per_step[2][1] == 2 * per_step[1][1]
 
 
-def test_huggingface_trainer_two_ranks(collector: CollectorProcess, tmp_path: Path) -> None:
-    run_job("hf_job.py", collector, tmp_path, "1", "2")
-    check_runs(collector, tmp_path, {1: "hf-ga1", 2: "hf-ga2"}, gpt2_flops_per_token(SHAPE))
-
-
-def test_huggingface_trainer_under_accelerate_launch(
-    collector: CollectorProcess, tmp_path: Path
-) -> None:
-    run_job("hf_job.py", collector, tmp_path, "2", launcher=ACCELERATE)
-    check_runs(collector, tmp_path, {2: "hf-ga2"}, gpt2_flops_per_token(SHAPE))
-
-
-def test_lightning_ddp_two_ranks(collector: CollectorProcess, tmp_path: Path) -> None:
-    run_job("lightning_job.py", collector, tmp_path, "ddp:1", "ddp:2")
-    jobs = {1: "lightning-ddp-ga1", 2: "lightning-ddp-ga2"}
-    check_runs(collector, tmp_path, jobs, mlp_flops_per_token(SHAPE))
-
-
 def rank_ledgers(out: Path, job: str) -> list[Any]:
     """Each rank's job-time totals from its agent's last batch (its JSONL sink)."""
     ledgers = []
@@ -160,12 +145,17 @@ def collector_time(collector: CollectorProcess, job: str) -> dict[str, float]:
     return {c: float(v) for c, v in re.findall(pattern, text, re.M)}
 
 
-def test_huggingface_trainer_evaluations_and_saves_are_phases(
+def test_huggingface_trainer_two_ranks_counts_and_phases(
     collector: CollectorProcess, tmp_path: Path
 ) -> None:
-    """Evaluation and checkpoint saves every 2 steps, configured on the Trainer only: the
-    callback marks both (no user code), on every rank and in the collector's ledger."""
-    run_job("hf_job.py", collector, tmp_path, "1:phases")
+    """Three Trainer runs in one torchrun job: accumulation 1 and 2 (steps and FLOPs), then
+    evaluation and checkpoint saves every 2 steps, configured on the Trainer only: the callback
+    marks both (no user code), on every rank and in the collector's ledger, and they add no step
+    and no FLOPs to the steps."""
+    run_job("hf_job.py", collector, tmp_path, "1", "2", "1:phases")
+    flops = gpt2_flops_per_token(SHAPE)
+    check_runs(collector, tmp_path, {1: "hf-ga1", 2: "hf-ga2"}, flops)
+    check_runs(collector, tmp_path, {1: "hf-ga1-phases"}, flops)
     for ledger in rank_ledgers(tmp_path, "hf-ga1-phases"):
         assert ledger is not None
         assert ledger.evaluation_ns > 0 and ledger.checkpoint_save_ns > 0
@@ -174,12 +164,24 @@ def test_huggingface_trainer_evaluations_and_saves_are_phases(
     assert any((tmp_path / "hf-ga1-phases").glob("checkpoint-*"))  # the Trainer did save
 
 
-def test_lightning_validation_saves_and_load_are_phases(
+def test_huggingface_trainer_under_accelerate_launch(
     collector: CollectorProcess, tmp_path: Path
 ) -> None:
-    """Validation and ModelCheckpoint saves every 2 steps, then a fit from the last checkpoint:
-    the callback marks validation, saves and the load (no user code)."""
-    run_job("lightning_job.py", collector, tmp_path, "ddp:1:phases")
+    run_job("hf_job.py", collector, tmp_path, "2", launcher=ACCELERATE)
+    check_runs(collector, tmp_path, {2: "hf-ga2"}, gpt2_flops_per_token(SHAPE))
+
+
+def test_lightning_ddp_two_ranks_counts_and_phases(
+    collector: CollectorProcess, tmp_path: Path
+) -> None:
+    """Four fits in one torchrun job: accumulation 1 and 2 (steps and FLOPs), then one with
+    validation and ModelCheckpoint saves every 2 steps, then one from its last checkpoint: the
+    callback marks validation, saves and the load (no user code), and they add no step and no
+    FLOPs to the steps."""
+    run_job("lightning_job.py", collector, tmp_path, "ddp:1", "ddp:2", "ddp:1:phases")
+    flops = mlp_flops_per_token(SHAPE)
+    check_runs(collector, tmp_path, {1: "lightning-ddp-ga1", 2: "lightning-ddp-ga2"}, flops)
+    check_runs(collector, tmp_path, {1: "lightning-ddp-ga1-phases"}, flops)
     for ledger in rank_ledgers(tmp_path, "lightning-ddp-ga1-phases"):
         assert ledger is not None
         assert ledger.evaluation_ns > 0 and ledger.checkpoint_save_ns > 0

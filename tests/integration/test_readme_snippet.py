@@ -18,7 +18,7 @@ from tests.support.collector_process import CollectorProcess, request
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = 24
+STEPS = 10
 
 
 def readme_snippet() -> str:
