@@ -78,13 +78,15 @@ def _color(component: str, comm_index: int) -> str:
     return BUCKET_COLORS.get(component, "#777777")
 
 
-def render(fig: Figure, salt: str, png_dpi: int = 110) -> tuple[str, bytes]:
-    """(inline SVG markup starting at ``<svg``, PNG bytes) of `fig`."""
+def render(fig: Figure, salt: str, png_dpi: int = 110, *, png: bool = True) -> tuple[str, bytes]:
+    """(inline SVG markup starting at ``<svg``, PNG bytes) of `fig`; the PNG is empty when not
+    wanted (`png=False`: a page alone, where drawing it costs as much as the SVG)."""
     svg_buf, png_buf = io.BytesIO(), io.BytesIO()
     # Text as <text> (no glyph paths) and a per-figure id salt, so several SVGs share one page.
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
         fig.savefig(svg_buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
-    fig.savefig(png_buf, format="png", dpi=png_dpi, bbox_inches="tight")
+    if png:
+        fig.savefig(png_buf, format="png", dpi=png_dpi, bbox_inches="tight")
     svg = svg_buf.getvalue().decode("utf-8")
     # Drop the XML prologue and the RDF <metadata> block (creator URLs the page does not need).
     svg = _METADATA.sub("", svg[svg.index("<svg") :])

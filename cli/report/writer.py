@@ -65,7 +65,7 @@ def write_report(run: RunData, out_dir: Path, generated: str, *, png: bool = Tru
     svgs: dict[str, str] = {}
     pngs: list[Path] = []
     missing: list[tuple[str, str]] = []
-    for name, drawn in _drawn(content):
+    for name, drawn in _drawn(content, png=png):
         if isinstance(drawn, str):
             missing.append((name, drawn))
             continue
@@ -80,9 +80,11 @@ def write_report(run: RunData, out_dir: Path, generated: str, *, png: bool = Tru
     return ReportFiles(html_path, tuple(pngs), tuple(missing), content)
 
 
-def _drawn(content: ReportContent, salt: str = "") -> list[tuple[str, tuple[str, bytes] | str]]:
-    """Per plot in page order: its (SVG, PNG), or why it could not be drawn. `salt` keeps the
-    SVG ids of several reports' plots apart on one page."""
+def _drawn(
+    content: ReportContent, salt: str = "", *, png: bool = False
+) -> list[tuple[str, tuple[str, bytes] | str]]:
+    """Per plot in page order: its (SVG, PNG: empty unless `png`), or why it could not be drawn.
+    `salt` keeps the SVG ids of several reports' plots apart on one page."""
     from mfuscope.cli.report import _plots
 
     out: list[tuple[str, tuple[str, bytes] | str]] = []
@@ -92,7 +94,7 @@ def _drawn(content: ReportContent, salt: str = "") -> list[tuple[str, tuple[str,
         out.append(
             (name, reason or "no data")
             if figure is None
-            else (name, _plots.render(figure, salt=salt + name))
+            else (name, _plots.render(figure, salt=salt + name, png=png))
         )
     return out
 
