@@ -1,27 +1,37 @@
-"""End to end through a real Alertmanager: two 2-rank gloo training jobs with the mfuscope agent
-feed a real collector; a real Prometheus scrapes it and evaluates the project's rules; a real
-Alertmanager (Debian's `prometheus-alertmanager`) routes the alerts with the shipped
+"""End to end through a real Alertmanager: three training jobs with the mfuscope agent feed a real
+collector; a real Prometheus scrapes it and evaluates the project's rules; a real Alertmanager
+(Debian's `prometheus-alertmanager`) routes the alerts with the shipped
 deploy/alertmanager/alertmanager.yml to a webhook receiver in this test.
 
-Job "slows" runs at its normal pace, then every step becomes several times longer (a sleep inside
-the step: the device idles). It must page, critical, with the cause (the waterfall slice that grew
-most: bubble_idle) in the notification. Job "steady" runs and ends normally: it must produce no
-notification at all, also well after its end.
+- "slows", 2 gloo ranks (`tests/support/agent_job.py`), runs at its normal pace, then every step
+  becomes several times longer (a sleep inside the step: the device idles).
+  MFUScopeMFURegression must page it, critical, with the cause (the waterfall slice that grew
+  most: bubble_idle). Its steps are busy: with a sleep in every step its exposed communication,
+  not the idle bubble, grew most at the slowdown.
+- "healthy" and "slow-saves" (`tests/support/ledger_job.py` without torchrun: one process each,
+  steps of 0.1 s that mostly sleep) save a checkpoint every 10 steps, in 5 % of "healthy"'s time
+  and about 13 % of "slow-saves"'. MFUScopeJobTimeLost must warn about "slow-saves", naming
+  checkpoint_save, and never even be pending for "healthy".
+- "healthy" also runs long enough for a regression figure and ends normally: it must produce no
+  notification at all, also well after its end (the old regression rules paged finished jobs).
 
 The rules are the shipped ones with their time scaled down (`SCALE`: one second here stands for
-90 s there, so 15 min windows become 10 s, the 6 h baseline 4 min, `for: 10m` 6.7 s) and the
-regression alert thresholds raised (`THRESHOLDS`) above what CPU contention on a shared test
-machine does to a 10 s window (measured: up to 37 % below the baseline with a load average of 8
-on 2 cores); the slowed job loses about 80 %. Only the regression alert is loaded: the other
-alerts would fire on their own (test-scaled) conditions and are covered by the promtool tests.
+3 min there, so 15 min windows become 5 s, the 6 h baseline 2 min, the job-time hour 20 s,
+`for: 10m` 3.3 s and `for: 5m` 1.7 s) and the regression alert thresholds raised (`THRESHOLDS`)
+above what CPU contention on a shared test machine does to a short window (measured: up to 37 %
+below the baseline over 10 s with a load average of 8 on 2 cores); the slowed job loses about
+85 %. Only these two alerts are loaded: the others would fire on their own (test-scaled)
+conditions and are covered by the promtool tests.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -42,16 +52,26 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "deploy" / "prometheus" / "rules"
 ALERTMANAGER_CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
-SCALE = 1 / 90
+SCALE = 1 / 180
 # shipped threshold -> test threshold of MFUScopeMFURegression (warning, critical)
 THRESHOLDS = {"0.10": "0.50", "0.25": "0.65"}
-DURATION_S = 80.0
-SLOW_AFTER_S = 45.0
-SLOW_FACTOR = 6.0
-# Rule evaluations after the end, one a second: ~37 min of the shipped rules' time (the old rules
-# paged 14-18 min after a job's end).
-AFTER_END_S = 25.0
+# The regression figure needs 1 h of running in the baseline (20 s here), which ends 30 min
+# (10 s) before: a job has one from its 30th second on.
+SLOWS_S = 38.0  # pages in its ~32nd second
+# Busy (two cores' worth) until then, and profiled soon after: its idle bubble is the cause well
+# before the page.
+SLOW_AFTER_S = 12.0
+SLOW_FACTOR = 8.0
+# "healthy" has a regression figure for its last ~9 s; MFUScopeJobTimeLost needs a job's series to
+# be an hour (20 s) old: it warns about "slow-saves" in its ~22nd second.
+LEDGER_JOBS_S = 38.0
+SAVE_S = {"healthy": 0.05, "slow-saves": 0.15}  # checkpoint save seconds every 10 steps of 0.1 s
+# Rule evaluations after the healthy job's end, one a second: ~39 min of the shipped rules' time
+# (the old rules paged 14-18 min after a job's end).
+AFTER_END_EVALUATIONS = 13
 _SECONDS = {"s": 1, "m": 60, "h": 3600}
+SCALED_GROUPS = {"mfuscope.job_time", "mfuscope.regression"}
+SCALED_ALERTS = {"MFUScopeJobTimeLost", "MFUScopeMFURegression"}
 
 
 def _scaled(duration: str) -> str:
@@ -69,27 +89,38 @@ def _scale_expr(expr: str) -> str:
 
 
 def scaled_rule_files(directory: Path) -> list[Path]:
-    """The shipped rule files, time-scaled: the regression group and the regression alert."""
+    """The shipped rule files, time-scaled: the regression and job-time groups, and their alerts
+    (MFUScopeMFURegression with `THRESHOLDS`, MFUScopeJobTimeLost)."""
     recording = yaml.safe_load((RULES / "mfuscope-recording.yml").read_text(encoding="utf-8"))
-    (regression,) = [g for g in recording["groups"] if g["name"] == "mfuscope.regression"]
-    for rule in regression["rules"]:
-        rule["expr"] = _scale_expr(rule["expr"])
+    groups = [g for g in recording["groups"] if g["name"] in SCALED_GROUPS]
+    assert {g["name"] for g in groups} == SCALED_GROUPS, [g["name"] for g in groups]
+    for group in groups:
+        for rule in group["rules"]:
+            rule["expr"] = _scale_expr(rule["expr"])
     gate = next(
-        r for r in regression["rules"] if r["record"] == "job:mfuscope_mfu_regression:ratio"
+        r
+        for g in groups
+        for r in g["rules"]
+        if r.get("record") == "job:mfuscope_mfu_regression:ratio"
     )
-    assert ">= 6.66667)" in gate["expr"] and ">= 40)" in gate["expr"], gate["expr"]
+    for running_s in (600, 3600):  # the gates: 10 min of running now, 1 h in the baseline
+        assert f">= {running_s * SCALE:g})" in gate["expr"], gate["expr"]
     alerts = yaml.safe_load((RULES / "mfuscope-alerts.yml").read_text(encoding="utf-8"))
-    rules = [
-        r for g in alerts["groups"] for r in g["rules"] if r.get("alert") == "MFUScopeMFURegression"
+    rules = [r for g in alerts["groups"] for r in g["rules"] if r.get("alert") in SCALED_ALERTS]
+    assert sorted(r["alert"] for r in rules) == [
+        "MFUScopeJobTimeLost",
+        "MFUScopeMFURegression",
+        "MFUScopeMFURegression",
     ]
-    assert len(rules) == 2
     for rule in rules:
         rule["for"] = _scaled(rule["for"])
-        threshold = rule["expr"].rsplit("> ", 1)[1]
-        rule["expr"] = rule["expr"].replace(f"> {threshold}", f"> {THRESHOLDS[threshold]}")
+        rule["expr"] = _scale_expr(rule["expr"])
+        if rule["alert"] == "MFUScopeMFURegression":
+            threshold = rule["expr"].rsplit("> ", 1)[1]
+            rule["expr"] = rule["expr"].replace(f"> {threshold}", f"> {THRESHOLDS[threshold]}")
     # The shipped group interval (the global one: 1 s here) for every group.
     files = {
-        "recording.yml": {"groups": [regression]},
+        "recording.yml": {"groups": groups},
         "alerts.yml": {"groups": [{"name": "mfuscope.alerts", "rules": rules}]},
     }
     paths = []
@@ -191,25 +222,62 @@ def alertmanager(
         stop(process)
 
 
-def _job(tmp_path: Path, collector_url: str, job: str, *extra: str) -> subprocess.Popen[bytes]:
+def _slows(tmp_path: Path, collector_url: str) -> subprocess.Popen[bytes]:
+    """Job "slows": `agent_job.py` on 2 gloo ranks, slowed down after `SLOW_AFTER_S`."""
     options = {
         "peak_flops": "1e11",  # fixed: the CPU calibration would vary with the machine's load
         "profile_first_step": "3",
-        "profile_every_s": "4",
+        "profile_every_s": "2",  # 6 min of the shipped time: profiled soon after it slows
         "profile_steps": "1",
         "profile_max_overhead_ratio": "0.2",
         "flush_interval_s": "0.5",
     }
     args = [f"--option={k}={v}" for k, v in options.items()]
-    (tmp_path / job).mkdir()
+    (tmp_path / "slows").mkdir()
     return start_job(
-        tmp_path / job,
-        f"--job={job}",
+        tmp_path / "slows",
+        "--job=slows",
         f"--collector-url={collector_url}",
-        f"--duration-s={DURATION_S}",
+        f"--duration-s={SLOWS_S}",
+        f"--slow-after-s={SLOW_AFTER_S}",
+        f"--slow-factor={SLOW_FACTOR}",
         *args,
-        *extra,
     )
+
+
+def _ledger_job(tmp_path: Path, collector_url: str, job: str) -> subprocess.Popen[bytes]:
+    """Job "healthy" or "slow-saves": `ledger_job.py` as one process, steps of 0.1 s and a
+    checkpoint save of `SAVE_S[job]` every 10, for `LEDGER_JOBS_S`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MFUSCOPE_")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    out = tmp_path / job
+    command = [sys.executable, str(ROOT / "tests" / "support" / "ledger_job.py"), "--out", str(out)]
+    command += ["--job", job, "--collector-url", collector_url, "--duration-s", str(LEDGER_JOBS_S)]
+    command += ["--step-s", "0.1", "--startup-s", "0", "--save-every", "10"]
+    command += ["--save-s", str(SAVE_S[job]), "--eval-every", "1000000"]
+    out.mkdir()
+    return spawn(command, out / "job.log", env=env)
+
+
+@pytest.fixture
+def jobs() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    """The jobs the test starts, by name; stopped at teardown."""
+    started: dict[str, subprocess.Popen[bytes]] = {}
+    yield started
+    for process in started.values():
+        stop(process)
+
+
+def _stepping(collector_url: str) -> set[str]:
+    """The jobs with steps at the collector (its own /metrics)."""
+    with urllib.request.urlopen(collector_url + "/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return {
+        match[1]
+        for line in lines
+        if line.startswith("mfuscope_steps_total{")
+        and (match := re.search(r'[{,]job="([^"]+)"', line))
+    }
 
 
 def _rule_evaluations(prometheus_url: str) -> float:
@@ -221,35 +289,57 @@ def _rule_evaluations(prometheus_url: str) -> float:
     return min(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name))
 
 
-def test_a_slowed_job_pages_with_its_cause_and_a_finished_job_stays_silent(
+def test_a_slowed_job_pages_slow_saves_warn_and_a_finished_healthy_job_stays_silent(
     collector: Any,
     alertmanager: str,
     webhook: Webhook,
     start_prometheus: Callable[..., Any],
     wait_until: Callable[..., None],
+    jobs: dict[str, subprocess.Popen[bytes]],
     tmp_path: Path,
 ) -> None:
+    # The ledger jobs first, then Prometheus, whose first scrape (its service discovery waits 5 s)
+    # comes about with their first reports (one coming before only makes a job's series seconds
+    # younger in Prometheus than the job). "slows" starts once they step: its three processes
+    # starting torch would slow theirs, and "healthy"'s end is what the test waits longest for.
+    started = time.monotonic()
+    jobs |= {job: _ledger_job(tmp_path, collector.url, job) for job in SAVE_S}
     prometheus = start_prometheus(
         [collector.address],
         rule_files=scaled_rule_files(tmp_path),
         alertmanagers=[alertmanager],
     )
     prometheus.wait_scraping_collector()
-    started = time.monotonic()
-    slows = _job(
-        tmp_path,
-        collector.url,
-        "slows",
-        f"--slow-after-s={SLOW_AFTER_S}",
-        f"--slow-factor={SLOW_FACTOR}",
+    wait_until(
+        lambda: _stepping(collector.url) >= set(SAVE_S) or any(p.poll() for p in jobs.values()),
+        120,
+        "the ledger jobs' first steps at the collector",
     )
-    steady = _job(tmp_path, collector.url, "steady")
-    for name, process in (("slows", slows), ("steady", steady)):
-        returncode = process.wait(timeout=DURATION_S * 4)
+    jobs["slows"] = _slows(tmp_path, collector.url)
+
+    def finished(name: str) -> None:
+        returncode = jobs[name].wait(timeout=SLOWS_S * 4)
         log = (tmp_path / name / "job.log").read_text(errors="replace")
         assert returncode == 0, log[-3000:]
-    evaluated_at_end = _rule_evaluations(prometheus.url)
 
+    # The rules' evaluations after the healthy job's end are counted from here ("slows" still
+    # runs).
+    finished("healthy")
+    healthy_ended = _rule_evaluations(prometheus.url)
+    finished("slow-saves")
+    finished("slows")
+
+    def evidence(*names: str) -> str:
+        """What Prometheus recorded for the jobs, to tell a missing notification's cause."""
+        lines = [f"notifications: {webhook.alerts()}"]
+        for name in names:
+            ranged = prometheus.query_range(name, seconds=time.monotonic() - started + 5, step_s=5)
+            for series in ranged.get("data", {}).get("result", []):
+                values = " ".join(f"{float(v):.3g}" for _, v in series["values"])
+                lines.append(f"{name} {series['metric']}: {values}")
+        return "\n".join(lines)
+
+    # MFUScopeMFURegression pages "slows".
     def paged() -> list[dict[str, Any]]:
         return [
             alert
@@ -257,24 +347,21 @@ def test_a_slowed_job_pages_with_its_cause_and_a_finished_job_stays_silent(
             if receiver == "pager" and status == "firing" and alert["labels"]["job"] == "slows"
         ]
 
-    def evidence() -> str:
-        """What Prometheus recorded for the jobs, to tell a missing page's cause."""
-        lines = [f"notifications: {webhook.alerts()}"]
-        for name in (
-            "job:mfuscope_mfu:ratio_increase15m",
-            "job:mfuscope_mfu:ratio_baseline6h",
-            "job:mfuscope_running_seconds:increase15m",
-            "job:mfuscope_running_seconds:baseline6h",
-            "job:mfuscope_mfu_regression:ratio",
-            'ALERTS{alertname="MFUScopeMFURegression"}',
-        ):
-            ranged = prometheus.query_range(name, seconds=time.monotonic() - started + 5, step_s=5)
-            for series in ranged.get("data", {}).get("result", []):
-                values = " ".join(f"{float(v):.3g}" for _, v in series["values"])
-                lines.append(f"{name} {series['metric'].get('job')}: {values}")
-        return "\n".join(lines)
-
-    wait_until(lambda: bool(paged()), 30, lambda: f"a page for job slows; {evidence()}")
+    wait_until(
+        lambda: bool(paged()),
+        30,
+        lambda: (
+            "a page for job slows; "
+            + evidence(
+                "job:mfuscope_mfu:ratio_increase15m",
+                "job:mfuscope_mfu:ratio_baseline6h",
+                "job:mfuscope_running_seconds:increase15m",
+                "job:mfuscope_running_seconds:baseline6h",
+                "job:mfuscope_mfu_regression:ratio",
+                'ALERTS{alertname="MFUScopeMFURegression"}',
+            )
+        ),
+    )
     page = paged()[0]
     assert page["labels"]["alertname"] == "MFUScopeMFURegression"
     assert page["labels"]["severity"] == "critical"
@@ -289,22 +376,62 @@ def test_a_slowed_job_pages_with_its_cause_and_a_finished_job_stays_silent(
     before, after = (float(v) for v in re.findall(r"([\d.]+)%", cause))
     assert after > before + 30, cause
 
-    # The finished job: nothing, up to well after its end. Its regression figure did exist
-    # (it ran long enough for a baseline), so the silence is the rules' doing, not missing data.
-    # (The old rules paged 14-18 min after a job's end: 9-12 s here.)
+    # MFUScopeJobTimeLost warns about "slow-saves" (warning: the team channel), naming its
+    # checkpoint saves, and about neither ledger job otherwise.
+    def warned() -> set[tuple[str, str, str, str]]:
+        return {
+            (
+                receiver,
+                alert["labels"]["job"],
+                alert["labels"]["category"],
+                alert["labels"]["budget"],
+            )
+            for receiver, status, alert in webhook.alerts()
+            if status == "firing"
+            and alert["labels"]["alertname"] == "MFUScopeJobTimeLost"
+            and alert["labels"]["job"] in SAVE_S
+        }
+
     wait_until(
-        lambda: _rule_evaluations(prometheus.url) >= evaluated_at_end + AFTER_END_S,
-        4 * AFTER_END_S + 60,
-        f"{AFTER_END_S:.0f} more evaluations of the rules after the jobs' end",
+        lambda: bool(warned()),
+        30,
+        lambda: (
+            "MFUScopeJobTimeLost for job slow-saves; "
+            + evidence("job_budget:mfuscope_job_time:ratio_increase1h")
+        ),
     )
-    steady_alerts = [a for a in webhook.alerts() if a[2]["labels"].get("job") == "steady"]
-    assert not steady_alerts, steady_alerts
+    assert warned() == {("team-channel", "slow-saves", "checkpoint_save", "checkpoint")}
+
+    # The finished healthy job: nothing, up to well after its end. Its regression figure did
+    # exist (it ran long enough for a baseline), so the silence is the rules' doing, not missing
+    # data. (The old rules paged 14-18 min after a job's end: 5-6 s here.)
+    wait_until(
+        lambda: _rule_evaluations(prometheus.url) >= healthy_ended + AFTER_END_EVALUATIONS,
+        4 * AFTER_END_EVALUATIONS + 60,
+        f"{AFTER_END_EVALUATIONS} more evaluations of the rules after the healthy job's end",
+    )
+    healthy_alerts = [a for a in webhook.alerts() if a[2]["labels"].get("job") == "healthy"]
+    assert not healthy_alerts, healthy_alerts
+    # Not even pending, through the jobs' whole lives and after.
+    lived = f"[{round(time.monotonic() - started) + 5}s]"
+    ever = prometheus.samples(f'max_over_time(ALERTS{{job=~"healthy|slow-saves"}}{lived})')
+    assert {(s["metric"]["job"], s["metric"]["alertname"]) for s in ever} == {
+        ("slow-saves", "MFUScopeJobTimeLost")
+    }, ever
+    shares = prometheus.samples(
+        "max_over_time(job_category:mfuscope_job_time:ratio_increase1h"
+        f'{{category="checkpoint_save"}}{lived})'
+    )
+    share = {s["metric"]["job"]: float(s["value"][1]) for s in shares}
+    assert share["healthy"] < 0.10 < share["slow-saves"], share
     figures = prometheus.query_range(
-        'job:mfuscope_mfu_regression:ratio{job="steady"}', seconds=time.monotonic() - started + 5
+        'job:mfuscope_mfu_regression:ratio{job="healthy"}', seconds=time.monotonic() - started + 5
     )
     assert figures["status"] == "success", figures
     values = [float(v) for series in figures["data"]["result"] for _, v in series["values"]]
-    assert len(values) >= 5, "the steady job had no regression figure: the test would prove nothing"
+    assert len(values) >= 5, (
+        "the healthy job had no regression figure: the test would prove nothing"
+    )
 
 
 def test_shipped_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
