@@ -92,8 +92,11 @@ def restarts_group() -> Group:
             ),
             Rule(
                 "job:mfuscope_useful_steps:ratio_rate5m",
-                ratio(_USEFUL_STEPS, steps),
-                "Step goodput: the fraction of the job's step work that was not redone, 0..1.",
+                f"1 - {ratio(f'({reruns} or 0 * {steps})', steps)}",
+                "Step goodput: the fraction of the job's step work that was not redone, 0..1. "
+                "Written as 1 - redone / all, not useful / all: an engine that reads the two rates "
+                "from different samples (VictoriaMetrics while the newest samples arrive) still "
+                "gives exactly 1 when nothing was redone, and never more than 1.",
             ),
             Rule(
                 "job:mfuscope_job_restarts:increase1h",
