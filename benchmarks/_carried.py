@@ -10,9 +10,12 @@ candidate rule would carry.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,3 +284,46 @@ def by_reports(run: RankRun) -> Score:
 
 def _exposed(report: StepReport) -> float:
     return math.fsum(c.seconds for c in report.components if c.component == "exposed_comm")
+
+
+def truth_parser(description: str) -> argparse.ArgumentParser:
+    """The options both ground-truth benchmarks take (runs, steps, window schedule, load, keep)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--every", type=int, default=60)
+    parser.add_argument("--window", type=int, default=3)
+    parser.add_argument("--busy", type=int, default=0, help="busy loops beside the job")
+    parser.add_argument("--keep", help="keep each run's files under this folder")
+    return parser
+
+
+def beside_busy_loops(count: int, measure: Callable[[], None]) -> None:
+    """Run `measure` with `count` busy Python loops beside it (a loaded machine), then stop them."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        measure()
+    finally:
+        for loop in busy:
+            loop.kill()
+            loop.wait()
+
+
+def window_options(window: int, every: int) -> tuple[str, ...]:
+    """Agent options for a `window`-step profiling window every `every` steps from step 10, on
+    the step schedule alone (no time-based windows, no overhead cap)."""
+    return (
+        "profile_first_step=10",
+        f"profile_steps={window}",
+        f"profile_every_steps={every}",
+        "profile_max_overhead_ratio=1",
+        "profile_every_s=100000",
+    )
+
+
+def worst_and_mean(errors: dict[int, float]) -> str:
+    """`worst / mean` of per-step errors in points (worst by magnitude); `-` for none."""
+    if not errors:
+        return "-"
+    worst = max(errors.values(), key=abs)
+    return f"{worst:+6.1f} / {statistics.fmean(errors.values()):+5.1f}"

@@ -35,52 +35,35 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _carried import before, by_reports, by_rule, load_run
+from _carried import (
+    before,
+    beside_busy_loops,
+    by_reports,
+    by_rule,
+    load_run,
+    truth_parser,
+    window_options,
+    worst_and_mean,
+)
 
 from tests.support import ddp_truth
 
 
-def _worst(errors: dict[int, float]) -> str:
-    if not errors:
-        return "-"
-    worst = max(errors.values(), key=abs)
-    return f"{worst:+5.1f}/{statistics.fmean(errors.values()):+4.1f}"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--every", type=int, default=60)
-    parser.add_argument("--window", type=int, default=3)
+    parser = truth_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--busy", type=int, default=0, help="busy loops beside the job")
-    parser.add_argument("--keep", help="keep each run's files under this folder")
     args = parser.parse_args()
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
-    try:
-        _measure(args)
-    finally:
-        for loop in busy:
-            loop.kill()
-            loop.wait()
+    beside_busy_loops(args.busy, lambda: _measure(args))
 
 
 def _measure(args: argparse.Namespace) -> None:
-    options = (
-        "profile_first_step=10",
-        f"profile_steps={args.window}",
-        f"profile_every_steps={args.every}",
-        "profile_max_overhead_ratio=1",
-        "profile_every_s=100000",
-    )
+    options = window_options(args.window, args.every)
     print(
         "run rank windows carried | profiled worst/mean: analyze, agent | carried by time: "
         "before, after | stall read as comm: before, after | stall put in idle"
@@ -108,7 +91,8 @@ def _measure(args: argparse.Namespace) -> None:
                 window = ddp_truth.report_errors(run, rank).window
                 print(
                     f"{n:3d} {rank:4d} {len(recorded.windows):7d} {len(recorded.carried):7d} | "
-                    f"{_worst(ddp_truth.trace_errors(run, rank))}, {_worst(window)} | "
+                    f"{worst_and_mean(ddp_truth.trace_errors(run, rank))}, "
+                    f"{worst_and_mean(window)} | "
                     f"{old.by_time:+6.1f}, {new.by_time:+6.1f} | "
                     f"{old.stall_comm:+5.2f}, {new.stall_comm:+5.2f} | "
                     f"{ddp_truth.stalls(run, rank).idle_gained:5.2f}",

@@ -36,52 +36,36 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _carried import before, by_reports, by_rule, load_run, share
+from _carried import (
+    before,
+    beside_busy_loops,
+    by_reports,
+    by_rule,
+    load_run,
+    share,
+    truth_parser,
+    window_options,
+    worst_and_mean,
+)
 from mfuscope.core.run_summary.coverage import rank_coverage
 
 from tests.support import ground_truth
 
 
-def _worst(errors: dict[int, float]) -> str:
-    if not errors:
-        return "-"
-    worst = max(errors.values(), key=abs)
-    return f"{worst:+6.1f} / {statistics.fmean(errors.values()):+5.1f}"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--every", type=int, default=60)
-    parser.add_argument("--window", type=int, default=3)
-    parser.add_argument("--busy", type=int, default=0, help="busy loops beside the job")
-    parser.add_argument("--keep", help="keep each run's files under this folder")
+    parser = truth_parser(__doc__.split("\n\n")[0])
     args = parser.parse_args()
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
-    try:
-        _measure(args)
-    finally:
-        for loop in busy:
-            loop.kill()
-            loop.wait()
+    beside_busy_loops(args.busy, lambda: _measure(args))
 
 
 def _measure(args: argparse.Namespace) -> None:
-    options = (
-        "profile_first_step=10",
-        f"profile_steps={args.window}",
-        f"profile_every_steps={args.every}",
-        "profile_max_overhead_ratio=1",
-        "profile_every_s=100000",
-    )
+    options = window_options(args.window, args.every)
     print(
         "run rank windows carried | profiled steps: worst/mean analyze, agent | "
         "carried by time (known/with late calls): share, before, after | spread"
@@ -109,8 +93,8 @@ def _measure(args: argparse.Namespace) -> None:
                 spread = coverage.exposed_spread
                 print(
                     f"{n:3d} {rank:4d} {coverage.windows:7d} {len(late.carried):7d} | "
-                    f"{_worst(ground_truth.trace_errors(run, rank))}, "
-                    f"{_worst(ground_truth.report_errors(run, rank, late=False).window)} | "
+                    f"{worst_and_mean(ground_truth.trace_errors(run, rank))}, "
+                    f"{worst_and_mean(ground_truth.report_errors(run, rank, late=False).window)} | "
                     + ", ".join(f"{a:+5.1f}/{b:+5.1f}" for a, b in by.values())
                     + " | "
                     + ("-" if spread is None else f"{100 * spread:.1f}"),
