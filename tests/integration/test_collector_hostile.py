@@ -156,6 +156,14 @@ def test_half_sent_headers_are_dropped_at_the_header_timeout(collector: Collecto
     assert held is not None and held >= HEADER_TIMEOUT_S * 0.8
 
 
+def test_a_connection_that_sends_nothing_is_dropped_at_the_header_timeout(
+    collector: CollectorProcess,
+) -> None:
+    with _connect(collector) as sock:
+        held = _closed_after(sock, 10 * HEADER_TIMEOUT_S)
+    assert held is not None and held >= HEADER_TIMEOUT_S * 0.8  # as for half-sent headers
+
+
 def test_trickled_headers_are_dropped_at_the_header_timeout(collector: CollectorProcess) -> None:
     with _connect(collector) as sock:
         started = time.monotonic()
@@ -213,11 +221,8 @@ def test_the_connection_cap_evicts_idle_connections_for_real_clients(tmp_path: P
         # A real client is served at once: the longest-idle connection makes room for it.
         assert post(collector.url, batch_dict(job="during-the-flood"))[0] == 200
         assert still_open(), "served only once every idle connection had timed out"
-        # The idle ones are all gone at the header timeout.
-        wait_until(
-            lambda: all(_closed_after(s, 0.01) is not None for s in holding),
-            "the idle connections to time out",
-        )
+        assert len(still_open()) < len(holding)  # one of those held made room
+        # (That idle connections go at the header timeout is the test above's, at 1 s.)
     finally:
         for s in idle:
             s.close()
