@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -142,6 +143,18 @@ def _closed_after(sock: socket.socket, limit_s: float) -> float | None:
     return None
 
 
+def _closed_now(sock: socket.socket) -> bool:
+    """Whether the server has closed `sock` by now (without waiting: 48 sockets polled with a
+    recv timeout each took most of the connection-cap test)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+
+
 def _connect(collector: CollectorProcess) -> socket.socket:
     host, port = collector.address.rsplit(":", 1)
     return socket.create_connection((host, int(port)), timeout=5)
@@ -154,6 +167,14 @@ def test_half_sent_headers_are_dropped_at_the_header_timeout(collector: Collecto
     # Closed, and not before the timeout. How late after it depends on the machine's load, so
     # the only upper bound is the 10x wait (a timer in the wrong unit, or none, fails it).
     assert held is not None and held >= HEADER_TIMEOUT_S * 0.8
+
+
+def test_a_connection_that_sends_nothing_is_dropped_at_the_header_timeout(
+    collector: CollectorProcess,
+) -> None:
+    with _connect(collector) as sock:
+        held = _closed_after(sock, 10 * HEADER_TIMEOUT_S)
+    assert held is not None and held >= HEADER_TIMEOUT_S * 0.8  # as for half-sent headers
 
 
 def test_trickled_headers_are_dropped_at_the_header_timeout(collector: CollectorProcess) -> None:
@@ -204,7 +225,7 @@ def test_the_connection_cap_evicts_idle_connections_for_real_clients(tmp_path: P
     try:
 
         def still_open() -> list[socket.socket]:
-            return [s for s in idle if _closed_after(s, 0.01) is None]
+            return [s for s in idle if not _closed_now(s)]
 
         wait_until(
             lambda: len(still_open()) <= MAX_CONNECTIONS, "the cap to close the connections over it"
@@ -213,11 +234,8 @@ def test_the_connection_cap_evicts_idle_connections_for_real_clients(tmp_path: P
         # A real client is served at once: the longest-idle connection makes room for it.
         assert post(collector.url, batch_dict(job="during-the-flood"))[0] == 200
         assert still_open(), "served only once every idle connection had timed out"
-        # The idle ones are all gone at the header timeout.
-        wait_until(
-            lambda: all(_closed_after(s, 0.01) is not None for s in holding),
-            "the idle connections to time out",
-        )
+        assert len(still_open()) < len(holding)  # one of those held made room
+        # (That idle connections go at the header timeout is the test above's, at 1 s.)
     finally:
         for s in idle:
             s.close()

@@ -5,8 +5,9 @@ run has half the optimizer steps and twice the FLOPs per step. Each rank's count
 step are checked against the analytical count derived here from the model's shape (matmul FLOPs,
 2 per multiply-add; training = forward + a backward of twice the forward). The same job then
 trains once more with evaluations and checkpoint saves configured on the framework's Trainer
-only, which must show as phases of the job-time ledger. One job per framework and launcher: the
-start-up (torch and the framework imported on every rank) is most of a job's cost.
+only, which must show as phases of the job-time ledger. One job per framework (the Trainer under
+`accelerate launch`, Lightning under `torchrun`): the start-up (torch and the framework imported
+on every rank) is most of a job's cost.
 """
 
 from __future__ import annotations
@@ -145,14 +146,16 @@ def collector_time(collector: CollectorProcess, job: str) -> dict[str, float]:
     return {c: float(v) for c, v in re.findall(pattern, text, re.M)}
 
 
-def test_huggingface_trainer_two_ranks_counts_and_phases(
+def test_huggingface_trainer_two_ranks_under_accelerate_launch_counts_and_phases(
     collector: CollectorProcess, tmp_path: Path
 ) -> None:
-    """Three Trainer runs in one torchrun job: accumulation 1 and 2 (steps and FLOPs), then
-    evaluation and checkpoint saves every 2 steps, configured on the Trainer only: the callback
-    marks both (no user code), on every rank and in the collector's ledger, and they add no step
-    and no FLOPs to the steps."""
-    run_job("hf_job.py", collector, tmp_path, "1", "2", "1:phases")
+    """Three Trainer runs in one job under `accelerate launch`: accumulation 1 and 2 (steps and
+    FLOPs), then evaluation and checkpoint saves every 2 steps, configured on the Trainer only:
+    the callback marks both (no user code), on every rank and in the collector's ledger, and
+    they add no step and no FLOPs to the steps. accelerate's launcher is torch.distributed.run
+    (torchrun) with accelerate's settings on top; the callback reads neither, and the plain
+    torchrun launch is the Lightning job's below (one job: start-up is most of its cost)."""
+    run_job("hf_job.py", collector, tmp_path, "1", "2", "1:phases", launcher=ACCELERATE)
     flops = gpt2_flops_per_token(SHAPE)
     check_runs(collector, tmp_path, {1: "hf-ga1", 2: "hf-ga2"}, flops)
     check_runs(collector, tmp_path, {1: "hf-ga1-phases"}, flops)
@@ -162,13 +165,6 @@ def test_huggingface_trainer_two_ranks_counts_and_phases(
     time = collector_time(collector, "hf-ga1-phases")
     assert time["evaluation"] > 0 and time["checkpoint_save"] > 0 and time["step"] > 0
     assert any((tmp_path / "hf-ga1-phases").glob("checkpoint-*"))  # the Trainer did save
-
-
-def test_huggingface_trainer_under_accelerate_launch(
-    collector: CollectorProcess, tmp_path: Path
-) -> None:
-    run_job("hf_job.py", collector, tmp_path, "2", launcher=ACCELERATE)
-    check_runs(collector, tmp_path, {2: "hf-ga2"}, gpt2_flops_per_token(SHAPE))
 
 
 def test_lightning_ddp_two_ranks_counts_and_phases(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 from mfuscope.cli import main
 from mfuscope.cli.report.writer import PLOT_NAMES
@@ -68,6 +69,13 @@ def _step(step: int, rank: int) -> StepReport:
         )
         if step >= 2
         else (),
+    )
+
+
+def _plain_step(step: int, rank: int) -> StepReport:
+    """`_step` without a breakdown, collectives or kernel classes: wall time and FLOPs only."""
+    return msgspec.structs.replace(
+        _step(step, rank), components=(), collectives=(), compute_classes=(), breakdown_step=None
     )
 
 
@@ -189,7 +197,9 @@ def test_report_from_a_real_gpu_trace(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_report_counts_launches_as_the_collector_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Launch "a" runs steps 0-11 and re-sends one batch; launch "b" resumes at step 6.
+    # Launch "a" runs steps 0-11 and re-sends one batch; launch "b" resumes at step 6. Steps
+    # without a breakdown: counting is what is checked, and the four breakdown plots (drawn in
+    # test_report_from_agent_jsonl) were most of this test's time.
     lines = []
     for incarnation, first, last, sent in (("a", 0, 12, 0), ("a", 8, 12, 50), ("b", 6, 12, 100)):
         for rank in range(2):
@@ -202,7 +212,7 @@ def test_report_counts_launches_as_the_collector_does(
                 peak_flops=1e11,
                 peak_source="measured",
                 sent_unix_ns=sent,
-                reports=tuple(_step(s, rank) for s in range(first, last)),
+                reports=tuple(_plain_step(s, rank) for s in range(first, last)),
                 incarnation=incarnation,
             )
             lines.append(encode_batch(batch).decode())

@@ -6,13 +6,14 @@ and so cannot see a module, subpackage or data file the wheel leaves out (the ha
 list once shipped without `mfuscope.core.aggregate` and `mfuscope.cli.validate_gpu`: `report`
 crashed and `validate-gpu` was an "invalid choice", from the wheel only).
 
-Dependencies are pinned to the versions of the environment running the suite (`pip freeze`):
+Dependencies are pinned to the versions of the environment running the suite (constraints):
 the check is of mfuscope's packaging, and a range such as the agent extra's `torch>=2.4` would
 otherwise let pip pick a newer CUDA build of torch (gigabytes) where the CPU build lies on disk.
 They are not copied either: the fresh environment sees those of the suite's installed
 distributions that the wheel's extras require (and those alone) through a `.pth` file, so pip
 resolves the extras against them and installs the wheel alone (copying torch and the rest took
-about two minutes of the suite).
+about two minutes of the suite). The environment has no pip of its own: the suite's pip installs
+into it (``pip --python``).
 Everything in one test: the build and the install happen once, whichever xdist worker runs it.
 """
 
@@ -137,23 +138,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Installed, list
         "building the wheel",
     )
     (wheel,) = dist.glob("mfuscope-*.whl")
-    frozen = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    declared = _declared_distributions(("agent", "report"))
     constraints = base / "constraints.txt"
-    constraints.write_text(
-        "".join(line + "\n" for line in frozen.splitlines() if not line.startswith("mfuscope"))
+    constraints.write_text("".join(f"{d.metadata['Name']}=={d.version}\n" for d in declared))
+    # No pip of its own (bundling one took ~11 s): the suite's pip installs into it (--python).
+    _step(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+        "creating the virtual environment",
     )
-    _step([sys.executable, "-m", "venv", str(venv)], "creating the virtual environment")
-    _share_dependencies(venv, base / "dependencies")
+    _share_dependencies(venv, base / "dependencies", declared)
     _step(
         [
-            str(venv / "bin" / "python"),
+            sys.executable,
             "-m",
             "pip",
+            "--python",
+            str(venv / "bin" / "python"),
             "install",
             "-q",
             "--no-input",
@@ -192,13 +192,13 @@ def _declared_distributions(extras: tuple[str, ...]) -> list[metadata.Distributi
     return list(found.values())
 
 
-def _share_dependencies(venv: Path, folder: Path) -> None:
+def _share_dependencies(venv: Path, folder: Path, declared: list[metadata.Distribution]) -> None:
     """Make the distributions the wheel's extras require importable in `venv` and visible to
     its pip, from the suite's environment: links to their files in `folder` (those alone, so a
     dependency the wheel does not declare is still missing), named by a `.pth` file of the venv
     (after its own site-packages, so the wheel's mfuscope comes first)."""
     folder.mkdir()
-    for dist in _declared_distributions(("agent", "report")):
+    for dist in declared:
         site_packages = Path(str(dist.locate_file("")))
         tops = {Path(str(f)).parts[0] for f in dist.files or []}
         for top in tops - {"..", "__pycache__"}:
@@ -241,7 +241,8 @@ def _failures_of_subcommands(inst: Installed) -> list[str]:
     check(ok, "mfuscope analyze on the recorded 2-rank gloo traces", analyzed)
 
     out = inst.work / "report-out"
-    reported = inst.run("report", str(TRACES), "--out", str(out))
+    # The page alone (its plots inline): the PNG copies, ~1 CPU-s more, add no module.
+    reported = inst.run("report", str(TRACES), "--out", str(out), "--no-png")
     html = sorted(out.glob("*.html")) if out.is_dir() else []
     check(
         reported.returncode == 0 and bool(html) and all(p.stat().st_size > 0 for p in html),

@@ -1,8 +1,9 @@
 """A tiny GPT-2 trained by the `transformers` Trainer on CPU/gloo with `MfuscopeCallback`.
 
-Run under torchrun by tests/integration/test_framework_integrations.py:
+Run under `accelerate launch` by tests/integration/test_framework_integrations.py (`torchrun`
+works the same):
 
-    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/support/hf_job.py \
+    OMP_NUM_THREADS=1 accelerate launch --multi_gpu --num_processes=2 tests/support/hf_job.py \
         --collector-url URL --out DIR --runs 1 2 [--layers 2 --width 64 ...]
 
 One Trainer run per `--runs` value (the gradient accumulation factor k, or `k:phases` to also

@@ -53,7 +53,8 @@ def _slowed_copy(source: Path, target: Path, factor: float) -> Path:
                 event["ts"] = origin + (event["ts"] - origin) * factor
             if isinstance(event.get("dur"), int | float):
                 event["dur"] = event["dur"] * factor
-        (target / path.name).write_bytes(gzip.compress(json.dumps(trace).encode()))
+        # The fastest compression: only the events matter, and level 9 took ~0.2 s a trace.
+        (target / path.name).write_bytes(gzip.compress(json.dumps(trace).encode(), compresslevel=1))
     return target
 
 
