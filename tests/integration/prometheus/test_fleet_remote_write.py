@@ -17,6 +17,7 @@ import yaml
 
 from tests.integration.prometheus.conftest import RULE_FILES
 from tests.support.collector_fakes import batch_dict
+from tests.support.processes import stop as stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -102,3 +103,6 @@ def test_the_fleet_dashboard_reads_an_edge_remote_written_job_on_the_central_pro
     finally:
         stop.set()
         feeder.join(timeout=10)
+        # The edge first, while the central one still takes its last remote write: stopped after
+        # it, the edge retries its queue until killed (10 s).
+        stop_process(edge.process)

@@ -26,8 +26,8 @@ from tests.support.sidecar_fleet import JOB, STALLED, Fleet
 pytestmark = pytest.mark.slow  # promtool in a child process
 
 RANKS, PER_SIDECAR, INTERVAL_S = 1024, 8, 15
-STALL_S = 60  # the stall, s after the start
-SCRAPES = 14  # up to 3 min 15 s
+STALL_S = 30  # the stall, s after the start: the scrapes up to it see nothing of the hang
+SCRAPES = (STALL_S + 120) // INTERVAL_S  # up to the page deadline, 2 min after the stall
 READ = (
     "mfuscope_collective_blocked_ranks",
     "mfuscope_collective_blocked_seconds",
@@ -114,7 +114,8 @@ def test_a_1024_rank_hang_over_128_sidecars_pages_with_the_rank(
                         "exp_samples": [
                             {
                                 "labels": f'{{rank="{STALLED}", node="{node}",'
-                                ' op="all_reduce", seq="121", axis="dp", reason="not_joined"}',
+                                f' op="all_reduce", seq="{2 * STALL_S + 1}", axis="dp",'
+                                ' reason="not_joined"}',
                                 "value": 1,
                             }
                         ],
