@@ -66,9 +66,9 @@ SLOW_FACTOR = 8.0
 # be an hour (20 s) old: it warns about "slow-saves" in its ~22nd second.
 LEDGER_JOBS_S = 38.0
 SAVE_S = {"healthy": 0.05, "slow-saves": 0.15}  # checkpoint save seconds every 10 steps of 0.1 s
-# Rule evaluations after the healthy job's end, one a second: ~39 min of the shipped rules' time
+# Rule evaluations after the healthy job's end, one a second: 24 min of the shipped rules' time
 # (the old rules paged 14-18 min after a job's end).
-AFTER_END_EVALUATIONS = 13
+AFTER_END_EVALUATIONS = 8
 _SECONDS = {"s": 1, "m": 60, "h": 3600}
 SCALED_GROUPS = {"mfuscope.job_time", "mfuscope.regression"}
 SCALED_ALERTS = {"MFUScopeJobTimeLost", "MFUScopeMFURegression"}
