@@ -41,6 +41,7 @@ def test_two_rank_job_reports_live_mfu_and_decomposition(tmp_path: Path) -> None
             "--option", "profile_max_overhead_ratio=1",
             "--option", "flush_interval_s=0.5",
             "--close-timeout-s", "60",  # returns as soon as done; room for a loaded machine
+            torchrun=True,  # the main e2e runs the way users launch: under real torchrun
         )  # fmt: skip
     finally:
         stub.close()

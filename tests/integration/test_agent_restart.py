@@ -54,8 +54,8 @@ def _wait_for(url: str, name: str, value: float, job: subprocess.Popen[str]) -> 
 
 
 def _kill(launcher: subprocess.Popen[bytes], pid_files: list[Path]) -> None:
-    """SIGKILL the whole job: torchrun's process group and every rank (in sessions of their
-    own), as a node failure would."""
+    """SIGKILL the whole job, as a node failure would: the launcher's process group and every
+    rank (in sessions of their own, as under torchrun)."""
     os.killpg(launcher.pid, signal.SIGKILL)
     for path in pid_files:
         if path.exists():

@@ -1,7 +1,7 @@
 """A real 2-rank gloo DDP job profiled with torch.profiler, its traces analysed end to end.
 
-The job (written to a temp dir and run with ``torchrun --standalone``) trains a small MLP under
-DDP with one block checkpointed (its recomputation wrapped in ``mfuscope::recompute`` by
+The job (written to a temp dir and run on 2 ranks by ``tests/support/launch.py``) trains a small
+MLP under DDP with one block checkpointed (its recomputation wrapped in ``mfuscope::recompute`` by
 ``context_fn``, as the agent does), then an all_gather and a send/recv per step. The traces go
 through the real ``mfuscope analyze --json`` command; the checks compare the result with what
 the job did and with the raw gloo events of the same traces.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,8 @@ from typing import Any
 
 import pytest
 from mfuscope.core.trace import analyze_trace, load_trace
+
+from tests.support.launch import job_command
 
 pytestmark = pytest.mark.slow
 
@@ -84,16 +85,9 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("gloo_traces")
     script = out / "worker.py"
     script.write_text(WORKER)
-    torchrun = Path(sys.executable).parent / "torchrun"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc_per_node=2", str(script), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=out,
-    )
+    command, env = job_command(script, str(out), temp=out / "tmp")
+    env["PYTHONWARNINGS"] = "ignore"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=out)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(p.name for p in out.glob("rank*.json")) == ["rank0.json", "rank1.json"]
     return out

@@ -30,10 +30,8 @@ tp rank does half of it, 81,920, in every layout. 4 ranks x 5 steps -> 1,638,400
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,12 +41,11 @@ import pytest
 from mfuscope.core.trace import analyze_trace, read_trace
 
 from tests.support.collector_process import CollectorProcess
+from tests.support.launch import job_command
 
 pytestmark = pytest.mark.slow
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
-ROOT = SUPPORT.parents[1]
-TORCHRUN = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=4"]
 RANK_STEPS = 4 * 5  # 4 ranks x every step (always-on records; profiled windows add no calls)
 WHOLE_MODEL_FLOPS = 2 * (2 * 8 * 32 * 64) + 3 * (2 * 8 * 32 * 64)  # forward + backward, per step
 TP = 2
@@ -76,12 +73,8 @@ def collector(tmp_path: Path) -> Iterator[CollectorProcess]:
 
 
 def run_layout(layout: str, collector: CollectorProcess, out: Path) -> None:
-    temp = out / "tmp"
-    temp.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MFUSCOPE_")}
-    env.update(OMP_NUM_THREADS="1", TMPDIR=str(temp), PYTHONPATH=str(ROOT))
-    command = [*TORCHRUN, str(SUPPORT / "mesh_job.py"), "--layout", layout]
-    command += ["--collector-url", collector.url, "--out", str(out)]
+    args = ("--layout", layout, "--collector-url", collector.url, "--out", str(out))
+    command, env = job_command(SUPPORT / "mesh_job.py", *args, temp=out / "tmp", ranks=4)
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
 

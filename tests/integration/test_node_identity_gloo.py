@@ -46,6 +46,7 @@ def _run(
         "MASTER_PORT": str(_free_port()),
         "WORLD_SIZE": "2",
         "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(JOB.parents[2]),  # the job imports tests.support
         # gloo binds to the address of the host name by default; under another host name that
         # name resolves nowhere.
         "GLOO_SOCKET_IFNAME": "lo",

@@ -32,10 +32,8 @@ FLOPs on its step 0 and profiles steps 2 and 3 on each of the 4 ranks):
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,12 +43,11 @@ import pytest
 from mfuscope.core.trace import analyze_trace, read_trace
 
 from tests.support.collector_process import CollectorProcess
+from tests.support.launch import job_command
 
 pytestmark = pytest.mark.slow
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
-ROOT = SUPPORT.parents[1]
-TORCHRUN = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=4"]
 SCHEDULES = ("gpipe", "1f1b")
 STEPS, PROFILED = 6, (2, 3)
 MICRO_BATCHES, MICRO_BATCH, WIDTH = 4, 4, 64
@@ -73,12 +70,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[s
     out = tmp_path_factory.mktemp("pipeline")
     collector = CollectorProcess(out)
     try:
-        temp = out / "tmp"
-        temp.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MFUSCOPE_")}
-        env.update(OMP_NUM_THREADS="1", TMPDIR=str(temp), PYTHONPATH=str(ROOT))
-        command = [*TORCHRUN, str(SUPPORT / "pipeline_job.py"), "--schedules", *SCHEDULES]
-        command += ["--collector-url", collector.url, "--out", str(out)]
+        command, env = job_command(
+            SUPPORT / "pipeline_job.py",
+            *("--schedules", *SCHEDULES, "--collector-url", collector.url, "--out", str(out)),
+            temp=out / "tmp",
+            ranks=4,
+        )
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
         with urllib.request.urlopen(collector.url + "/metrics", timeout=30) as response:

@@ -42,7 +42,7 @@ def test_the_readme_snippet_runs_and_says_what_it_measures(tmp_path: Path) -> No
         code = code.replace("range(1000)", f"range({STEPS})")
         script = tmp_path / "train.py"
         script.write_text(code)
-        command, env = job_command(tmp_path)
+        command, env = job_command(tmp_path, torchrun=True)  # as the README says to run it
         command[-1] = str(script)
         env.update(MFUSCOPE_PROFILE_FIRST_STEP="4", MFUSCOPE_PROFILE_EVERY_STEPS="10")
         job = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)

@@ -14,9 +14,7 @@ MLP evenly over the tp ranks, so a rank's share is the whole divided by tp.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ import pytest
 
 from tests.support import sharded_flops_shape as job
 from tests.support.collector_process import CollectorProcess
+from tests.support.launch import job_command
 
 pytestmark = pytest.mark.slow
 
@@ -82,19 +81,11 @@ class Run:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     out = tmp_path_factory.mktemp("sharded_flops")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MFUSCOPE_")}
-    env.update(OMP_NUM_THREADS="1", TMPDIR=str(out), PYTHONPATH=str(ROOT))
-    torchrun = Path(sys.executable).parent / "torchrun"
     collector = CollectorProcess(out)
     try:
-        command = [str(torchrun), "--standalone", "--nproc_per_node=4", str(JOB), str(out)]
-        result = subprocess.run(
-            [*command, "--collector-url", collector.url],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        args = (str(out), "--collector-url", collector.url)
+        command, env = job_command(JOB, *args, temp=out, ranks=4)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         with urllib.request.urlopen(collector.url + "/metrics", timeout=30) as response:
             metrics = response.read().decode().splitlines()

@@ -1,5 +1,5 @@
 """Test helpers for the agent tests (std lib only): an in-process collector stub on port 0, a
-wedged collector, a closed port, and `run_job` (the 2-rank torchrun job of `agent_job.py`).
+wedged collector, a closed port, and `run_job` (the 2-rank gloo job of `agent_job.py`).
 
 Imported from the agent test files as ``from tests.support import agent_helpers as helpers``.
 """
@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import socket
 import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 
 from mfuscope.core.schema import ReportBatch, SchemaError
 
+from tests.support import launch
 from tests.support.wire import decode_value
 
 __all__ = [
@@ -159,24 +158,23 @@ def closed_port_url() -> str:
 
 
 def run_job(
-    tmp_path: Path, *args: str, timeout_s: float = 240.0
+    tmp_path: Path, *args: str, timeout_s: float = 240.0, torchrun: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """Run `agent_job.py` on 2 gloo ranks with `args`; its TMPDIR (profiler traces) is
-    `tmp_path/tmp`, and no MFUSCOPE_* variable of ours leaks into it."""
-    command, env = job_command(tmp_path, *args)
+    """Run `agent_job.py` on 2 gloo ranks with `args` (see `job_command`)."""
+    command, env = job_command(tmp_path, *args, torchrun=torchrun)
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
-def job_command(tmp_path: Path, *args: str) -> tuple[list[str], dict[str, str]]:
-    """The torchrun command line of `run_job` and its environment, for tests that must start
-    the job themselves (to kill it mid-run)."""
-    temp = tmp_path / "tmp"
-    temp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
-    env = {k: v for k, v in env.items() if not k.startswith("MFUSCOPE_")}
-    torchrun = Path(sys.executable).parent / "torchrun"
-    command = [str(torchrun), "--standalone", "--nproc_per_node=2", str(HERE / "agent_job.py")]
-    return [*command, *args], env
+def job_command(
+    tmp_path: Path, *args: str, torchrun: bool = False
+) -> tuple[list[str], dict[str, str]]:
+    """The command line of `run_job` and its environment, for tests that must start the job
+    themselves (to kill it mid-run): `tests/support/launch.py`, or real torchrun where the test
+    is about the user's launch path (`torchrun`). Its TMPDIR (profiler traces) is
+    `tmp_path/tmp`, and no MFUSCOPE_* variable of ours leaks into it."""
+    return launch.job_command(
+        HERE / "agent_job.py", *args, temp=tmp_path / "tmp", torchrun=torchrun
+    )
 
 
 def start_job(tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:

@@ -1,6 +1,6 @@
 """The demo's GPT model trained with DDP over gloo, instrumented with the mfuscope agent.
 
-Run under torchrun (the agent tests and `benchmarks/agent_overhead.py` do):
+Run on 2 ranks (the agent tests do, with `tests/support/launch.py` or torchrun):
 
     OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/support/agent_job.py \
         --steps 20 --jsonl /tmp/out.jsonl --collector-url http://127.0.0.1:PORT
@@ -13,8 +13,8 @@ the agent) and the agent's threads to `--times PATH` (`{rank}` replaced) as JSON
 tests. For the restart test, `--first-step N` numbers the steps from N (a job resumed from the
 checkpoint of step N), and `--hang-after K` stops training after K steps without closing the agent
 (its sender keeps shipping), so that the test can kill the job mid-run; each rank writes its process
-id to `--pid-file PATH` (`{rank}` replaced) for that (torchrun starts its workers in their own
-sessions, so killing torchrun's process group leaves them running).
+id to `--pid-file PATH` (`{rank}` replaced) for that (torchrun and `tests/support/launch.py` start
+their workers in sessions of their own, so killing the launcher's process group leaves them).
 
 `--burn-analysis-s S` makes rank 1's window analyses spend S more seconds of CPU (its measured
 window cost grows), for the test of windows aligned across ranks with different costs.
@@ -28,10 +28,7 @@ collective)."""
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 import itertools
-import json
 import os
 import statistics
 import threading
@@ -144,13 +141,8 @@ def main() -> None:
     closing = time.perf_counter()
     agent.close(args.close_timeout_s)
     close_s = time.perf_counter() - closing
-    if args.times:
-        path = args.times.replace("{rank}", str(dist.get_rank()))
-        with open(path, "w") as handle:
-            record = {"step_s": times, "close_s": close_s, "health": _health(agent)}
-            json.dump({**record, "threads": threads}, handle)
-    dist.barrier()
-    dist.destroy_process_group()
+    record = {"step_s": times, "close_s": close_s, "health": _health(agent), "threads": threads}
+    job_exit.finish(args.times, record)
 
 
 class _Pace:
@@ -210,8 +202,10 @@ def _health(agent: Agent) -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    # Frozen at exit, torch's objects are skipped by the interpreter's last garbage collections
-    # (about 1 s of CPU per rank otherwise, after the work and the agent's close).
-    atexit.register(gc.freeze)
+    # Imported here: benchmarks/agent_overhead.py loads this file for its model alone, without
+    # the repository on its path.
+    from tests.support import job_exit
+
+    job_exit.freeze_at_exit()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()

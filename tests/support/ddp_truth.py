@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from mfuscope.core.schema import StepReport
 
-from tests.support.ground_truth import Errors, errors_against, read_reports
+from tests.support.ground_truth import Errors, errors_against, read_reports, run_job
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "ddp_truth_job.py"
@@ -131,25 +129,10 @@ def run(
 ) -> tuple[Run, subprocess.CompletedProcess[str]]:
     """Run the job on 2 gloo ranks with agent `options` (``NAME=VALUE``), keeping every
     window's trace in ``workdir/traces``."""
-    traces = workdir / "traces"
-    temp = workdir / "tmp"
-    temp.mkdir(parents=True, exist_ok=True)
-    result = Run(str(workdir / "ddp-{rank}.jsonl"), str(workdir / "truth-{rank}.json"), traces)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
-    env = {k: v for k, v in env.items() if not k.startswith("MFUSCOPE_")}
-    keep = ("keep_traces=1000", f"keep_traces_dir={traces}")
-    command = [
-        str(Path(sys.executable).parent / "torchrun"),
-        "--standalone",
-        "--nproc_per_node=2",
-        str(JOB),
-        f"--steps={steps}",
-        f"--batch={batch}",
-        f"--jsonl={result.jsonl}",
-        f"--truth={result.truth}",
-        *(f"--option={o}" for o in (*keep, *options)),
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+    result = Run(
+        str(workdir / "ddp-{rank}.jsonl"), str(workdir / "truth-{rank}.json"), workdir / "traces"
+    )
+    done = run_job(JOB, workdir, result.jsonl, steps, options, timeout_s, f"--batch={batch}")
     return result, done
 
 

@@ -4,7 +4,8 @@ carried breakdown with ground truth on the shape of a real data-parallel loop
 
 Run under torchrun:
 
-    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/support/ddp_truth_job.py \
+    OMP_NUM_THREADS=1 PYTHONPATH=. torchrun --standalone --nproc_per_node=2 \
+        tests/support/ddp_truth_job.py \
         --steps 300 --jsonl /tmp/ddp-{rank}.jsonl --truth /tmp/ddp-truth-{rank}.json \
         --option profile_first_step=10 --option profile_every_steps=60
 
@@ -36,10 +37,7 @@ plus `--option NAME=VALUE`.
 # No `from __future__ import annotations`: DDP checks the hook's annotations as objects.
 
 import argparse
-import atexit
 import contextlib
-import gc
-import json
 import os
 import time
 from collections.abc import Callable
@@ -52,6 +50,8 @@ from mfuscope.agent import Agent
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
+
+from tests.support import job_exit
 
 VOCAB, WIDTH, LAYERS, HEADS, SEQ = 512, 128, 4, 4, 64
 MICRO_STEPS = 2
@@ -228,14 +228,9 @@ def main() -> None:
         )
     agent.close(60.0)
     os.close(clock)
-    with open(args.truth.replace("{rank}", str(rank)), "w") as handle:
-        json.dump({"steps": rows}, handle)
-    dist.barrier()
-    dist.destroy_process_group()
+    job_exit.finish(args.truth, {"steps": rows})
 
 
 if __name__ == "__main__":
-    # Frozen at exit, torch's objects are skipped by the interpreter's last garbage collections
-    # (about 1 s of CPU per rank otherwise, after the work and the agent's close).
-    atexit.register(gc.freeze)
+    job_exit.freeze_at_exit()
     main()

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,8 @@ from pathlib import Path
 from mfuscope.core.run_summary.coverage import is_measured
 from mfuscope.core.run_summary.window_spread import exposed_parts
 from mfuscope.core.schema import StepReport, decode_batch
+
+from tests.support import launch
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "ground_truth_job.py"
@@ -73,30 +73,41 @@ def read_reports(path: str) -> dict[int, StepReport]:
     return {r.step: r for line in lines for r in decode_batch(line).reports}
 
 
+def run_job(
+    job: Path,
+    workdir: Path,
+    jsonl: str,
+    steps: int,
+    options: Sequence[str],
+    timeout_s: float,
+    *args: str,
+) -> subprocess.CompletedProcess[str]:
+    """Run a truth `job` on 2 gloo ranks for `steps` steps with the agent's `options`
+    (``NAME=VALUE``) and its own `args`, reports to `jsonl`, truth to
+    ``workdir/truth-{rank}.json``, every window's trace kept in ``workdir/traces``."""
+    traces = workdir / "traces"
+    keep = ("keep_traces=1000", f"keep_traces_dir={traces}")
+    command, env = launch.job_command(
+        job,
+        f"--steps={steps}",
+        *args,
+        f"--jsonl={jsonl}",
+        f"--truth={workdir / 'truth-{rank}.json'}",
+        *(f"--option={o}" for o in (*keep, *options)),
+        temp=workdir / "tmp",
+    )
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
 def run(
     workdir: Path, steps: int, *options: str, timeout_s: float = 300.0
 ) -> tuple[Run, subprocess.CompletedProcess[str]]:
     """Run the job on 2 gloo ranks with agent `options` (``NAME=VALUE``), keeping every
     window's trace in ``workdir/traces``."""
-    traces = workdir / "traces"
-    temp = workdir / "tmp"
-    temp.mkdir(parents=True, exist_ok=True)
-    result = Run(str(workdir / "gt-{rank}.jsonl"), str(workdir / "truth-{rank}.json"), traces)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
-    env = {k: v for k, v in env.items() if not k.startswith("MFUSCOPE_")}
-    keep = ("keep_traces=1000", f"keep_traces_dir={traces}")
-    command = [
-        str(Path(sys.executable).parent / "torchrun"),
-        "--standalone",
-        "--nproc_per_node=2",
-        str(JOB),
-        f"--steps={steps}",
-        f"--jsonl={result.jsonl}",
-        f"--truth={result.truth}",
-        *(f"--option={o}" for o in (*keep, *options)),
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
-    return result, done
+    result = Run(
+        str(workdir / "gt-{rank}.jsonl"), str(workdir / "truth-{rank}.json"), workdir / "traces"
+    )
+    return result, run_job(JOB, workdir, result.jsonl, steps, options, timeout_s)
 
 
 def exposed_s(report: StepReport) -> float:

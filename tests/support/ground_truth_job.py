@@ -4,7 +4,8 @@ ground truth (`tests/support/ground_truth.py`; the test in tests/integration and
 
 Run under torchrun:
 
-    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=2 tests/support/ground_truth_job.py \
+    OMP_NUM_THREADS=1 PYTHONPATH=. torchrun --standalone --nproc_per_node=2 \
+        tests/support/ground_truth_job.py \
         --steps 300 --jsonl /tmp/gt-{rank}.jsonl --truth /tmp/gt-truth-{rank}.json \
         --option profile_first_step=10 --option profile_every_steps=60
 
@@ -33,15 +34,14 @@ The agent runs with its ordinary options plus `--option NAME=VALUE`.
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
-import json
 import os
 import time
 
 import torch
 import torch.distributed as dist
 from mfuscope.agent import Agent
+
+from tests.support import job_exit
 
 SIZE = 256
 MATMULS = 12
@@ -121,14 +121,9 @@ def main() -> None:
         rows[-1] += [cpu_ns, run_delay_ns, perf_ns, *end]  # see the module docstring
     agent.close(60.0)
     os.close(clock)
-    with open(args.truth.replace("{rank}", str(rank)), "w") as handle:
-        json.dump({"steps": rows}, handle)
-    dist.barrier()
-    dist.destroy_process_group()
+    job_exit.finish(args.truth, {"steps": rows})
 
 
 if __name__ == "__main__":
-    # Frozen at exit, torch's objects are skipped by the interpreter's last garbage collections
-    # (about 1 s of CPU per rank otherwise, after the work and the agent's close).
-    atexit.register(gc.freeze)
+    job_exit.freeze_at_exit()
     main()

@@ -19,8 +19,6 @@ closes), written at exit, whatever ended the process (an error, SIGTERM).
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 import json
 import os
 import signal
@@ -28,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from tests.support import job_exit
 
 _T0 = time.time_ns()
 
@@ -91,9 +91,7 @@ class Truth:
 
 
 def main() -> None:
-    # Frozen at exit, the objects of torch are skipped by the interpreter's last garbage
-    # collections, which would otherwise walk them all: ~1 s of CPU per rank, after the work.
-    atexit.register(gc.freeze)
+    job_exit.freeze_at_exit()
     args = _args()
     args.out.mkdir(parents=True, exist_ok=True)
     # SIGTERM (torchrun stopping the survivors of a failed launch) ends the process like an

@@ -11,10 +11,8 @@ through mfuscope's code.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -23,11 +21,11 @@ from pathlib import Path
 
 from mfuscope.core.ledger import CATEGORIES
 
+from tests.support.launch import job_command
+
 __all__ = ["Figures", "Scenario", "collector_figures", "run_scenario", "truth_figures"]
 
 SUPPORT = Path(__file__).resolve().parent
-ROOT = SUPPORT.parents[1]
-TORCHRUN = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=2"]
 
 
 @dataclass(frozen=True)
@@ -149,11 +147,12 @@ def collector_figures(url: str, job: str) -> Figures:
 
 def run_scenario(out: Path, url: str, scenario: Scenario, timeout_s: float = 300) -> float:
     """Both launches, one after the other; returns their wall time (s). The first must fail."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MFUSCOPE_")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(out))
     began = time.monotonic()
     for launch in (1, 2):
-        command = [*TORCHRUN, str(SUPPORT / "ledger_job.py"), *scenario.args(out, url, launch)]
+        # Real torchrun: its start-up and its stopping of the failed launch's survivor are part
+        # of the job time the ledger books (startup, down).
+        args = scenario.args(out, url, launch)
+        command, env = job_command(SUPPORT / "ledger_job.py", *args, temp=out, torchrun=True)
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
         failed = done.returncode != 0
         if failed != (launch == 1):

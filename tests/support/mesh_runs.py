@@ -1,4 +1,4 @@
-"""Running `tests/support/mesh_job.py` under torchrun, the collectors and rules that watch it, and
+"""Running `tests/support/mesh_job.py` on gloo ranks, the collectors and rules that watch it, and
 reading a collector's series, for the collective-records integration tests."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from subprocess import Popen
 
+from tests.support.launch import job_command
 from tests.support.processes import spawn, stop
 
 __all__ = ["ReportTee", "hang_rule_files", "mesh_job", "scrape", "start_collectors"]
@@ -28,18 +29,9 @@ HANG_EXPR = "expr: max by (job) (mfuscope_collective_blocked_seconds) >= 60\n"
 
 
 def mesh_job(tmp_path: Path, ranks: int, *args: str) -> tuple[list[str], dict[str, str]]:
-    """The command and environment that run the job on `ranks` gloo ranks with `args`; the
-    environment leaves out the caller's agent options and flight-recorder size."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MFUSCOPE_", "TORCH_FR"))}
-    env.update(OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    command = [
-        str(Path(sys.executable).parent / "torchrun"),
-        "--standalone",
-        f"--nproc_per_node={ranks}",
-        str(SUPPORT / "mesh_job.py"),
-        *args,
-    ]
-    return command, env
+    """The command and environment that run the job on `ranks` gloo ranks with `args`
+    (`launch.job_command`, TMPDIR `tmp_path`)."""
+    return job_command(SUPPORT / "mesh_job.py", *args, temp=tmp_path, ranks=ranks)
 
 
 def scrape(url: str, name: str) -> list[tuple[dict[str, str], float]]:

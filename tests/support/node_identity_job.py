@@ -11,13 +11,13 @@ Started once per rank by the test (no torchrun), so each rank can get its own en
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 
 import torch
 import torch.distributed as dist
 from mfuscope.agent import Agent
 from mfuscope.agent._agent import Seams, agent_with_seams
+
+from tests.support import job_exit
 
 
 def main() -> None:
@@ -48,7 +48,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # Frozen at exit, torch's objects are skipped by the interpreter's last garbage collections
-    # (about 1 s of CPU per rank otherwise, after the work and the agent's close).
-    atexit.register(gc.freeze)
+    job_exit.freeze_at_exit()
     main()

@@ -3,7 +3,8 @@ beside it, instrumented with the mfuscope agent.
 
 Run under torchrun (`tests/integration/test_pipeline_e2e.py` does):
 
-    OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=4 tests/support/pipeline_job.py \
+    OMP_NUM_THREADS=1 PYTHONPATH=. torchrun --standalone --nproc_per_node=4 \
+        tests/support/pipeline_job.py \
         --collector-url http://127.0.0.1:PORT --out DIR --schedules gpipe 1f1b
 
 ``init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "pp"))``: global ranks 0 and 1 form one
@@ -21,8 +22,6 @@ process group. Each writes ``DIR/<job>-{rank}.jsonl`` and keeps its profiled win
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 from pathlib import Path
 
 import torch
@@ -31,6 +30,8 @@ from mfuscope.agent import Agent
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from tests.support import job_exit
 
 WIDTH = 64
 MICRO_BATCH = 4  # rows per micro-batch
@@ -117,7 +118,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # Frozen at exit, torch's objects are skipped by the interpreter's last garbage collections
-    # (about 1 s of CPU per rank otherwise, after the work and the agent's close).
-    atexit.register(gc.freeze)
+    job_exit.freeze_at_exit()
     main()

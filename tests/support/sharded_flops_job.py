@@ -33,8 +33,6 @@ to that collector, as job `flops-{layout}`.
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +54,7 @@ from torch.distributed.tensor.parallel import (
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
+from tests.support import job_exit
 from tests.support.sharded_flops_shape import (
     BATCH,
     HIDDEN,
@@ -256,7 +255,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # Frozen at exit, torch's objects are skipped by the interpreter's last garbage collections
-    # (about 1 s of CPU per rank otherwise, after the work and the agent's close).
-    atexit.register(gc.freeze)
+    job_exit.freeze_at_exit()
     main()

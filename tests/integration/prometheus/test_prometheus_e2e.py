@@ -8,9 +8,7 @@ decomposition, bus bandwidth) must return data.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.launch import job_command
 from tests.support.processes import stop
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
 JOB = "e2e-prometheus"
 # Enough steps that profiled windows are analysed while the job still trains: a breakdown that
 # first arrives in the agents' final flush makes component counters born at their final value,
@@ -76,11 +74,7 @@ def _start_training_job(collector_url: str, tmp_path: Path) -> subprocess.Popen[
     The agents flush every 0.5 s (default 5 s) so that the counters grow over several 1 s
     scrapes: rate() ignores the jump from "no series" to a series' first value, so counters
     that arrived in a single batch would show no rate at all."""
-    command = [
-        str(BIN / "torchrun"),
-        "--standalone",
-        f"--nproc_per_node={RANKS}",
-        "-m",
+    command, env = job_command(
         "mfuscope.cli.demo.job.train_demo",
         f"--steps={STEPS}",
         f"--job={JOB}",
@@ -88,8 +82,11 @@ def _start_training_job(collector_url: str, tmp_path: Path) -> subprocess.Popen[
         "--profile-first-step=2",
         "--profile-every-s=0.5",
         "--profile-max-overhead=0.5",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MFUSCOPE_FLUSH_INTERVAL_S": "0.5"}
+        temp=tmp_path / "tmp",
+        ranks=RANKS,
+        module=True,
+    )
+    env["MFUSCOPE_FLUSH_INTERVAL_S"] = "0.5"
     with (tmp_path / "job.log").open("wb") as log:
         return subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path
