@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/ground_truth.py [--runs 3] [--steps 300] [--every 60] [--window 3]
         [--busy N] [--keep DIR]
 
-Runs `tests/support/ground_truth_job.py` under `torchrun --standalone --nproc_per_node=2`
-(OMP_NUM_THREADS=1): each step 12 x (matmul + tanh) on 256 x 256, a blocking all_reduce of 1 MiB
+Runs `tests/support/ground_truth_job.py` on 2 ranks started by `tests/support/launch.py`
+(torchrun's environment for each rank, OMP_NUM_THREADS=1, without a torchrun process): each step 12 x (matmul + tanh) on 256 x 256, a blocking all_reduce of 1 MiB
 and a sleep of 4 ms (rank 0) or 2 ms (rank 1), each timed with `perf_counter` by the script, with
 the agent profiling `--window` steps every `--every` steps and keeping every window's trace.
 

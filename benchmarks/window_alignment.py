@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/window_alignment.py [--nproc 2] [--steps 120] [--out DIR]
 
-Runs `tests/support/agent_job.py` under `torchrun --standalone --nproc_per_node=N` with short
+Runs `tests/support/agent_job.py` on N ranks started by `tests/support/launch.py` with short
 windows (first at step 3, 2 steps each, every 8 steps or 2 s, a 20% overhead budget, so the
 measured window costs set the gaps), each rank writing its reports to a JSONL file. A rank's
 profiled steps are the steps whose report carries its own decomposition (`breakdown_step ==
