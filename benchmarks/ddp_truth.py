@@ -3,13 +3,14 @@
     .venv/bin/python benchmarks/ddp_truth.py [--runs 3] [--steps 300] [--every 60] [--window 3]
         [--batch 2] [--busy N] [--keep DIR]
 
-Runs `tests/support/ddp_truth_job.py` on 2 ranks started by `tests/support/launch.py`
-(torchrun's environment for each rank, OMP_NUM_THREADS=1, without a torchrun process): a small GPT under plain DDP on gloo with 7-8 gradient buckets all-reduced
-during the backward pass, 2 micro-steps per optimizer step (the first under `no_sync`), one
-`agent.step()` per optimizer step, and a 25 ms stall in the data loader every 7 steps at a
-different step on each rank. The job's DDP communication hook times each bucket's launch and
-completion (`tests/support/ddp_truth.py` says what that truth counts). The agent profiles
-`--window` steps every `--every` steps and keeps every window's trace.
+Runs `tests/support/ddp_truth_job.py` on 2 ranks started by `tests/support/launch.py` (torchrun's
+environment for each rank, OMP_NUM_THREADS=1, without a torchrun process): a small GPT under plain
+DDP on gloo with 7-8 gradient buckets all-reduced during the backward pass, 2 micro-steps per
+optimizer step (the first under `no_sync`), one `agent.step()` per optimizer step, and a 25 ms
+stall in the data loader every 7 steps at a different step on each rank. The job's DDP
+communication hook times each bucket's launch and completion (`tests/support/ddp_truth.py` says
+what that truth counts). The agent profiles `--window` steps every `--every` steps and keeps every
+window's trace.
 
 Per run and rank, in points (percent of a step) of exposed communication minus the job's:
 

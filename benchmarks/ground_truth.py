@@ -4,9 +4,10 @@
         [--busy N] [--keep DIR]
 
 Runs `tests/support/ground_truth_job.py` on 2 ranks started by `tests/support/launch.py`
-(torchrun's environment for each rank, OMP_NUM_THREADS=1, without a torchrun process): each
-step 12 x (matmul + tanh) on 256 x 256, a blocking all_reduce of 1 MiB and a sleep of 4 ms (rank 0) or 2 ms (rank 1), each timed with `perf_counter` by the script, with
-the agent profiling `--window` steps every `--every` steps and keeping every window's trace.
+(torchrun's environment for each rank, OMP_NUM_THREADS=1, without a torchrun process): each step 12
+x (matmul + tanh) on 256 x 256, a blocking all_reduce of 1 MiB and a sleep of 4 ms (rank 0) or 2 ms
+(rank 1), each timed with `perf_counter` by the script, with the agent profiling `--window` steps
+every `--every` steps and keeping every window's trace.
 
 Per run and rank, in points (percent of a step) of exposed communication minus the time the script
 spent in the all_reduce until its work completed:
