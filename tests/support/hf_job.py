@@ -15,8 +15,6 @@ is the eager matmul implementation, so the counted FLOPs follow the formula the 
 
 from __future__ import annotations
 
-import atexit
-import gc
 from pathlib import Path
 
 import torch
@@ -24,6 +22,7 @@ from mfuscope.integrations.huggingface import MfuscopeCallback
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
 from tests.support.framework_jobs import JobShape, agent_options, parse_job_args
+from tests.support.job_exit import freeze_at_exit
 
 
 class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
@@ -84,10 +83,7 @@ def train(
 
 
 def main() -> None:
-    # Frozen at exit, the objects of torch and transformers are skipped by the interpreter's last
-    # garbage collections, which would otherwise walk them all: ~2 s of CPU per rank, after the
-    # work.
-    atexit.register(gc.freeze)
+    freeze_at_exit()  # ~2 s of CPU per rank with torch and its framework loaded
     options, shape = parse_job_args("gradient accumulation factors, one Trainer run each")
     for run in options.runs:
         grad_accum, _, phases = run.partition(":")

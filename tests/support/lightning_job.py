@@ -14,8 +14,6 @@ then fits again from the last checkpoint for one more epoch (job `<job>-phases-r
 
 from __future__ import annotations
 
-import atexit
-import gc
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from mfuscope.integrations.lightning import MfuscopeCallback
 from torch import nn
 
 from tests.support.framework_jobs import JobShape, agent_options, parse_job_args
+from tests.support.job_exit import freeze_at_exit
 
 
 class TokenMLP(lightning.LightningModule):
@@ -108,10 +107,7 @@ def train(
 
 
 def main() -> None:
-    # Frozen at exit, the objects of torch and Lightning are skipped by the interpreter's last
-    # garbage collections, which would otherwise walk them all: ~2 s of CPU per rank, after the
-    # work.
-    atexit.register(gc.freeze)
+    freeze_at_exit()  # ~2 s of CPU per rank with torch and its framework loaded
     options, shape = parse_job_args("STRATEGY:K runs, one Trainer.fit each")
     for run in options.runs:
         strategy, grad_accum, phases = [*run.split(":"), ""][:3]
