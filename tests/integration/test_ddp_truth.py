@@ -15,8 +15,11 @@ Bounds, and why they are looser than `benchmarks/ddp_truth.py`'s target (4 point
 ~300 steps): this run has ~75 carried steps, and under load the thread waits for a CPU inside the
 collectives' calls (tens of milliseconds on a loaded 2-core machine), a wait each carried step holds
 about as much as the window's least-waiting step did, not exactly: a window whose steps waited
-unusually long (33 ms against the 5.5 ms of the steps after it) moved a rank-run by 5.8 points, and
-6 runs of this test here stayed within 3.6 points per rank. On profiled steps the trace
+unusually long (33 ms against the 5.5 ms of the steps after it) moved a rank-run by 5.8 points;
+6 runs of this test alone stayed within 3.6 points per rank, and one in the whole suite (the other
+worker's CPU-bound tests beside it) read 8.8. The bound is 10: the rule before read about as much
+on average, and what tells the two apart is the stall check below (0.5-0.9 of each stall read as
+communication before, none now). On profiled steps the trace
 also counts the thread's preemption between autograd operators while a bucket is in flight, which
 the job cannot see, and the job's completion callbacks need the GIL, so they can run late: single
 profiled steps were off by up to 20 points, and by a point on average, in
@@ -83,7 +86,7 @@ def test_profiled_steps_agree_with_the_job(run: ddp_truth.Run, rank: int) -> Non
 def test_carried_steps_hold_their_exposed_comm(run: ddp_truth.Run, rank: int) -> None:
     errors = ddp_truth.report_errors(run, rank)
     assert len(errors.carried) >= 60, errors.carried
-    assert abs(errors.carried_time_weighted) <= 6.0, (
+    assert abs(errors.carried_time_weighted) <= 10.0, (
         errors.carried_time_weighted,
         errors.carried,
     )
