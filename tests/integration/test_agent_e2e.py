@@ -13,7 +13,10 @@ from mfuscope.core.schema import ReportBatch, StepReport, decode_batch
 
 from tests.support import agent_helpers as helpers
 
-STEPS = 16
+# The last step must carry a window's breakdown: the first window's analysis (a child process)
+# has to land before it. 16 steps left ~1.8 s for that, which one loaded CI run missed; 30 leave
+# ~4 s.
+STEPS = 30
 
 
 def _by_rank(batches: list[ReportBatch]) -> dict[int, dict[int, StepReport]]:
