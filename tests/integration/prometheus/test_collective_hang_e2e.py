@@ -78,11 +78,12 @@ def test_a_rank_that_stops_is_named_paged_and_cleared(
         # How soon after the stall it is named follows from the thresholds, checked on scripted
         # time in tests/unit/core/test_hangs.py; here only that it is, and whom.
         wait_until(lambda: bool(suspects()), 240, "the collector to name a suspect")
-        assert [labels["rank"] for labels, _ in suspects()] == [str(STALL_RANK)]
 
         # The other ranks block one after another (a rank blocks when it reaches a collective
-        # the stalled rank's peers wait in), so the suspect can be named before the last blocks,
-        # under another wait than the one it is named under once all wait: the page's.
+        # the stalled rank's peers wait in), so a suspect can be named before the last blocks:
+        # under another wait than the one it is named under once all wait (the page's), or, on a
+        # loaded machine, a rank not yet seen blocked (rank 3 once, in a clean-clone CI run).
+        # Whom the page names is read once every other rank waits.
         def blocked() -> float:
             return sum(v for _, v in scrape(collector.url, "mfuscope_collective_blocked_ranks"))
 
