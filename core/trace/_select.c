@@ -870,6 +870,10 @@ static int scan_event(Cursor *c, const Rules *rules, Span *span, Scan *s) {
     }
 
     int plain_cat = cat.seen == 1 && cat.plain;
+    /* No "cat" key at all (and no key spelled with escapes): the decoder gives no category, and
+     * such an event is never a device event or launch (`_scan`); it stays in the document. */
+    if (cat.seen == 0 && !odd_key)
+        return 1;
     if (plain_cat && in_set(&rules->kernels, cat.ptr, cat.len))
         span->bucket = KERNEL_BUCKET;
     else if (plain_cat && in_set(&rules->memops, cat.ptr, cat.len))

@@ -179,6 +179,22 @@ def test_uncertain_events_give_no_columns(extra: dict[str, str], why: str) -> No
     assert select_events(_kernel_doc("5", extra)).columns is None, why
 
 
+def test_an_event_without_a_category_names_no_launch() -> None:
+    # The decoder gives such an event no category, so it is never a device event: a launch
+    # whose correlation only it carries is named by nothing (found by the fuzzer).
+    launch = (
+        b'{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 0, "tid": 0,'
+        b' "ts": 0.0, "dur": 0.0, "args": {"correlation": 0}}'
+    )
+    for uncategorised in (
+        b'{"args": {"correlation": 0}, "dur": 0}',
+        b'{"args": {"correlation": 0}}',
+    ):
+        raw = b'{"traceEvents": [' + launch + b", " + uncategorised + b', {"cat": "ac2g"}]}'
+        columns = check_columns_match_events(raw).columns
+        assert columns is not None and len(columns.launches) == 0
+
+
 def test_an_escaped_category_anywhere_gives_no_columns() -> None:
     odd = b'{"ph": "X", "c\\u0061t": "kernel", "pid": 0, "ts": 1, "dur": 1}'
     raw = _kernel_doc("5").replace(b', {"cat": "ac2g"}', b", " + odd)
