@@ -192,12 +192,17 @@ def hang(tmp_path: Path) -> Iterator[Hang]:
         processes.append(process)
         servers = _vm_stack(home / "vm", sidecars, rules)
         stall = home / "stall.json"
-        wait_for(lambda: stall.exists() or job.poll() is not None, 240, "rank 2 to stop")
-        assert job.poll() is None, (home / "job.log").read_text()[-4000:]
-        next_seq = {
-            desc.removeprefix("mesh_"): seq for desc, seq in json.loads(stall.read_text()).items()
-        }
+        # Flushing from the start: rank 2 has arrival figures only in the periods before its
+        # stall (a few seconds), and vmalert must see them while they last. Left to itself,
+        # VictoriaMetrics makes a new series searchable seconds late, later under load; once a
+        # CI run's vmalert never saw rank 2's figures.
         with flushing(servers[0].url):
+            wait_for(lambda: stall.exists() or job.poll() is not None, 240, "rank 2 to stop")
+            assert job.poll() is None, (home / "job.log").read_text()[-4000:]
+            next_seq = {
+                desc.removeprefix("mesh_"): seq
+                for desc, seq in json.loads(stall.read_text()).items()
+            }
             yield Hang(
                 sidecars,
                 PrometheusServer(url, process, home / "prometheus" / "prometheus.log"),
@@ -320,6 +325,10 @@ def _by_label(samples: list[dict[str, Any]], label: str) -> dict[str, float]:
     return {s["metric"][label]: float(s["value"][1]) for s in samples}
 
 
+def _ranks(samples: list[dict[str, Any]]) -> list[str]:
+    return sorted(s["metric"].get("rank", "?") for s in samples)
+
+
 def _arrival_skew_across_nodes(hang: Hang) -> None:
     # Rank 1 enters each step's collectives a quarter of a step late; every group spans two
     # sidecars, so no sidecar has a skew of its own: the rules join the held samples, one
@@ -331,7 +340,11 @@ def _arrival_skew_across_nodes(hang: Hang) -> None:
         assert scrape(f"http://{address}", "mfuscope_collective_arrival_enqueued_seconds")
     skew = 'max_over_time(job_axis_tier:mfuscope_collective_arrival_skew:seconds{axis="tp"}[5m])'
     late = "avg_over_time(job_rank:mfuscope_collective_arrival_lateness:seconds[5m])"
-    wait_for(lambda: len(hang.prometheus.samples(late)) == NODES, 60, "the arrival rules")
+    wait_for(
+        lambda: len(hang.prometheus.samples(late)) == NODES,
+        60,
+        lambda: f"the arrival rules on every rank ({_ranks(hang.prometheus.samples(late))})",
+    )
     # The tp group {0, 1}: rank 1 arrives LATE_S after rank 0, give or take scheduling noise, which
     # on 2 loaded cores delays either rank's enqueue (VictoriaMetrics read 0.66-0.69 x LATE_S).
     # Half of LATE_S still tells the injected lateness from none.
@@ -353,7 +366,7 @@ def _arrival_skew_across_nodes(hang: Hang) -> None:
     wait_for(
         lambda: len(on_vm(late)) == NODES,
         120,  # vmalert records from vmagent's remote writes: seconds behind, more under load
-        "vmalert's arrival rules",
+        lambda: f"vmalert's arrival rules on every rank (ranks so far: {_ranks(on_vm(late))})",
     )
     (tp_on_vm,) = on_vm(skew)
     assert LATE_S * 0.5 <= float(tp_on_vm["value"][1]) <= LATE_S * 10, tp_on_vm
