@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from mfuscope.core import trace as trace_package
 from mfuscope.core.trace import TraceError, _select
@@ -335,8 +335,25 @@ def document(draw: st.DrawFn) -> bytes:
     return raw
 
 
+# Documents the fuzzer once found a disagreement in: events with no category link no launch.
+_NO_CATEGORY = (
+    b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cuda_runtime", "name":'
+    b' "ncclKernel_AllReduce_RING", "pid": 0, "tid": 0, "ts": 0.0, "dur": 0.0, "args":'
+    b' {"correlation": 0}},{"args": {"correlation": 0},"dur": 0},{"args": {"correlation": 0},'
+    b'"cat": "ac2g"}]}'
+)
+_NO_CATEGORY_ODD_ID = (
+    b'{"schemaVersion": 1, "traceEvents": [{"args": {"correlation": 0},"cat": "kernel"},'
+    b'{"args": {"correlation": 0.0},"dur": 0},{"ph": "X", "cat": "cuda_runtime", "name":'
+    b' "ncclKernel_AllReduce_RING", "pid": 0, "tid": 0, "ts": 0.0, "dur": 4458676523247.968,'
+    b' "args": {"correlation": 1}}]}'
+)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(document(), st.sampled_from([-1, 0]))
+@example(_NO_CATEGORY, -1)
+@example(_NO_CATEGORY_ODD_ID, -1)
 def test_generated_documents_against_the_fallback(raw: bytes, split_min_bytes: int) -> None:
     previous = [m.set_split_min_bytes(split_min_bytes) for m in _builds()]
     try:

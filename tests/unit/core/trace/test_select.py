@@ -65,10 +65,11 @@ def _plain_id(value: Any) -> bool:
 
 def linked_ids(events: list[Any]) -> set[int] | None:
     """Correlation ids of the events that are (or may be) device events; None when one of
-    them cannot be read, and then every launch stays."""
+    them cannot be read, and then every launch stays. An event with no category is never a
+    device event (the decoder gives it none)."""
     out: set[int] = set()
     for event in events:
-        if not isinstance(event, dict):
+        if not isinstance(event, dict) or "cat" not in event:
             continue
         cat = event.get("cat")
         if isinstance(cat, str) and cat not in DEVICE:
