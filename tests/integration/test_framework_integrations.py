@@ -13,7 +13,6 @@ on every rank) is most of a job's cost.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -27,11 +26,11 @@ from mfuscope.core.schema import decode_batch
 
 from tests.support.collector_process import CollectorProcess
 from tests.support.framework_jobs import JobShape
+from tests.support.launch import job_env
 
 pytestmark = pytest.mark.slow
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
-ROOT = SUPPORT.parents[1]
 SHAPE = JobShape(layers=2, width=64, heads=4, vocab=256, seq_len=32, batch=4, micro_batches=6)
 # Counting is exact arithmetic on shapes: the only slack is float rounding of the sums.
 RELATIVE_TOLERANCE = 1e-9
@@ -75,10 +74,7 @@ ACCELERATE += ["--dynamo_backend=no"]
 def run_job(
     script: str, collector: CollectorProcess, out: Path, *runs: str, launcher: list[str] = TORCHRUN
 ) -> None:
-    temp = out / "tmp"
-    temp.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MFUSCOPE_")}
-    env.update(OMP_NUM_THREADS="1", TMPDIR=str(temp), PYTHONPATH=str(ROOT))
+    env = job_env(out / "tmp")
     command = [*launcher, str(SUPPORT / script)]
     command += ["--collector-url", collector.url, "--out", str(out), "--runs", *runs]
     result = subprocess.run(

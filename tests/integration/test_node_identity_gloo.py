@@ -11,7 +11,6 @@ node's NICs (a sysfs tree): on one node only rank 0 samples them, on two nodes b
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -21,15 +20,11 @@ import pytest
 from mfuscope.core.schema import ReportBatch, decode_batch
 
 from tests.support.hw_fakes import ib_port
+from tests.support.launch import job_env
+from tests.support.processes import free_port
 
 JOB = Path(__file__).resolve().parents[1] / "support" / "node_identity_job.py"
 UNSHARE = ["unshare", "--uts", "--map-root-user"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _run(
@@ -38,15 +33,13 @@ def _run(
     """Run the two ranks; returns the last batch of each rank and each rank's output."""
     base = {
         k: v
-        for k, v in os.environ.items()
-        if not k.startswith("MFUSCOPE_") and k not in ("NODE_NAME", "RANK", "LOCAL_RANK")
+        for k, v in job_env(tmp_path / "tmp").items()
+        if k not in ("NODE_NAME", "RANK", "LOCAL_RANK")
     }
     base |= {
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
         "WORLD_SIZE": "2",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(JOB.parents[2]),  # the job imports tests.support
         # gloo binds to the address of the host name by default; under another host name that
         # name resolves nowhere.
         "GLOO_SOCKET_IFNAME": "lo",

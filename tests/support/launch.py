@@ -35,7 +35,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["TORCHRUN", "job_command"]
+# The launcher runs as a script with the repository root on PYTHONPATH (`job_env`); processes
+# imports no torch.
+from tests.support.processes import free_port
+
+__all__ = ["TORCHRUN", "job_command", "job_env"]
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = Path(sys.executable).parent / "torchrun"
@@ -51,20 +55,23 @@ def job_command(
     module: bool = False,
     torchrun: bool = False,
 ) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment that run `target` (a script, or a module with
-    `module`) with `args` on `ranks` gloo ranks: this launcher, or real torchrun where the
-    test is about torchrun's launch path (`torchrun`).
+    """The command line and environment (`job_env`) that run `target` (a script, or a module
+    with `module`) with `args` on `ranks` gloo ranks: this launcher, or real torchrun where the
+    test is about torchrun's launch path (`torchrun`)."""
+    launcher = [str(TORCHRUN), "--standalone"] if torchrun else [sys.executable, __file__]
+    command = [*launcher, f"--nproc_per_node={ranks}", *(["-m"] if module else []), str(target)]
+    return [*command, *args], job_env(temp)
 
-    The environment is the caller's less its agent options (``MFUSCOPE_*``) and flight-recorder
-    settings (``TORCH_FR*``), with one OpenMP thread per rank, `temp` (created) as ``TMPDIR``
-    (profiler traces land there) and the repository root on ``PYTHONPATH`` (jobs import
-    ``tests.support``)."""
+
+def job_env(temp: Path) -> dict[str, str]:
+    """The environment of a test job: the caller's less its agent options (``MFUSCOPE_*``) and
+    flight-recorder settings (``TORCH_FR*``), with one OpenMP thread per process, `temp`
+    (created) as ``TMPDIR`` (profiler traces land there) and the repository root on
+    ``PYTHONPATH`` (jobs import ``tests.support``)."""
     temp.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MFUSCOPE_", "TORCH_FR"))}
     env.update(OMP_NUM_THREADS="1", TMPDIR=str(temp), PYTHONPATH=str(ROOT))
-    launcher = [str(TORCHRUN), "--standalone"] if torchrun else [sys.executable, __file__]
-    command = [*launcher, f"--nproc_per_node={ranks}", *(["-m"] if module else []), str(target)]
-    return [*command, *args], env
+    return env
 
 
 def _free_port() -> int:
@@ -83,10 +90,7 @@ def _free_port() -> int:
             except OSError:
                 continue
             return port
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        fallback: int = sock.getsockname()[1]
-        return fallback
+    return free_port()
 
 
 def _die_with_parent() -> None:

@@ -27,7 +27,6 @@ conditions and are covered by the promtool tests.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -45,6 +44,7 @@ import pytest
 import yaml
 
 from tests.support.agent_helpers import start_job
+from tests.support.launch import job_env
 from tests.support.processes import http_ready, spawn, stop
 
 pytestmark = pytest.mark.slow
@@ -251,14 +251,12 @@ def _slows(tmp_path: Path, collector_url: str) -> subprocess.Popen[bytes]:
 def _ledger_job(tmp_path: Path, collector_url: str, job: str) -> subprocess.Popen[bytes]:
     """Job "healthy" or "slow-saves": `ledger_job.py` as one process, steps of 0.1 s and a
     checkpoint save of `SAVE_S[job]` every 10, for `LEDGER_JOBS_S`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MFUSCOPE_")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     out = tmp_path / job
+    env = job_env(out)
     command = [sys.executable, str(ROOT / "tests" / "support" / "ledger_job.py"), "--out", str(out)]
     command += ["--job", job, "--collector-url", collector_url, "--duration-s", str(LEDGER_JOBS_S)]
     command += ["--step-s", "0.1", "--startup-s", "0", "--save-every", "10"]
     command += ["--save-s", str(SAVE_S[job]), "--eval-every", "1000000"]
-    out.mkdir()
     return spawn(command, out / "job.log", env=env)
 
 
