@@ -58,9 +58,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> ground_truth.Run:
     return result
 
 
-def _check(errors: dict[int, float], what: str) -> None:
+def _check(errors: dict[int, float], what: str, run: ground_truth.Run, rank: int) -> None:
     # a window of 6 steps at least, less the steps whose completion time the script does not know
-    assert len(errors) >= 2, (what, errors)
+    assert len(errors) >= 2, (
+        what,
+        errors,
+        f"steps the script left out: {run.unknown_steps(rank)}",
+        f"kept traces: {[path.name for path in run.trace_files(rank)]}",
+    )
     worst = max(errors, key=lambda step: abs(errors[step]))
     assert abs(errors[worst]) <= 5.0, (what, worst, errors)
     assert abs(statistics.fmean(errors.values())) <= 2.0, (what, errors)
@@ -71,7 +76,7 @@ def _check(errors: dict[int, float], what: str) -> None:
 def test_analyze_exposed_comm_is_the_time_blocked_in_the_collective(
     run: ground_truth.Run, rank: int
 ) -> None:
-    _check(ground_truth.trace_errors(run, rank), f"analyze, rank {rank}")
+    _check(ground_truth.trace_errors(run, rank), f"analyze, rank {rank}", run, rank)
     assert len(ground_truth.trace_errors(run, rank)) + len(run.unknown_steps(rank)) >= 6
 
 
@@ -81,7 +86,7 @@ def test_live_agent_exposed_comm_is_the_time_blocked_in_the_collective(
     run: ground_truth.Run, rank: int
 ) -> None:
     errors = ground_truth.report_errors(run, rank, late=False)
-    _check(errors.window, f"agent, rank {rank}")
+    _check(errors.window, f"agent, rank {rank}", run, rank)
     # The same steps as the traces: the agent's reports of its windows are those decompositions.
     assert set(errors.window) == set(ground_truth.trace_errors(run, rank))
     reports = run.reports(rank)

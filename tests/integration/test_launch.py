@@ -1,6 +1,7 @@
-"""`tests/support/launch.py`, the torch-free launcher of the test jobs, on plain Python ranks: it
-gives each rank torchrun's variables, exits 0 when every rank does, stops the others and exits 1
-when one fails, and takes its ranks with it when it is killed."""
+"""`tests/support/launch.py`, the launcher of the test jobs, on plain Python ranks: it runs each
+rank's script as `python SCRIPT ARGS` would, after the modules it preloads, gives each rank
+torchrun's variables, exits 0 when every rank does, stops the others and exits 1 when one fails,
+and takes its ranks with it when it is killed."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ RANK = textwrap.dedent(
     rank = os.environ["RANK"]
     seen = {name: os.environ.get(name) for name in names}
     seen["session_leader"] = os.getsid(0) == os.getpid()
+    # As `python SCRIPT ARGS` gives them, and the launcher's preloaded module already there.
+    seen["argv"] = sys.argv
+    seen["path0"] = sys.path[0]
+    seen["preloaded"] = "xml.dom.minidom" in sys.modules
     (out / f"env{rank}.json").write_text(json.dumps(seen))
     (out / f"pid{rank}").write_text(str(os.getpid()))
     if sys.argv[2] == "fail" and rank == "1":
@@ -40,7 +45,9 @@ RANK = textwrap.dedent(
 def _job(tmp_path: Path, ranks: int, how: str) -> tuple[list[str], dict[str, str]]:
     script = tmp_path / "rank.py"
     script.write_text(RANK)
-    return job_command(script, str(tmp_path), how, temp=tmp_path / "tmp", ranks=ranks)
+    return job_command(
+        script, str(tmp_path), how, temp=tmp_path / "tmp", ranks=ranks, preload=["xml.dom.minidom"]
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -71,7 +78,26 @@ def test_every_rank_gets_torchruns_variables_in_a_session_of_its_own(tmp_path: P
             "MASTER_PORT": port,
             "OMP_NUM_THREADS": "1",
             "session_leader": True,
+            "argv": [str(tmp_path / "rank.py"), str(tmp_path), "ok"],
+            "path0": str(tmp_path),
+            "preloaded": True,
         }
+
+
+def test_a_rank_ends_as_python_would(tmp_path: Path) -> None:
+    """An uncaught exception: its traceback and exit status 1; atexit handlers run."""
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import atexit, os, sys\n"
+        "atexit.register(lambda: print('atexit', os.environ['RANK'], flush=True))\n"
+        "if __name__ == '__main__' and os.environ['RANK'] == '0':\n"
+        "    raise ValueError('rank 0 raised')\n"
+    )
+    command, env = job_command(script, temp=tmp_path / "tmp", ranks=2, preload=[])
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "ValueError: rank 0 raised" in done.stderr and "exited with 1" in done.stderr
+    assert "atexit 0" in done.stdout
 
 
 def test_a_failing_rank_stops_the_others_and_the_launch_fails(tmp_path: Path) -> None:

@@ -1,34 +1,43 @@
-"""Start the ranks of a test job as `torchrun --standalone` does, without torch; and the one
-builder of a test job's command line and environment (`job_command`).
+"""Start the ranks of a test job as `torchrun --standalone` does, importing torch once for all
+of them; and the one builder of a test job's command line and environment (`job_command`).
 
 As a script it is one process that a test runs, waits for, signals or kills like torchrun:
 
-    python tests/support/launch.py --nproc_per_node=2 [-m] SCRIPT_OR_MODULE [ARGS...]
+    python -u tests/support/launch.py --nproc_per_node=2 [--preload MODULE,...] [-m]
+        SCRIPT_OR_MODULE [ARGS...]
 
-It starts `python -u SCRIPT ARGS` once per rank with the variables torchrun gives its workers
-(`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `GROUP_WORLD_SIZE`,
-`ROLE_NAME`, `ROLE_RANK`, `ROLE_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `OMP_NUM_THREADS`
-unless set), waits for them, and exits 0 once all have exited 0. When a rank fails it stops the
-others (SIGTERM, SIGKILL after 30 s) and exits 1; a SIGTERM, SIGINT or SIGHUP it receives goes to
-every rank the same way, and it exits 128 + the signal. As under torchrun each rank runs in a
-session of its own, so a signal to the launcher's process group reaches the launcher alone; unlike
-torchrun a rank also dies when the launcher dies (a SIGKILL, a test's timeout): no orphan rank
-keeps the machine busy. Rank 0 serves the job's store on `MASTER_PORT` (torchrun's agent serves it
-instead, and sets the `TORCHELASTIC_*` variables, which this launcher leaves out: a test of
-elastic restarts or of the torchrun run id runs torchrun).
+It imports the `--preload` modules, then forks once per rank; each rank runs SCRIPT (or MODULE) as
+``__main__`` with ARGS as `sys.argv`, as `python -u SCRIPT ARGS` would, with the variables torchrun
+gives its workers (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`,
+`GROUP_WORLD_SIZE`, `ROLE_NAME`, `ROLE_RANK`, `ROLE_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`,
+`OMP_NUM_THREADS` unless set). The launcher waits for them, and exits 0 once all have exited 0.
+When a rank fails it stops the others (SIGTERM, SIGKILL after 30 s) and exits 1; a SIGTERM, SIGINT
+or SIGHUP it receives goes to every rank the same way, and it exits 128 + the signal. As under
+torchrun each rank runs in a session of its own, so a signal to the launcher's process group
+reaches the launcher alone; unlike torchrun a rank also dies when the launcher dies (a SIGKILL, a
+test's timeout): no orphan rank keeps the machine busy. Rank 0 serves the job's store on
+`MASTER_PORT` (torchrun's agent serves it instead, and sets the `TORCHELASTIC_*` variables, which
+this launcher leaves out: a test of elastic restarts or of the torchrun run id runs torchrun).
 
 Why: torchrun imports torch itself and runs an elastic agent and a rendezvous before the workers
-start, ~2.6 s of CPU and ~3 s of wall time per launch on 2 cores; this process costs ~0.05 s.
+start, ~2.6 s of CPU and ~3 s of wall time per launch on 2 cores; then every worker imports torch
+again, and torch._dynamo (building a torch.optim optimizer imports it) and torch.profiler: ~6 s of
+CPU per rank on this machine. Here they are imported once per launch, before the fork, and the
+ranks share those pages. A forked rank differs from a fresh process only in what was imported
+before its variables were set (torch reads none of them at import) and in its command line in
+/proc (the agent reads neither); the jobs' own code, the agent and the collectives run as under
+torchrun, which the tests about the launch path still use.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import random
+import runpy
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -47,6 +56,11 @@ STOP_GRACE_S = 30.0  # torchrun's too: from the first signal to SIGKILL
 _PR_SET_PDEATHSIG = 1
 
 
+# What a test job's rank imports before its first step: torch, its collectives, torch._dynamo
+# (a torch.optim optimizer imports it when built) and the profiler of the agent's windows.
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "torch.profiler")
+
+
 def job_command(
     target: str | Path,
     *args: str,
@@ -54,11 +68,21 @@ def job_command(
     ranks: int = 2,
     module: bool = False,
     torchrun: bool = False,
+    preload: Sequence[str] = PRELOAD,
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment (`job_env`) that run `target` (a script, or a module
-    with `module`) with `args` on `ranks` gloo ranks: this launcher, or real torchrun where the
-    test is about torchrun's launch path (`torchrun`)."""
-    launcher = [str(TORCHRUN), "--standalone"] if torchrun else [sys.executable, __file__]
+    with `module`) with `args` on `ranks` gloo ranks: this launcher, importing `preload` once
+    for every rank, or real torchrun where the test is about torchrun's launch path
+    (`torchrun`)."""
+    if torchrun:
+        launcher = [str(TORCHRUN), "--standalone"]
+    else:
+        launcher = [
+            sys.executable,
+            "-u",
+            __file__,
+            *(["--preload", ",".join(preload)] * bool(preload)),
+        ]
     command = [*launcher, f"--nproc_per_node={ranks}", *(["-m"] if module else []), str(target)]
     return [*command, *args], job_env(temp)
 
@@ -93,11 +117,13 @@ def _free_port() -> int:
     return free_port()
 
 
-def _die_with_parent() -> None:
-    """In each rank before exec: SIGKILL when the launcher dies (Linux `prctl`)."""
+def _die_with_parent(launcher: int) -> None:
+    """In each rank: SIGKILL when the launcher dies (Linux `prctl`); at once if it already has."""
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != launcher:
+        os._exit(1)
 
 
 def _rank_env(rank: int, ranks: int, port: int) -> dict[str, str]:
@@ -150,23 +176,47 @@ def _stop(live: dict[int, int], signum: int) -> None:
         time.sleep(0.05)
 
 
-def launch(target: Sequence[str], ranks: int) -> int:
+class Rank:
+    """A forked rank, back at the launcher's top level: `run` runs the target as ``__main__``
+    and the interpreter then ends as `python SCRIPT` would (exceptions, exit codes, atexit)."""
+
+    def __init__(self, target: Sequence[str], env: dict[str, str]) -> None:
+        self.target = list(target)
+        self.env = env
+
+    def run(self) -> None:
+        os.environ.clear()
+        os.environ.update(self.env)
+        if self.target[0] == "-m":
+            sys.argv = self.target[1:]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(self.target[1], run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(self.target[0])
+            sys.argv = [self.target[0], *self.target[1:]]
+            sys.path[0] = os.path.dirname(script)
+            runpy.run_path(script, run_name="__main__")
+
+
+def launch(target: Sequence[str], ranks: int) -> int | Rank:
     """Run `target` (``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``) on `ranks` ranks;
-    the launcher's exit status (see the module docstring)."""
+    the launcher's exit status (see the module docstring), or in a forked rank its `Rank`."""
+    port = _free_port()
+    launcher = os.getpid()
+    live: dict[int, int] = {}
+    # Fork with the default signal handlers and nothing to unwind: a rank returns to the top
+    # level at once. A signal before the handlers below ends the launcher, and the ranks with it.
+    for rank in range(ranks):
+        env = _rank_env(rank, ranks, port)
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()  # as torchrun's workers: see the module docstring
+            _die_with_parent(launcher)
+            return Rank(target, env)
+        live[pid] = rank
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _raise)
-    port = _free_port()
-    live: dict[int, int] = {}
     try:
-        for rank in range(ranks):
-            process = subprocess.Popen(
-                [sys.executable, "-u", *target],
-                env=_rank_env(rank, ranks, port),
-                start_new_session=True,  # as torchrun's workers: see the module docstring
-                preexec_fn=_die_with_parent,
-            )
-            process.returncode = 0  # reaped below with os.wait, not by this object
-            live[process.pid] = rank
         while live:
             pid, status = os.wait()  # every child of this process is a rank
             ended = live.pop(pid)
@@ -185,17 +235,27 @@ def launch(target: Sequence[str], ranks: int) -> int:
     return 0
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str]) -> int | Rank:
     ranks = 1
+    preload: list[str] = []
     rest = list(argv)
-    while rest and rest[0].startswith("--nproc"):
+    while rest and rest[0].startswith(("--nproc", "--preload")):
         option = rest.pop(0)
-        ranks = int(option.partition("=")[2] if "=" in option else rest.pop(0))
+        value = option.partition("=")[2] if "=" in option else rest.pop(0)
+        if option.startswith("--nproc"):
+            ranks = int(value)
+        else:
+            preload += [name for name in value.split(",") if name]
     if not rest or (rest[0] == "-m" and len(rest) < 2):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
+    for name in preload:
+        importlib.import_module(name)
     return launch(rest, ranks)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    outcome = main(sys.argv[1:])
+    if not isinstance(outcome, Rank):
+        sys.exit(outcome)
+    outcome.run()

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from subprocess import Popen
 
-from tests.support.launch import job_command
+from tests.support.launch import PRELOAD, job_command
 from tests.support.processes import spawn, stop
 
 __all__ = ["ReportTee", "hang_rule_files", "mesh_job", "scrape", "start_collectors"]
@@ -31,7 +31,11 @@ HANG_EXPR = "expr: max by (job) (mfuscope_collective_blocked_seconds) >= 60\n"
 def mesh_job(tmp_path: Path, ranks: int, *args: str) -> tuple[list[str], dict[str, str]]:
     """The command and environment that run the job on `ranks` gloo ranks with `args`
     (`launch.job_command`, TMPDIR `tmp_path`)."""
-    return job_command(SUPPORT / "mesh_job.py", *args, temp=tmp_path, ranks=ranks)
+    # `mesh_groups` ranks that never profile import neither torch._dynamo nor the profiler
+    # (mesh_job.py): their launcher need not either.
+    light = "mesh_groups" in args and "--no-profile" in args
+    preload = ("torch", "torch.distributed") if light else PRELOAD
+    return job_command(SUPPORT / "mesh_job.py", *args, temp=tmp_path, ranks=ranks, preload=preload)
 
 
 def scrape(url: str, name: str) -> list[tuple[dict[str, str], float]]:
