@@ -79,6 +79,8 @@ def regression_group() -> Group:
 def restarts_group() -> Group:
     steps = total(q.RATE_5M.of(q.STEPS), JOB)
     reruns = total(q.RATE_5M.of(_RERUN_STEPS), JOB)
+    # A collector too old to export the rerun counter: nothing redone, rather than no data.
+    redone = f"({reruns} or 0 * {steps})"
     restarts = total("increase(mfuscope_job_restarts_total[1h])", JOB, "max")
     return Group(
         "mfuscope.restarts",
@@ -86,13 +88,13 @@ def restarts_group() -> Group:
             Rule("job:mfuscope_rerun_steps:rate5m", reruns),
             Rule(
                 _USEFUL_STEPS,
-                f"{steps} - ({reruns} or 0 * {steps})",
+                f"{steps} - {redone}",
                 "Rank-steps per second that advanced training. A collector too old to export the "
                 'rerun counter reads as "nothing redone" rather than as no data.',
             ),
             Rule(
                 "job:mfuscope_useful_steps:ratio_rate5m",
-                f"1 - {ratio(f'({reruns} or 0 * {steps})', steps)}",
+                f"1 - {ratio(redone, steps)}",
                 "Step goodput: the fraction of the job's step work that was not redone, 0..1. "
                 "Written as 1 - redone / all, not useful / all: an engine that reads the two rates "
                 "from different samples (VictoriaMetrics while the newest samples arrive) still "

@@ -66,15 +66,14 @@ def kept_rules(suite: dict[str, Any], rule_docs: dict[str, dict[str, Any]]) -> s
         rule for doc in rule_docs.values() for group in doc["groups"] for rule in group["rules"]
     ]
     records = {rule["record"] for rule in rules if "record" in rule}
+    every_alert = {rule["alert"] for rule in rules if "alert" in rule}
     alerts: set[str] = set()
     wanted: set[str] = set()
     for case in suite["tests"]:
         alerts |= {check["alertname"] for check in case.get("alert_rule_test") or []}
         for check in case.get("promql_expr_test") or []:
             wanted |= _names(check["expr"], records)
-    for case in suite["tests"]:
-        for check in case.get("promql_expr_test") or []:
-            alerts |= _alerts_read(check["expr"], {r["alert"] for r in rules if "alert" in r})
+            alerts |= _alerts_read(check["expr"], every_alert)
     kept = {id(rule) for rule in rules if rule.get("alert") in alerts}
     todo = [name for rule in rules if id(rule) in kept for name in _names(rule["expr"], records)]
     todo += wanted

@@ -325,10 +325,6 @@ def _by_label(samples: list[dict[str, Any]], label: str) -> dict[str, float]:
     return {s["metric"][label]: float(s["value"][1]) for s in samples}
 
 
-def _ranks(samples: list[dict[str, Any]]) -> list[str]:
-    return sorted(s["metric"].get("rank", "?") for s in samples)
-
-
 def _arrival_skew_across_nodes(hang: Hang) -> None:
     # Rank 1 enters each step's collectives a quarter of a step late; every group spans two
     # sidecars, so no sidecar has a skew of its own: the rules join the held samples, one
@@ -343,7 +339,10 @@ def _arrival_skew_across_nodes(hang: Hang) -> None:
     wait_for(
         lambda: len(hang.prometheus.samples(late)) == NODES,
         60,
-        lambda: f"the arrival rules on every rank ({_ranks(hang.prometheus.samples(late))})",
+        lambda: (
+            "the arrival rules on every rank, "
+            f"so far {sorted(_by_label(hang.prometheus.samples(late), 'rank'))}"
+        ),
     )
     # The tp group {0, 1}: rank 1 arrives LATE_S after rank 0, give or take scheduling noise, which
     # on 2 loaded cores delays either rank's enqueue (VictoriaMetrics read 0.66-0.69 x LATE_S).
@@ -366,7 +365,10 @@ def _arrival_skew_across_nodes(hang: Hang) -> None:
     wait_for(
         lambda: len(on_vm(late)) == NODES,
         120,  # vmalert records from vmagent's remote writes: seconds behind, more under load
-        lambda: f"vmalert's arrival rules on every rank (ranks so far: {_ranks(on_vm(late))})",
+        lambda: (
+            "vmalert's arrival rules on every rank, "
+            f"so far {sorted(_by_label(on_vm(late), 'rank'))}"
+        ),
     )
     (tp_on_vm,) = on_vm(skew)
     assert LATE_S * 0.5 <= float(tp_on_vm["value"][1]) <= LATE_S * 10, tp_on_vm
